@@ -1,0 +1,341 @@
+"""Model base on diffrax, experiments, and batched simulation.
+
+A model turns a physical parameter vector ``theta`` into observations at the
+experiment's times: ``simulate(theta) -> (n_times, n_outputs)``. Models are immutable
+equinox modules; solver, controller and adjoint are fields (swap with ``eqx.tree_at``).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import math
+from collections.abc import Mapping
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from tqdm.auto import tqdm
+
+from jcalib.parameters import ParameterSpace
+
+__all__ = [
+    "AbstractModel",
+    "Experiment",
+    "SimulationError",
+    "SolveStatus",
+    "simulate_batch",
+]
+
+
+class SolveStatus(enum.IntEnum):
+    """Per-simulation outcome; anything but SUCCESS comes with NaN-filled outputs."""
+
+    SUCCESS = 0
+    MAX_STEPS = 1  # the solver hit max_steps before t1
+    NONFINITE = 2  # the state became NaN or infinite
+    SOLVER_FAILED = 3  # any other diffrax failure (step size collapse, Newton divergence)
+
+    @classmethod
+    def describe(cls, code: int) -> str:
+        return {
+            cls.SUCCESS: "success",
+            cls.MAX_STEPS: "maximum number of solver steps reached",
+            cls.NONFINITE: "non-finite state (NaN or inf)",
+            cls.SOLVER_FAILED: "solver failure (step size or nonlinear solve)",
+        }[cls(int(code))]
+
+
+class SimulationError(RuntimeError):
+    """Raised by `simulate_batch` (``throw=True``) when solves fail.
+
+    Nothing is lost: ``values`` holds all outputs (NaN for the failed samples) and
+    ``status`` the `SolveStatus` code of every sample.
+    """
+
+    def __init__(self, message: str, values: np.ndarray, status: np.ndarray):
+        super().__init__(message)
+        self.values = values
+        self.status = status
+
+
+class Experiment(eqx.Module):
+    """Where and when a model is observed.
+
+    Attributes:
+        t0: start time of the simulation.
+        t1: end time (>= the last observation time).
+        ts: observation times, shape ``(n_times,)``, non-decreasing, within ``[t0, t1]``.
+        conditions: experiment constants (recipe masses, initial concentrations ...),
+            ``{name: scalar}``; they are arrays, so changing them does not recompile.
+        mask: ``(n_times, n_outputs)`` booleans of the entries that are measured in
+            this experiment (ragged observations), or None for all.
+        name: label for plots and tables.
+    """
+
+    t0: Float[Array, ""]
+    t1: Float[Array, ""]
+    ts: Float[Array, " n_times"]
+    conditions: dict[str, Float[Array, ""]]
+    mask: Bool[Array, "n_times n_outputs"] | None
+    name: str = eqx.field(static=True)
+
+    def __init__(self, ts: ArrayLike, t0: float | None = None, t1: float | None = None,
+                 conditions: Mapping[str, float] | None = None, mask: ArrayLike | None = None,
+                 name: str = ""):
+        ts_np = np.asarray(ts, dtype=np.float64)
+        if ts_np.ndim != 1 or ts_np.size == 0:
+            raise ValueError(f"Experiment: ts must be a non-empty 1-D array; got shape {ts_np.shape}")
+        if not np.all(np.isfinite(ts_np)):
+            raise ValueError("Experiment: ts contains NaN or inf")
+        if np.any(np.diff(ts_np) < 0):
+            raise ValueError("Experiment: ts must be non-decreasing")
+        t0 = float(ts_np[0]) if t0 is None else float(t0)
+        t1 = float(ts_np[-1]) if t1 is None else float(t1)
+        if ts_np[0] < t0 or ts_np[-1] > t1:
+            raise ValueError(
+                f"Experiment: observation times must lie within [t0, t1] = [{t0}, {t1}]; got "
+                f"[{ts_np[0]}, {ts_np[-1]}]"
+            )
+        if not t0 < t1:
+            raise ValueError(f"Experiment: t0 < t1 required; got t0={t0}, t1={t1}")
+        self.t0 = jnp.asarray(t0)
+        self.t1 = jnp.asarray(t1)
+        self.ts = jnp.asarray(ts_np)
+        self.conditions = {k: jnp.asarray(float(v)) for k, v in (conditions or {}).items()}
+        if mask is not None:
+            mask = np.asarray(mask, dtype=bool)
+            if mask.ndim != 2 or mask.shape[0] != ts_np.size:
+                raise ValueError(
+                    f"Experiment: mask must have shape (n_times={ts_np.size}, n_outputs); got "
+                    f"{mask.shape}"
+                )
+            mask = jnp.asarray(mask)
+        self.mask = mask
+        self.name = name
+
+    @property
+    def n_times(self) -> int:
+        return int(self.ts.shape[0])
+
+
+class AbstractModel(eqx.Module):
+    """Base class of every jcalib model: an ODE solved by diffrax and observed at ``ts``.
+
+    Subclasses set the fields below (usually in a factory function) and implement
+    `vector_field`, `initial_state` and `observe`; `inputs` is optional.
+
+    Attributes:
+        parameters: the calibratable parameters; ``theta`` is ordered as ``parameters.names``.
+        output_names: names of the observed outputs (columns of ``simulate``).
+        state_names: names of the ODE states.
+        experiment: observation times, conditions and mask.
+        solver, controller, adjoint: diffrax settings; `jacobian` swaps the adjoint to
+            ``ForwardMode`` itself.
+        dt0: initial step (None lets the controller choose).
+        max_steps: solver step budget; reaching it is reported as ``MAX_STEPS``.
+    """
+
+    parameters: ParameterSpace = eqx.field(static=True)
+    output_names: tuple[str, ...] = eqx.field(static=True)
+    state_names: tuple[str, ...] = eqx.field(static=True)
+    experiment: Experiment
+    solver: dfx.AbstractSolver
+    controller: dfx.AbstractStepSizeController
+    adjoint: dfx.AbstractAdjoint
+    dt0: float | None = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+
+    # --- what a model defines -------------------------------------------------------------
+    @abc.abstractmethod
+    def vector_field(self, t: Float[Array, ""], y: Float[Array, " n_states"],
+                     theta: Float[Array, " n_params"]) -> Float[Array, " n_states"]:
+        """dy/dt in the solver's (possibly scaled) state coordinates."""
+
+    @abc.abstractmethod
+    def initial_state(self, theta: Float[Array, " n_params"]) -> Float[Array, " n_states"]:
+        """y(t0); may depend on ``theta`` and on ``experiment.conditions``."""
+
+    @abc.abstractmethod
+    def observe(self, t: Float[Array, ""], y: Float[Array, " n_states"],
+                theta: Float[Array, " n_params"]) -> Float[Array, " n_outputs"]:
+        """Outputs at one time from the solver state."""
+
+    def inputs(self, t: Float[Array, ""]):
+        """Input signals u(t) (none by default); call it from `vector_field`."""
+        return None
+
+    # --- derived API ----------------------------------------------------------------------
+    @property
+    def n_outputs(self) -> int:
+        return len(self.output_names)
+
+    @property
+    def ts(self) -> Float[Array, " n_times"]:
+        return self.experiment.ts
+
+    def with_times(self, ts: ArrayLike) -> AbstractModel:
+        """The same model observed at ``ts`` (same t0; t1 becomes ``max(ts)``)."""
+        ts = np.asarray(ts, dtype=np.float64)
+        exp = self.experiment
+        t1 = float(ts.max()) if ts.size else float(exp.t1)
+        new = Experiment(ts, t0=float(exp.t0), t1=t1,
+                         conditions={k: float(v) for k, v in exp.conditions.items()},
+                         name=exp.name)
+        return eqx.tree_at(lambda m: m.experiment, self, new, is_leaf=lambda x: x is None)
+
+    def with_experiment(self, experiment: Experiment) -> AbstractModel:
+        """The same model for another experiment (recipe, inputs, times)."""
+        return eqx.tree_at(lambda m: m.experiment, self, experiment, is_leaf=lambda x: x is None)
+
+    def solve(self, theta: Float[ArrayLike, " n_params"]) -> dfx.Solution:
+        """The raw diffrax solution (states at ``ts``); never throws."""
+        theta = self._check_theta(theta)
+        term = dfx.ODETerm(lambda t, y, args: self.vector_field(t, y, args))
+        return dfx.diffeqsolve(
+            term, self.solver, self.experiment.t0, self.experiment.t1, self.dt0,
+            self.initial_state(theta), args=theta, saveat=dfx.SaveAt(ts=self.experiment.ts),
+            stepsize_controller=self.controller, adjoint=self.adjoint,
+            max_steps=self.max_steps, throw=False,
+        )
+
+    def simulate_with_status(
+        self, theta: Float[ArrayLike, " n_params"]
+    ) -> tuple[Float[Array, "n_times n_outputs"], Int[Array, ""]]:
+        """Outputs and a `SolveStatus` code; outputs are NaN unless the code is SUCCESS."""
+        theta = self._check_theta(theta)
+        sol = self.solve(theta)
+        finite = jnp.all(jnp.isfinite(sol.ys))
+        status = jnp.where(
+            sol.result == dfx.RESULTS.successful,
+            jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.NONFINITE),
+            jnp.where(sol.result == dfx.RESULTS.max_steps_reached,
+                      SolveStatus.MAX_STEPS, SolveStatus.SOLVER_FAILED),
+        )
+        ok = status == SolveStatus.SUCCESS
+        safe_ys = jnp.where(ok, sol.ys, jnp.ones_like(sol.ys))  # keep NaNs out of observe
+        y = jax.vmap(self.observe, in_axes=(0, 0, None))(self.experiment.ts, safe_ys, theta)
+        return jnp.where(ok, y, jnp.nan), status
+
+    def simulate(self, theta: Float[ArrayLike, " n_params"]) -> Float[Array, "n_times n_outputs"]:
+        """Outputs at the observation times, ``(n_times, n_outputs)``; NaN if the solve failed."""
+        return self.simulate_with_status(theta)[0]
+
+    def jacobian(self, theta: Float[ArrayLike, " n_params"]) -> Float[Array, "n_times n_outputs n_params"]:
+        """d simulate / d theta by forward-mode autodiff (physical units)."""
+        forward = eqx.tree_at(lambda m: m.adjoint, self, dfx.ForwardMode())
+        return jax.jacfwd(forward.simulate)(self._check_theta(theta))
+
+    def _check_theta(self, theta):
+        theta = jnp.asarray(theta)
+        self.parameters.check_shape(theta, "theta")
+        if theta.dtype != jnp.float64:
+            raise ValueError(
+                f"theta must be float64 (got {theta.dtype}); simulations need double precision: "
+                "call jax.config.update('jax_enable_x64', True) before creating arrays"
+            )
+        return theta
+
+
+@eqx.filter_jit
+def _simulate_vmapped(model: AbstractModel, thetas):
+    return jax.vmap(model.simulate_with_status)(thetas)
+
+
+def simulate_batch(
+    model: AbstractModel,
+    thetas: Float[ArrayLike, "n n_params"],
+    chunk_size: int | None = None,
+    *,
+    throw: bool = True,
+    return_status: bool = False,
+    check_bounds: bool = True,
+    progress: bool | None = None,
+):
+    """Simulate many parameter vectors with one jitted, vmapped solve.
+
+    The batch is processed in chunks of ``chunk_size`` (all at once when None), so memory
+    stays bounded; each chunk is sharded over all visible devices along the batch axis.
+    The last chunk is padded, so every chunk reuses one compiled function.
+
+    Args:
+        model: any `AbstractModel` (or object with the same ``simulate_with_status``).
+        thetas: physical parameter vectors, ``(n, n_params)``.
+        chunk_size: samples per compiled call (rounded up to a multiple of the device count).
+        throw: raise `SimulationError` if any solve fails (it carries all results).
+        return_status: also return the `SolveStatus` code per sample.
+        check_bounds: raise ``ValueError`` for samples outside the parameter bounds.
+        progress: show a progress bar over chunks (default: when there are several).
+
+    Returns:
+        ``(n, n_times, n_outputs)`` float64 NumPy array (NaN rows for failed solves),
+        plus the ``(n,)`` status codes when ``return_status``.
+    """
+    space = model.parameters
+    thetas = np.asarray(thetas, dtype=np.float64)
+    space.check_shape(thetas, "thetas", batched=True)
+    n = thetas.shape[0]
+    if n == 0:
+        raise ValueError("simulate_batch: thetas is empty")
+    bad_rows = np.flatnonzero(~np.all(np.isfinite(thetas), axis=1))
+    if bad_rows.size:
+        raise ValueError(f"simulate_batch: thetas has NaN or inf in rows {bad_rows[:10].tolist()}")
+    if check_bounds:
+        _check_bounds(space, thetas)
+    if not jax.config.jax_enable_x64:
+        raise ValueError("simulate_batch needs float64: call jax.config.update('jax_enable_x64', True)")
+
+    devices = jax.devices()
+    n_dev = len(devices)
+    chunk = n if chunk_size is None else int(chunk_size)
+    if chunk < 1:
+        raise ValueError(f"simulate_batch: chunk_size must be positive; got {chunk_size}")
+    chunk = min(chunk, n)
+    chunk = math.ceil(chunk / n_dev) * n_dev
+    sharding = None
+    if n_dev > 1:
+        sharding = NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
+
+    starts = range(0, n, chunk)
+    show = len(starts) > 1 if progress is None else progress
+    values, status = [], []
+    for start in tqdm(starts, desc="simulate_batch", unit="chunk", disable=not show):
+        block = thetas[start : start + chunk]
+        n_real = block.shape[0]
+        if n_real < chunk:  # pad with the last row so the compiled shape is reused
+            block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
+        block = jnp.asarray(block) if sharding is None else jax.device_put(block, sharding)
+        y, s = _simulate_vmapped(model, block)
+        values.append(np.asarray(y)[:n_real])
+        status.append(np.asarray(s)[:n_real])
+    values = np.concatenate(values)
+    status = np.concatenate(status)
+
+    failed = np.flatnonzero(status != SolveStatus.SUCCESS)
+    if throw and failed.size:
+        lines = [f"  sample {i}: {SolveStatus.describe(status[i])}; theta = "
+                 f"{space.to_dict(thetas[i])}" for i in failed[:5]]
+        more = f"\n  ... and {failed.size - 5} more" if failed.size > 5 else ""
+        raise SimulationError(
+            f"simulate_batch: {failed.size} of {n} solves failed:\n" + "\n".join(lines) + more
+            + "\n(the error's .values and .status hold every result; pass throw=False to get "
+            "NaN rows instead)",
+            values, status,
+        )
+    return (values, status) if return_status else values
+
+
+def _check_bounds(space: ParameterSpace, thetas: np.ndarray) -> None:
+    outside = (thetas < space.lower) | (thetas > space.upper)
+    if outside.any():
+        row, col = np.argwhere(outside)[0]
+        p = space.parameters[col]
+        raise ValueError(
+            f"simulate_batch: {int(outside.any(axis=1).sum())} samples lie outside the bounds, "
+            f"first: row {row}, {p.name} = {thetas[row, col]} not in [{p.lower}, {p.upper}] "
+            "(pass check_bounds=False to simulate anyway)"
+        )

@@ -1,0 +1,276 @@
+"""Parameters and parameter spaces: bounds, units, log scale, coordinate maps, samplers.
+
+Three coordinates are used throughout jcalib:
+
+- *physical*: the values a user reads and writes, in the parameter's unit;
+- *internal*: what methods iterate on: ``log(theta)`` for log-scale parameters (natural
+  log), ``theta`` itself otherwise;
+- *unit cube*: ``[0, 1]`` per parameter, linear in the internal coordinate (so a
+  log-scale parameter is log-uniform between its bounds).
+
+Example:
+    >>> space = ParameterSpace([Parameter("k", 1e-4, 1e-6, 1e-3, "1/s", log_scale=True),
+    ...                         Parameter("f", 0.5, 0.1, 1.0)])
+    >>> space.names
+    ('k', 'f')
+    >>> [float(v) for v in space.from_unit(np.array([0.5, 0.5]))]  # doctest: +ELLIPSIS
+    [3.16...e-05, 0.55]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from scipy.stats import qmc
+
+__all__ = ["Parameter", "ParameterSpace"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One model parameter.
+
+    Args:
+        name: identifier, unique within a space.
+        nominal: default value in physical units (inside the bounds).
+        lower: lower bound in physical units (> 0 when ``log_scale``).
+        upper: upper bound in physical units (> ``lower``).
+        unit: unit string for tables and plots.
+        log_scale: work on ``log(theta)`` internally (parameters spanning decades).
+
+    Raises:
+        ValueError: non-finite values, ``lower >= upper``, nominal outside the bounds or
+            non-positive bounds of a log-scale parameter; the message names the parameter.
+    """
+
+    name: str
+    nominal: float
+    lower: float
+    upper: float
+    unit: str = ""
+    log_scale: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"Parameter name must be an identifier string; got {self.name!r}")
+        for field in ("nominal", "lower", "upper"):
+            value = float(getattr(self, field))
+            if not math.isfinite(value):
+                raise ValueError(f"Parameter {self.name!r}: {field} must be finite; got {value}")
+            object.__setattr__(self, field, value)
+        if not self.lower < self.upper:
+            raise ValueError(
+                f"Parameter {self.name!r}: lower < upper required; got lower={self.lower}, "
+                f"upper={self.upper}"
+            )
+        if not self.lower <= self.nominal <= self.upper:
+            raise ValueError(
+                f"Parameter {self.name!r}: nominal {self.nominal} lies outside its bounds "
+                f"[{self.lower}, {self.upper}]"
+            )
+        if self.log_scale and self.lower <= 0:
+            raise ValueError(
+                f"Parameter {self.name!r}: log-scale parameters need positive bounds; got "
+                f"lower={self.lower} (use log_scale=False or a positive lower bound)"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterSpace:
+    """An ordered, immutable tuple of `Parameter`s (hashable, so it can be a static field).
+
+    Vectors ``theta`` are ordered as ``names``; batched functions take ``(n, n_params)``.
+    """
+
+    parameters: tuple[Parameter, ...]
+
+    def __init__(self, parameters: Iterable[Parameter]):
+        parameters = tuple(parameters)
+        if not parameters:
+            raise ValueError("ParameterSpace needs at least one Parameter")
+        for p in parameters:
+            if not isinstance(p, Parameter):
+                raise ValueError(f"ParameterSpace takes Parameter objects; got {p!r}")
+        names = [p.name for p in parameters]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"ParameterSpace: duplicate parameter names {duplicates}")
+        object.__setattr__(self, "parameters", parameters)
+
+    # --- static description -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.parameters)
+
+    def __iter__(self):
+        return iter(self.parameters)
+
+    def __getitem__(self, name: str) -> Parameter:
+        return self.parameters[self.index(name)]
+
+    @property
+    def n_params(self) -> int:
+        return len(self.parameters)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        return tuple(p.unit for p in self.parameters)
+
+    @property
+    def nominal(self) -> np.ndarray:
+        """Nominal values, shape ``(n_params,)``, float64 NumPy."""
+        return np.array([p.nominal for p in self.parameters], dtype=np.float64)
+
+    @property
+    def lower(self) -> np.ndarray:
+        return np.array([p.lower for p in self.parameters], dtype=np.float64)
+
+    @property
+    def upper(self) -> np.ndarray:
+        return np.array([p.upper for p in self.parameters], dtype=np.float64)
+
+    @property
+    def log_scale(self) -> np.ndarray:
+        """Boolean mask, shape ``(n_params,)``."""
+        return np.array([p.log_scale for p in self.parameters], dtype=bool)
+
+    def index(self, name: str) -> int:
+        """Position of ``name``; ``ValueError`` listing the known names otherwise."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            known = ", ".join(repr(n) for n in self.names)
+            raise ValueError(f"unknown parameter {name!r}; known: {known}") from None
+
+    def subset(self, names: Sequence[str]) -> ParameterSpace:
+        """The parameters ``names`` in the given order."""
+        if isinstance(names, str):
+            names = [names]
+        return ParameterSpace(self.parameters[self.index(n)] for n in names)
+
+    def replace(self, name: str, **changes) -> ParameterSpace:
+        """A copy with one parameter's fields changed, e.g. ``replace("k", lower=1e-8)``."""
+        i = self.index(name)
+        new = dataclasses.replace(self.parameters[i], **changes)
+        return ParameterSpace(self.parameters[:i] + (new,) + self.parameters[i + 1 :])
+
+    def to_vector(self, values: Mapping[str, float], default: ArrayLike | None = None) -> np.ndarray:
+        """Physical vector from a ``{name: value}`` mapping; missing names take ``default``
+        (nominal values when None)."""
+        theta = self.nominal if default is None else np.array(default, dtype=np.float64)
+        for name, value in values.items():
+            theta[self.index(name)] = float(value)
+        return theta
+
+    def to_dict(self, theta: ArrayLike) -> dict[str, float]:
+        """``{name: value}`` of one physical vector."""
+        theta = np.asarray(self.check_shape(theta, "theta"))
+        return {n: float(v) for n, v in zip(self.names, theta)}
+
+    def table(self) -> list[dict]:
+        """Rows for printing: name, nominal, lower, upper, unit, log_scale."""
+        return [dataclasses.asdict(p) for p in self.parameters]
+
+    def check_shape(self, theta: ArrayLike, what: str = "theta", batched: bool = False):
+        """Return ``theta`` after checking its last axis is ``n_params`` (and ``ndim``)."""
+        ndim = 2 if batched else 1
+        shape = jnp.shape(theta)
+        if len(shape) != ndim or shape[-1] != self.n_params:
+            expected = "(n, n_params)" if batched else "(n_params,)"
+            raise ValueError(
+                f"{what} must have shape {expected} with n_params={self.n_params} "
+                f"({', '.join(self.names)}); got shape {shape}"
+            )
+        return theta
+
+    # --- coordinate maps (jittable) -------------------------------------------------------
+    def to_internal(self, theta: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
+        """Physical -> internal: ``log`` on log-scale parameters, identity elsewhere."""
+        theta = jnp.asarray(theta)
+        log = _like(self.log_scale, theta)
+        return jnp.where(log, jnp.log(jnp.where(log, theta, 1.0)), theta)
+
+    def to_physical(self, theta_internal: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
+        """Internal -> physical, the inverse of `to_internal`."""
+        z = jnp.asarray(theta_internal)
+        log = _like(self.log_scale, z)
+        return jnp.where(log, jnp.exp(jnp.where(log, z, 0.0)), z)
+
+    @property
+    def lower_internal(self) -> np.ndarray:
+        return np.where(self.log_scale, np.log(np.where(self.log_scale, self.lower, 1.0)), self.lower)
+
+    @property
+    def upper_internal(self) -> np.ndarray:
+        return np.where(self.log_scale, np.log(np.where(self.log_scale, self.upper, 1.0)), self.upper)
+
+    def to_unit(self, theta: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
+        """Physical -> unit cube (linear in the internal coordinate)."""
+        z = self.to_internal(theta)
+        lo, hi = _like(self.lower_internal, z), _like(self.upper_internal, z)
+        return (z - lo) / (hi - lo)
+
+    def from_unit(self, u: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
+        """Unit cube -> physical; the result is clipped into the bounds against round-off."""
+        u = jnp.asarray(u)
+        lo, hi = _like(self.lower_internal, u), _like(self.upper_internal, u)
+        theta = self.to_physical(lo + u * (hi - lo))
+        return jnp.clip(theta, _like(self.lower, u), _like(self.upper, u))
+
+    def contains(self, theta: Float[ArrayLike, "... n_params"]) -> Array:
+        """True where every component lies within the bounds, shape ``theta.shape[:-1]``."""
+        theta = jnp.asarray(theta)
+        return jnp.all((theta >= _like(self.lower, theta)) & (theta <= _like(self.upper, theta)),
+                       axis=-1)
+
+    # --- samplers -------------------------------------------------------------------------
+    def sample(
+        self, key: PRNGKeyArray, n: int, method: str = "uniform"
+    ) -> Float[Array, "n n_params"]:
+        """``n`` physical samples inside the bounds (uniform in internal coordinates).
+
+        Args:
+            key: a ``jax.random`` key; the same key gives the same samples.
+            n: number of samples.
+            method: ``"uniform"`` (i.i.d.), ``"lhs"`` (Latin hypercube: each of the ``n``
+                equal strata of every parameter holds exactly one sample) or ``"sobol"``
+                (scrambled Sobol sequence; ``n`` a power of two keeps its balance).
+        """
+        return self.from_unit(unit_samples(key, n, self.n_params, method))
+
+
+def unit_samples(key: PRNGKeyArray, n: int, n_dims: int, method: str = "uniform") -> Float[Array, "n n_dims"]:
+    """Samples in ``[0, 1)^n_dims`` by ``method`` (see `ParameterSpace.sample`)."""
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"sample(): n must be a positive integer; got {n!r}")
+    if method == "uniform":
+        return jax.random.uniform(key, (n, n_dims), dtype=_float_dtype())
+    if method == "lhs":
+        perm_key, jitter_key = jax.random.split(key)
+        perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(perm_key, n_dims))
+        jitter = jax.random.uniform(jitter_key, (n_dims, n), dtype=_float_dtype())
+        return ((perms.astype(jitter.dtype) + jitter) / n).T
+    if method == "sobol":
+        seed = int(jax.random.randint(key, (), 0, np.iinfo(np.int32).max))
+        sampler = qmc.Sobol(n_dims, scramble=True, rng=np.random.default_rng(seed))
+        return jnp.asarray(sampler.random(n), dtype=_float_dtype())
+    raise ValueError(f"sample(): unknown method {method!r}; use 'uniform', 'lhs' or 'sobol'")
+
+
+def _like(values: np.ndarray, x: Array) -> Array:
+    """Broadcast per-parameter ``values`` to ``x``'s shape (and float dtype) explicitly."""
+    dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) or values.dtype == bool else None
+    return jnp.broadcast_to(jnp.asarray(values, dtype=dtype), x.shape)
+
+
+def _float_dtype():
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
