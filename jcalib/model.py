@@ -8,6 +8,7 @@ equinox modules; solver, controller and adjoint are fields (swap with ``eqx.tree
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -192,6 +193,15 @@ class AbstractModel(eqx.Module):
         """The same model for another experiment (recipe, inputs, times)."""
         return eqx.tree_at(lambda m: m.experiment, self, experiment, is_leaf=lambda x: x is None)
 
+    def with_solver(self, **settings) -> AbstractModel:
+        """A copy with other solver settings, e.g. ``with_solver(solver=dfx.Kvaerno5(),
+        max_steps=10_000)``; keys: solver, controller, adjoint, dt0, max_steps."""
+        allowed = ("solver", "controller", "adjoint", "dt0", "max_steps")
+        unknown = sorted(set(settings) - set(allowed))
+        if unknown:
+            raise ValueError(f"with_solver(): unknown settings {unknown}; allowed: {allowed}")
+        return dataclasses.replace(self, **settings)
+
     def solve(self, theta: Float[ArrayLike, " n_params"]) -> dfx.Solution:
         """The raw diffrax solution (states at ``ts``); never throws."""
         theta = self._check_theta(theta)
@@ -241,9 +251,31 @@ class AbstractModel(eqx.Module):
         return theta
 
 
+DEFAULT_CHUNK_PER_DEVICE = 512
+"""Default samples per device per compiled call. A vmapped adaptive solve steps every
+sample until the slowest one is done, so moderate chunks waste less work than one huge
+batch (four_substance_reactions, 10,000 LHS samples on one CPU core: 0.24 s unchunked,
+0.15 s in chunks of 1,000, 0.12 s in chunks of 500)."""
+
+
 @eqx.filter_jit
 def _simulate_vmapped(model: AbstractModel, thetas):
     return jax.vmap(model.simulate_with_status)(thetas)
+
+
+@eqx.filter_jit
+def _simulate_sharded(model: AbstractModel, thetas, mesh: Mesh):
+    """Each device runs its own vmapped solve on its shard (``shard_map``), so devices
+    never synchronise inside the solver's while loop. (``check_vma=False``: diffrax loops
+    mix replicated and per-device carries.)"""
+    dynamic, static = eqx.partition(model, eqx.is_array)
+
+    def local(dynamic, block):
+        return jax.vmap(eqx.combine(dynamic, static).simulate_with_status)(block)
+
+    spec = PartitionSpec("batch")
+    return jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec(), spec),
+                         out_specs=(spec, spec), check_vma=False)(dynamic, thetas)
 
 
 def simulate_batch(
@@ -265,7 +297,8 @@ def simulate_batch(
     Args:
         model: any `AbstractModel` (or object with the same ``simulate_with_status``).
         thetas: physical parameter vectors, ``(n, n_params)``.
-        chunk_size: samples per compiled call (rounded up to a multiple of the device count).
+        chunk_size: samples per compiled call, rounded up to a multiple of the device
+            count (default: `DEFAULT_CHUNK_PER_DEVICE` per device).
         throw: raise `SimulationError` if any solve fails (it carries all results).
         return_status: also return the `SolveStatus` code per sample.
         check_bounds: raise ``ValueError`` for samples outside the parameter bounds.
@@ -291,14 +324,11 @@ def simulate_batch(
 
     devices = jax.devices()
     n_dev = len(devices)
-    chunk = n if chunk_size is None else int(chunk_size)
+    chunk = DEFAULT_CHUNK_PER_DEVICE * n_dev if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"simulate_batch: chunk_size must be positive; got {chunk_size}")
-    chunk = min(chunk, n)
-    chunk = math.ceil(chunk / n_dev) * n_dev
-    sharding = None
-    if n_dev > 1:
-        sharding = NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
+    chunk = math.ceil(min(chunk, n) / n_dev) * n_dev
+    mesh = Mesh(np.array(devices), ("batch",)) if n_dev > 1 else None
 
     starts = range(0, n, chunk)
     show = len(starts) > 1 if progress is None else progress
@@ -308,8 +338,11 @@ def simulate_batch(
         n_real = block.shape[0]
         if n_real < chunk:  # pad with the last row so the compiled shape is reused
             block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
-        block = jnp.asarray(block) if sharding is None else jax.device_put(block, sharding)
-        y, s = _simulate_vmapped(model, block)
+        if mesh is None:
+            y, s = _simulate_vmapped(model, jnp.asarray(block))
+        else:
+            block = jax.device_put(block, NamedSharding(mesh, PartitionSpec("batch")))
+            y, s = _simulate_sharded(model, block, mesh)
         values.append(np.asarray(y)[:n_real])
         status.append(np.asarray(s)[:n_real])
     values = np.concatenate(values)
