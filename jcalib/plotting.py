@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 __all__ = ["plot_simulation", "plot_singular_values"]
 
 
-def plot_simulation(ts, values, output_names, *, data=None, title="", units=None):
+def plot_simulation(ts, values, output_names, *, data=None, title="", units=None, time_unit=""):
     """One panel per output: simulated curves ``values`` (n_times, n_outputs) or a dict
     ``{label: values}``, plus optional measurements (an object with ``ts``, ``values``,
     ``mask``) as markers. Returns the figure."""
@@ -28,7 +28,7 @@ def plot_simulation(ts, values, output_names, *, data=None, title="", units=None
             ax.plot(np.asarray(data.ts)[mask[:, j]], np.asarray(data.values)[mask[:, j], j],
                     "o", ms=4, mfc="none", label="data")
         unit = f" [{units[j]}]" if units else ""
-        ax.set(xlabel="t", ylabel=f"{name}{unit}")
+        ax.set(xlabel=f"t [{time_unit}]" if time_unit else "t", ylabel=f"{name}{unit}")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     if title:

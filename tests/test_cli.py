@@ -1,0 +1,50 @@
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from jcalib.cli import app
+
+runner = CliRunner()
+
+
+def test_models_table_lists_every_model():
+    import jcalib
+
+    result = runner.invoke(app, ["models"])
+    assert result.exit_code == 0, result.output
+    for name in jcalib.models.available():
+        assert name in result.output
+
+
+def test_models_show_parameter_table():
+    result = runner.invoke(app, ["models", "show", "four_substance_reactions"])
+    assert result.exit_code == 0, result.output
+    assert "kab" in result.output and "L/(mol*s)" in result.output
+    assert "22 observation times" in result.output
+
+
+def test_simulate_writes_csv_and_plot(tmp_path):
+    csv, png = tmp_path / "out.csv", tmp_path / "out.png"
+    result = runner.invoke(app, ["simulate", "four_substance_reactions", "--set", "kab=2e-4",
+                                 "--times", "0,10,100", "--csv", str(csv), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    table = np.genfromtxt(csv, delimiter=",", names=True)
+    np.testing.assert_array_equal(table["t"], [0.0, 10.0, 100.0])
+    assert table["A"][0] == 10.0 and table["A"][2] < table["A"][1]
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["simulate", "four_substance_reactions", "--set", "kda=1"], "unknown parameter 'kda'"),
+    (["simulate", "four_substance_reactions", "--set", "kab=1"], "outside its bounds"),
+    (["simulate", "four_substance_reactions", "--set", "kab"], "expects name=value"),
+    (["simulate", "four_substance_reactions", "--times", "5,1"], "non-decreasing"),
+    (["simulate", "nope"], "unknown model 'nope'"),
+    (["models", "show", "four_substance_reactions", "--option", "observe=X"], "observe must be"),
+])
+def test_bad_input_gives_clear_error(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0
+    assert message in json.dumps(result.output)  # rich may wrap lines; compare escaped text
