@@ -5,17 +5,23 @@ tests) call ``jax.config.update("jax_enable_x64", True)`` themselves.
 """
 
 from jcalib import models
+from jcalib.data import Measurements, synthetic_measurements
 from jcalib.model import AbstractModel, Experiment, SimulationError, SolveStatus, simulate_batch
 from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.problem import CalibrationProblem, GaussianPrior
 
 __all__ = [
     "AbstractModel",
+    "CalibrationProblem",
     "Experiment",
+    "GaussianPrior",
+    "Measurements",
     "Parameter",
     "ParameterSpace",
     "SimulationError",
     "SolveStatus",
     "models",
     "simulate_batch",
+    "synthetic_measurements",
 ]
 __version__ = "0.1.0"

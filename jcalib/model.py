@@ -205,7 +205,7 @@ class AbstractModel(eqx.Module):
     def solve(self, theta: Float[ArrayLike, " n_params"]) -> dfx.Solution:
         """The raw diffrax solution (states at ``ts``); never throws."""
         theta = self._check_theta(theta)
-        term = dfx.ODETerm(lambda t, y, args: self.vector_field(t, y, args))
+        term = dfx.ODETerm(self.vector_field)  # a bound method is a pytree: cached compiles
         return dfx.diffeqsolve(
             term, self.solver, self.experiment.t0, self.experiment.t1, self.dt0,
             self.initial_state(theta), args=theta, saveat=dfx.SaveAt(ts=self.experiment.ts),

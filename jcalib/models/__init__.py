@@ -1,6 +1,7 @@
 """Built-in models, registered by name: ``jcalib.models.get(name)``, ``available()``."""
 
 from jcalib.models import four_substance_reactions as _four_substance_reactions  # noqa: F401
+from jcalib.models import radical_polymerization as _radical_polymerization  # noqa: F401
 from jcalib.models.registry import available, describe, get, register
 
 __all__ = ["available", "describe", "get", "register"]
