@@ -125,15 +125,18 @@ def test_simulate_batch_chunked_equals_unchunked(model):
 
 
 def test_simulate_batch_on_four_host_devices(tmp_path):
-    """Sharding over 4 forced CPU devices gives the single-device result."""
+    """Spreading over 4 forced CPU devices gives the single-device result, for an explicit
+    and an implicit (Newton + linear solve) solver."""
     script = textwrap.dedent("""
-        import sys, jax, numpy as np
+        import sys, jax, numpy as np, diffrax
         jax.config.update("jax_enable_x64", True)
         import jcalib
         m = jcalib.models.get("four_substance_reactions")
         thetas = np.asarray(m.parameters.sample(jax.random.key(7), 30, "lhs"))
         y = jcalib.simulate_batch(m, thetas, chunk_size=12, progress=False)
-        np.save(sys.argv[1], y)
+        implicit = m.with_solver(solver=diffrax.Kvaerno5())
+        y_implicit = jcalib.simulate_batch(implicit, thetas[:8], progress=False)
+        np.save(sys.argv[1], np.concatenate([y, y_implicit]))
         print(len(jax.devices()))
     """)
     results = {}
