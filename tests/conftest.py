@@ -1,9 +1,13 @@
-"""Test-wide JAX settings: float64, strict promotion, persistent compilation cache."""
+"""Test-wide JAX settings (float64, strict promotion, persistent compilation cache) and
+the shared four_substance_reactions fixtures."""
 
 import os
 import pathlib
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 
 # Simulations, sensitivities and estimators are float64 by contract (DESIGN.md).
 jax.config.update("jax_enable_x64", True)
@@ -15,3 +19,24 @@ _CACHE = os.environ.get("JCALIB_JAX_CACHE",
                         str(pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"))
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+import jcalib  # noqa: E402  (after the float64 switch)
+
+
+@pytest.fixture(scope="session")
+def model():
+    """four_substance_reactions observing A, B, C, D (fast, non-stiff)."""
+    return jcalib.models.get("four_substance_reactions")
+
+
+@pytest.fixture(scope="session")
+def theta(model):
+    """Its nominal parameters, float64 jax array."""
+    return jnp.asarray(model.parameters.nominal)
+
+
+@pytest.fixture(scope="session")
+def clean(model, theta):
+    """Noise-free outputs at the nominal parameters, (22, 4)."""
+    return np.asarray(model.simulate(theta))

@@ -11,22 +11,6 @@ from jcalib.model import Experiment, SimulationError
 
 
 @pytest.fixture(scope="module")
-def model():
-    return jcalib.models.get("four_substance_reactions")
-
-
-@pytest.fixture(scope="module")
-def theta(model):
-    return jnp.asarray(model.parameters.nominal)
-
-
-@pytest.fixture(scope="module")
-def clean(model, theta):
-    """Noise-free outputs at the nominal parameters, (22, 4)."""
-    return np.asarray(model.simulate(theta))
-
-
-@pytest.fixture(scope="module")
 def ragged(model, clean):
     """Measurements with missing entries (NaN there) and per-entry sigma."""
     mask = np.ones(clean.shape, dtype=bool)

@@ -24,18 +24,8 @@ REFERENCE = {  # spec table, DOP853 rtol 1e-13
 
 
 @pytest.fixture(scope="module")
-def model():
-    return jcalib.models.get("four_substance_reactions")
-
-
-@pytest.fixture(scope="module")
 def model_a():
     return jcalib.models.get("four_substance_reactions", observe="A")
-
-
-@pytest.fixture(scope="module")
-def theta(model):
-    return jnp.asarray(model.parameters.nominal)
 
 
 @pytest.fixture(scope="module")

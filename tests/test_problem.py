@@ -7,27 +7,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import jcalib
 from jcalib.data import Measurements, synthetic_measurements
 from jcalib.problem import CalibrationProblem, GaussianPrior
 from tests.helpers import central_differences
 
 SIGMA = 0.02
-
-
-@pytest.fixture(scope="module")
-def model():
-    return jcalib.models.get("four_substance_reactions")
-
-
-@pytest.fixture(scope="module")
-def theta(model):
-    return jnp.asarray(model.parameters.nominal)
-
-
-@pytest.fixture(scope="module")
-def clean(model, theta):
-    return np.asarray(model.simulate(theta))
 
 
 @pytest.fixture(scope="module")
