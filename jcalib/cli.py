@@ -110,9 +110,11 @@ def simulate(
     ts = np.asarray(m.ts)
     header = ["t", *m.output_names]
     if csv:
+        from jcalib.data import Measurements
+
         csv.parent.mkdir(parents=True, exist_ok=True)
-        np.savetxt(csv, np.column_stack([ts, y]), delimiter=",", header=",".join(header),
-                   comments="", fmt="%.17g")
+        # undefined outputs (e.g. Mw before any polymer exists) become empty cells
+        Measurements(ts, y, mask=np.isfinite(y), output_names=m.output_names).to_csv(csv)
         typer.echo(f"wrote {csv}")
     if plot:
         from jcalib.plotting import plot_simulation

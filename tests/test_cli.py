@@ -5,6 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jcalib.cli import app
+from jcalib.data import Measurements
 
 runner = CliRunner()
 
@@ -30,9 +31,11 @@ def test_simulate_writes_csv_and_plot(tmp_path):
     result = runner.invoke(app, ["simulate", "four_substance_reactions", "--set", "kab=2e-4",
                                  "--times", "0,10,100", "--csv", str(csv), "--plot", str(png)])
     assert result.exit_code == 0, result.output
-    table = np.genfromtxt(csv, delimiter=",", names=True)
-    np.testing.assert_array_equal(table["t"], [0.0, 10.0, 100.0])
-    assert table["A"][0] == 10.0 and table["A"][2] < table["A"][1]
+    table = Measurements.from_csv(csv)
+    np.testing.assert_array_equal(np.asarray(table.ts), [0.0, 10.0, 100.0])
+    assert table.output_names == ("A", "B", "C", "D")
+    a = np.asarray(table.values)[:, 0]
+    assert a[0] == 10.0 and a[2] < a[1]
     assert png.stat().st_size > 10_000
 
 
