@@ -234,10 +234,14 @@ class AbstractModel(eqx.Module):
         """Outputs at the observation times, ``(n_times, n_outputs)``; NaN if the solve failed."""
         return self.simulate_with_status(theta)[0]
 
+    def forward_mode(self) -> AbstractModel:
+        """This model with ``adjoint=ForwardMode()``, as ``jax.jacfwd`` through diffrax needs
+        (the reverse-mode ``RecursiveCheckpointAdjoint`` does not support it)."""
+        return eqx.tree_at(lambda m: m.adjoint, self, dfx.ForwardMode())
+
     def jacobian(self, theta: Float[ArrayLike, " n_params"]) -> Float[Array, "n_times n_outputs n_params"]:
         """d simulate / d theta by forward-mode autodiff (physical units)."""
-        forward = eqx.tree_at(lambda m: m.adjoint, self, dfx.ForwardMode())
-        return jax.jacfwd(forward.simulate)(self._check_theta(theta))
+        return jax.jacfwd(self.forward_mode().simulate)(self._check_theta(theta))
 
     def _check_theta(self, theta):
         theta = jnp.asarray(theta)

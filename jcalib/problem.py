@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -445,7 +444,7 @@ class CalibrationProblem(eqx.Module):
         return self._residuals_with(self.model, z)
 
     def _jacobian_impl(self, z):
-        forward = eqx.tree_at(lambda m: m.adjoint, self.model, dfx.ForwardMode())
+        forward = self.model.forward_mode()
         return jax.jacfwd(lambda zz: self._residuals_with(forward, zz))(z)
 
     def _loss_impl(self, z):
