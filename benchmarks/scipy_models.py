@@ -3,27 +3,12 @@ would write for solve_ivp), with the sampling used by each benchmark case."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jcalib
-
-
-@dataclasses.dataclass(frozen=True)
-class ScipyCase:
-    model: Callable  # () -> jcalib model
-    build: Callable  # (theta, model) -> (rhs(t, y), y0, observe(ys) -> (n_times, n_outputs))
-    sample: Callable  # (model, key, n) -> thetas
-    rtol: float
-    atol: float
-    n_full: int
-    n_quick: int
-    diff_floor: float = 1e-12  # relative differences use max(|y|, floor)
-    notes: str = ""
+from scipy_case import ScipyCase
 
 
 def _four_substance_build(theta, model):

@@ -73,6 +73,11 @@ def models_show(name: str, option: Annotated[list[str] | None, typer.Option(
     for p in m.parameters:
         typer.echo(f"{p.name:10s} {p.nominal:12.5g} {p.lower:12.5g} {p.upper:12.5g} "
                    f"{'yes' if p.log_scale else 'no':>4s}  {p.unit}")
+    constants = m.constants()
+    if constants:
+        typer.echo(f"\nfixed constants\n{'name':10s} {'value':>12s}  unit")
+        for cname, (value, unit) in constants.items():
+            typer.echo(f"{cname:10s} {value:12.6g}  {unit}")
 
 
 @app.command()

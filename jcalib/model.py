@@ -169,6 +169,11 @@ class AbstractModel(eqx.Module):
         """Input signals u(t) (none by default); call it from `vector_field`."""
         return None
 
+    def constants(self) -> dict[str, tuple[float, str]]:
+        """Fixed (not calibrated) physical constants, ``{name: (value, unit)}``, for
+        parameter tables such as ``jcalib models show`` (none by default)."""
+        return {}
+
     # --- derived API ----------------------------------------------------------------------
     @property
     def n_outputs(self) -> int:

@@ -13,14 +13,18 @@ __all__ = ["plot_simulation", "plot_singular_values"]
 
 
 def plot_simulation(ts, values, output_names, *, data=None, title="", units=None, time_unit=""):
-    """One panel per output: simulated curves ``values`` (n_times, n_outputs) or a dict
-    ``{label: values}``, plus optional measurements (an object with ``ts``, ``values``,
-    ``mask``) as markers. Returns the figure."""
+    """One panel per output (at most 4 per row): simulated curves ``values`` (n_times,
+    n_outputs) or a dict ``{label: values}``, plus optional measurements (an object with
+    ``ts``, ``values``, ``mask``) as markers. Returns the figure."""
     curves = values if isinstance(values, dict) else {"model": values}
     n_out = len(output_names)
-    fig, axes = plt.subplots(1, n_out, figsize=(4.2 * n_out, 3.4), squeeze=False)
+    n_cols = min(n_out, 4)
+    n_rows = -(-n_out // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 3.4 * n_rows), squeeze=False)
+    for ax in axes.flat[n_out:]:
+        ax.set_visible(False)
     ts = np.asarray(ts)
-    for j, (ax, name) in enumerate(zip(axes[0], output_names)):
+    for j, (ax, name) in enumerate(zip(axes.flat, output_names)):
         for label, y in curves.items():
             ax.plot(ts, np.asarray(y)[:, j], "-", lw=1.5, label=label)
         if data is not None:
