@@ -52,10 +52,12 @@ def models_list(ctx: typer.Context):
     """Table of the built-in models."""
     if ctx.invoked_subcommand is not None:
         return
-    typer.echo(f"{'model':34s} {'params':>6s} {'outputs':>7s} {'times':>5s}  description")
-    for name in registry.available():
+    names = registry.available()
+    w = max(len("model"), *map(len, names))
+    typer.echo(f"{'model':{w}s} {'params':>6s} {'outputs':>7s} {'times':>5s}  description")
+    for name in names:
         m = registry.get(name)
-        typer.echo(f"{name:34s} {m.parameters.n_params:6d} {m.n_outputs:7d} "
+        typer.echo(f"{name:{w}s} {m.parameters.n_params:6d} {m.n_outputs:7d} "
                    f"{m.experiment.n_times:5d}  {registry.describe(name)}")
 
 
@@ -69,15 +71,16 @@ def models_show(name: str, option: Annotated[list[str] | None, typer.Option(
     exp = m.experiment
     typer.echo(f"experiment {exp.name!r}: t0={float(exp.t0):g}, t1={float(exp.t1):g}, "
                f"{exp.n_times} observation times; solver {type(m.solver).__name__}")
-    typer.echo(f"\n{'name':10s} {'nominal':>12s} {'lower':>12s} {'upper':>12s} {'log':>4s}  unit")
-    for p in m.parameters:
-        typer.echo(f"{p.name:10s} {p.nominal:12.5g} {p.lower:12.5g} {p.upper:12.5g} "
-                   f"{'yes' if p.log_scale else 'no':>4s}  {p.unit}")
     constants = m.constants()
+    w = max(len("name"), *(len(n) for n in [*m.parameters.names, *constants]))
+    typer.echo(f"\n{'name':{w}s} {'nominal':>12s} {'lower':>12s} {'upper':>12s} {'log':>4s}  unit")
+    for p in m.parameters:
+        typer.echo(f"{p.name:{w}s} {p.nominal:12.5g} {p.lower:12.5g} {p.upper:12.5g} "
+                   f"{'yes' if p.log_scale else 'no':>4s}  {p.unit}")
     if constants:
-        typer.echo(f"\nfixed constants\n{'name':10s} {'value':>12s}  unit")
+        typer.echo(f"\nfixed constants\n{'name':{w}s} {'value':>12s}  unit")
         for cname, (value, unit) in constants.items():
-            typer.echo(f"{cname:10s} {value:12.6g}  {unit}")
+            typer.echo(f"{cname:{w}s} {value:12.6g}  {unit}")
 
 
 @app.command()

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import jcalib
+import jcalib.plotting
 from jcalib.cli import app
 from jcalib.data import Measurements
 
@@ -11,8 +13,6 @@ runner = CliRunner()
 
 
 def test_models_table_lists_every_model():
-    import jcalib
-
     result = runner.invoke(app, ["models"])
     assert result.exit_code == 0, result.output
     for name in jcalib.models.available():
@@ -51,3 +51,29 @@ def test_bad_input_gives_clear_error(args, message):
     result = runner.invoke(app, args)
     assert result.exit_code != 0
     assert message in json.dumps(result.output)  # rich may wrap lines; compare escaped text
+
+
+@pytest.mark.parametrize("name", jcalib.models.available())
+def test_every_model_shows_its_table_and_plots_all_outputs(name, tmp_path, monkeypatch):
+    model = jcalib.models.get(name)
+    shown = runner.invoke(app, ["models", "show", name])
+    assert shown.exit_code == 0, shown.output
+    for p in model.parameters:
+        assert p.name in shown.output
+    for cname in model.constants():
+        assert cname in shown.output
+
+    figures = []
+    real_plot = jcalib.plotting.plot_simulation
+    monkeypatch.setattr(jcalib.plotting, "plot_simulation",
+                        lambda *a, **k: figures.append(real_plot(*a, **k)) or figures[-1])
+    png = tmp_path / f"{name}.png"
+    result = runner.invoke(app, ["simulate", name, "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.stat().st_size > 10_000
+    panels = [ax for ax in figures[0].axes if ax.get_visible()]
+    assert [ax.get_ylabel() for ax in panels] == list(model.output_names)
+    for ax in panels:  # every output drawn over all observation times with finite values
+        (line,) = ax.get_lines()
+        assert line.get_xdata().size == model.experiment.n_times
+        assert np.isfinite(line.get_ydata()).sum() > 0
