@@ -94,5 +94,5 @@ SCIPY_CASES = {
 }
 
 # Models with a longer NumPy baseline keep it in benchmarks/scipy_<model>.py (exports CASES).
-for _module in ("rigid_double_beam", "roll_plane", "cabin_thermal"):
+for _module in ("rigid_double_beam", "roll_plane", "cabin_thermal", "winding_process"):
     SCIPY_CASES.update(importlib.import_module(f"scipy_{_module}").CASES)
