@@ -94,5 +94,6 @@ SCIPY_CASES = {
 }
 
 # Models with a longer NumPy baseline keep it in benchmarks/scipy_<model>.py (exports CASES).
-for _module in ("rigid_double_beam", "roll_plane", "cabin_thermal", "winding_process"):
+for _module in ("rigid_double_beam", "roll_plane", "cabin_thermal", "thermal_office_r7c4",
+                "winding_process"):
     SCIPY_CASES.update(importlib.import_module(f"scipy_{_module}").CASES)

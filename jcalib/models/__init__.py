@@ -5,6 +5,7 @@ from jcalib.models import four_substance_reactions as _four_substance_reactions 
 from jcalib.models import radical_polymerization as _radical_polymerization  # noqa: F401
 from jcalib.models import rigid_double_beam as _rigid_double_beam  # noqa: F401
 from jcalib.models import roll_plane as _roll_plane  # noqa: F401
+from jcalib.models import thermal_office_r7c4 as _thermal_office_r7c4  # noqa: F401
 from jcalib.models import winding_process as _winding_process  # noqa: F401
 from jcalib.models.registry import available, describe, get, register
 
