@@ -29,7 +29,7 @@ PAPER_ROWS = np.isin(TIMES, OBSERVATION_TIMES)
 POLYMER_ROWS = np.isin(TIMES, POLYMER_TIMES)
 OUTPUTS = ("M", "Mw", "Mn", "EG")
 S = {n: i for i, n in enumerate(STATE_NAMES)}
-O = {n: i for i, n in enumerate(OUTPUTS)}
+OUT = {n: i for i, n in enumerate(OUTPUTS)}
 
 SIMPLE_REFERENCE = {  # spec table: a_t = 1, f = 0.5, ktc = 1e7, ktd = 0, Radau rtol 1e-10
     250.0: (1.336621, 124.368, 82.315, 1.60222),
@@ -165,7 +165,7 @@ def test_reference_values_simple_model(simple_run):
 def test_second_test_point(simple_run):
     y = simple_run["point2"][1]
     row = int(np.flatnonzero(TIMES == 1000.0)[0])
-    np.testing.assert_allclose(y[row, [O["M"], O["Mw"], O["EG"]]], [0.293755, 58.2996, 10.0482],
+    np.testing.assert_allclose(y[row, [OUT["M"], OUT["Mw"], OUT["EG"]]], [0.293755, 58.2996, 10.0482],
                                rtol=2e-6)
 
 
@@ -179,21 +179,21 @@ def test_qss_approximation_of_monomer(point, simple, simple_run):
     m_qss = m0 * np.exp(-kp * np.sqrt(2 * f * kd * i0 / (a_t * kt)) * (2 / kd)
                         * (1 - np.exp(-kd * TIMES / 2)))
     early = TIMES <= 1000.0
-    np.testing.assert_allclose(simple_run[point][1][early, O["M"]], m_qss[early], rtol=0.02)
+    np.testing.assert_allclose(simple_run[point][1][early, OUT["M"]], m_qss[early], rtol=0.02)
 
 
 def test_mw_of_dead_polymer_close_to_all_polymer(simple_run):
     x, y = simple_run["point1"]
     mw_all = 0.1 * (x[:, S["lam2"]] + x[:, S["mu2"]]) / (x[:, S["lam1"]] + x[:, S["mu1"]])
-    np.testing.assert_allclose(y[TIMES >= 500, O["Mw"]], mw_all[TIMES >= 500], rtol=1e-4)
+    np.testing.assert_allclose(y[TIMES >= 500, OUT["Mw"]], mw_all[TIMES >= 500], rtol=1e-4)
 
 
 def test_mw_undefined_at_start(simple):
     y = simple.observe(jnp.asarray(0.0), simple.initial_state(jnp.asarray(TEST_POINT_1)),
                        jnp.asarray(TEST_POINT_1))
-    assert np.isnan(float(y[O["Mw"]])) and np.isnan(float(y[O["Mn"]]))
+    assert np.isnan(float(y[OUT["Mw"]])) and np.isnan(float(y[OUT["Mn"]]))
     grad = jax.grad(lambda x: simple.observe(jnp.asarray(0.0), x, jnp.asarray(TEST_POINT_1))
-                    [O["Mw"]])(simple.initial_state(jnp.asarray(TEST_POINT_1)))
+                    [OUT["Mw"]])(simple.initial_state(jnp.asarray(TEST_POINT_1)))
     assert np.all(np.isfinite(np.asarray(grad)))  # the guard keeps NaN out of derivatives
 
 
@@ -250,9 +250,9 @@ def test_identifiability_structure(simple_jacobian, simple_run):
     y = simple_run["point1"][1]
     # relative residuals, log parameters: d y / d log(theta_j) / y
     rel = simple_jacobian[:, :, :2] * TEST_POINT_1[None, None, :2] / y[:, :, None]
-    rows_m = rel[PAPER_ROWS, O["M"]]
-    rows_mw = rel[POLYMER_ROWS, O["Mw"]]
-    rows_eg = rel[POLYMER_ROWS, O["EG"]]
+    rows_m = rel[PAPER_ROWS, OUT["M"]]
+    rows_mw = rel[POLYMER_ROWS, OUT["Mw"]]
+    rows_eg = rel[POLYMER_ROWS, OUT["EG"]]
     kappa_m = np.linalg.cond(rows_m)
     kappa_m_mw = np.linalg.cond(np.concatenate([rows_m, rows_mw]))
     kappa_all = np.linalg.cond(np.concatenate([rows_m, rows_mw, rows_eg]))
@@ -287,7 +287,7 @@ def test_qss_option_close_to_full_model(real, real_run, real_theta):
     x, y = run(qss, real_theta)
     later = TIMES >= 44.0  # the radicals need ~1 s to reach their quasi-steady state
     np.testing.assert_allclose(y[later], real_run[1][later], rtol=2e-3)
-    np.testing.assert_allclose(y[:, O["M"]], real_run[1][:, O["M"]], rtol=2e-3)
+    np.testing.assert_allclose(y[:, OUT["M"]], real_run[1][:, OUT["M"]], rtol=2e-3)
     np.testing.assert_allclose(x[later, S["mu0"]], real_run[0][later, S["mu0"]], rtol=1e-2)
 
 
