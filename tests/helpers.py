@@ -1,6 +1,10 @@
 """Shared test helpers: analytic references and finite differences."""
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
+
+from jcalib.parameters import Parameter, ParameterSpace
 
 
 def central_differences(fn, x, rel_step=1e-6):
@@ -14,3 +18,26 @@ def central_differences(fn, x, rel_step=1e-6):
         down[i] -= h
         columns.append((np.asarray(fn(up)) - np.asarray(fn(down))) / (2 * h))
     return np.stack(columns, axis=-1)
+
+
+class LinearModel(eqx.Module):
+    """Analytic reference y = A θ: ``simulate(theta)[k, i] = Σ_j A[k, i, j] θ_j``, so the
+    absolute output sensitivities are exactly ``A`` (a model without an ODE)."""
+
+    matrix: np.ndarray  # (n_times, n_outputs, n_params)
+    parameters: ParameterSpace = eqx.field(static=True)
+    output_names: tuple[str, ...] = eqx.field(static=True)
+
+    def __init__(self, matrix, lower=-2.0, upper=3.0):
+        matrix = np.asarray(matrix, dtype=np.float64)
+        self.matrix = matrix
+        self.parameters = ParameterSpace(Parameter(f"p{j}", 1.0, lower, upper)
+                                         for j in range(matrix.shape[2]))
+        self.output_names = tuple(f"y{i}" for i in range(matrix.shape[1]))
+
+    @property
+    def n_outputs(self):
+        return len(self.output_names)
+
+    def simulate(self, theta):
+        return jnp.einsum("kij,j->ki", jnp.asarray(self.matrix), theta)

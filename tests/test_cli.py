@@ -77,3 +77,36 @@ def test_every_model_shows_its_table_and_plots_all_outputs(name, tmp_path, monke
         (line,) = ax.get_lines()
         assert line.get_xdata().size == model.experiment.n_times
         assert np.isfinite(line.get_ydata()).sum() > 0
+
+
+def test_sensitivity_sobol_writes_indices_selection_and_figures(tmp_path):
+    result = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method", "sobol",
+                                 "--n", "64", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["sobol"]["n_simulations"] == 64 * (3 + 2)
+    # all three rate constants move A..D: Algorithm 1 keeps them, K = max(r(0,1), r(1,2))
+    assert sorted(metrics["selection"]["selected"]) == ["kab", "kac", "kad"]
+    for name in ("sobol_over_time.png", "sorted_indices.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_sensitivity_identifiability_reports_rank_and_flat_direction(tmp_path):
+    # A only: kac and kad enter through their sum -> rank 2, one flat direction
+    result = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method",
+                                 "identifiability", "--option", "observe=A", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "metrics.json").read_text())["identifiability"]
+    assert report["rank"] == 2 and report["jacobian"]["n_essential"] == 2
+    assert "rank 2 of 3" in result.output
+    assert (tmp_path / "sigma_min_spectrum.png").stat().st_size > 10_000
+
+
+def test_sensitivity_local_and_bad_method(tmp_path):
+    result = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method", "local",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    s = np.asarray(json.loads((tmp_path / "metrics.json").read_text())["relative_sensitivities"])
+    assert s.shape == (22, 4, 3)
+    bad = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method", "sobolx"])
+    assert bad.exit_code != 0 and "--method must be one of" in bad.output

@@ -28,6 +28,12 @@ def test_demo_writes_metrics_and_figures(tmp_path):
     assert spectra["M+Mw (f, ktc)"]["condition_number"] < 20
     assert spectra["M (f, ktc)"]["n_essential_directions"] == 1
     assert spectra["M+Mw (f, ktc)"]["n_essential_directions"] == 2
+    # the same structure at the Gauss-Newton optima of the fits to the real model's data
+    fits = saved["gauss_newton_fits"]["fits"]
+    assert fits["M"]["n_essential_directions"] == 1 and fits["M"]["condition_number"] > 100
+    assert fits["M+Mw"]["n_essential_directions"] == 2
+    assert fits["M+Mw"]["condition_number"] * 10 <= fits["M"]["condition_number"]
+    assert fits["M"]["converged"] and fits["M+Mw"]["converged"]
 
 
 @pytest.mark.parametrize("case", ["four_substance_reactions", "radical_polymerization_real_qss"])
@@ -40,3 +46,68 @@ def test_benchmark_quick(tmp_path, case):
     assert result["scipy_failures"] == 0
     # same answers as scipy within the model's tolerance (QSS: its error vs the full model)
     assert result["max_rel_difference"] < (1e-3 if case.endswith("qss") else 1e-5)
+
+
+def test_winding_identifiability_quick(tmp_path):
+    metrics = _load("experiments/winding_identifiability.py").main(["--out", str(tmp_path),
+                                                                    "--quick"])
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved == json.loads(json.dumps(metrics))
+    for name in ("sensitivity_functions.png", "sigma_min_spectrum.png", "singular_values.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    report = saved["identifiability"]
+    # Bastogne 2007 §4.4: rank 14 of 16, the dynamometer gains have exactly zero sensitivity
+    assert report["rank"] == saved["paper"]["rank"] == 14
+    assert report["null_parameters"] == ["beta1", "beta3"]
+    assert report["column_norms"]["beta1"] == report["column_norms"]["beta3"] == 0.0
+    assert report["j_sensitivity"]["beta1"] == report["j_sensitivity"]["beta3"] == 0.0
+    assert saved["comparison"]["identifiable_matches"]
+    # autodiff sensitivities agree with finite differences (Jp: weak, FD-limited, ~1e-3)
+    errors = saved["sensitivity_functions"]["finite_difference_max_rel_error"]
+    assert set(errors) == {"Jp", "BP1", "BP3"} and errors["BP1"] < 1e-6 and errors["Jp"] < 1e-2
+    spectrum = report["correlation"]["relative_sigma_min"]
+    assert all(a >= b for a, b in zip(spectrum, spectrum[1:]))
+    assert report["proposed_subset"] == report["correlation"]["order"][:len(
+        report["proposed_subset"])]
+
+
+def test_sobol_benchmark_quick(tmp_path):
+    out = tmp_path / "sobol.json"
+    report = _load("benchmarks/sobol.py").main(["--quick", "--cases", "four_substance_reactions",
+                                                "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    (result,) = report["results"]
+    assert result["n_simulations"] == 16 * 5 and result["scipy_loop"]["failures"] == 0
+    assert not result["scipy_loop"]["extrapolated"]
+    assert result["outputs_max_rel_difference"] < 1e-5
+    # same design, near-identical outputs: SALib/scipy indices within jcalib's intervals
+    assert result["indices_comparison"]["within_bootstrap_intervals"]
+
+
+def test_cabin_sensitivity_quick(tmp_path):
+    metrics = _load("experiments/cabin_sensitivity.py").main(["--out", str(tmp_path), "--quick"])
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved == json.loads(json.dumps(metrics))
+    for name in saved["figures"]:
+        assert (tmp_path / name).stat().st_size > 0
+    assert {"sobol_over_time_first.png", "sorted_indices_round1.png"} <= set(saved["figures"])
+    names = list(saved["rounds"][0]["parameters"])
+    assert len(names) == 19
+    # groups are disjoint, in round order, and together with the leftovers cover all 19
+    grouped = [p for group in saved["groups"] for p in group]
+    assert len(grouped) == len(set(grouped))
+    assert sorted(grouped + saved["ungrouped"]) == sorted(names)
+    for rnd, group in zip(saved["rounds"], saved["groups"]):
+        sel = rnd["selection"]
+        assert sel["selected"] == group
+        # Algorithm 1: the kept prefix has S >= delta and r <= K; the walk stopped at the
+        # first failure; K = max(r(0,1), r(1,2))
+        s, r, k = sel["sorted_indices"], sel["ratios"], sel["K"]
+        assert k == max(r[0], r[1])
+        assert sel["sorted_names"][:len(group)] == group
+        assert all(s[i] >= sel["delta"] and r[i] <= k for i in range(len(group)))
+        if len(group) < len(s):
+            i = len(group)
+            assert s[i] < sel["delta"] or r[i] is None or r[i] > k
+        # the next round varies exactly the parameters not grouped so far
+        assert set(rnd["parameters"]).isdisjoint(rnd["fixed_at_nominal"])

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import equinox as eqx
 import numpy as np
 
+from jcalib.jsonable import to_jsonable as _jsonable  # noqa: F401 (re-used by estimators)
+
 __all__ = ["EstimationResult"]
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
-        return _jsonable(np.asarray(value).tolist())
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else None  # JSON has no inf/NaN
-    return value
 
 
 class EstimationResult(eqx.Module):

@@ -1,0 +1,304 @@
+"""Local sensitivities by forward-mode autodiff: output sensitivities and J-sensitivity.
+
+Output sensitivities are the derivatives of every simulated output at every observation
+time with respect to every parameter, ``S[k, i, j] = dy_i(t_k)/dθ_j`` (Bastogne et al.
+2007, eq. 9-11: the sensitivity functions S_y(t, θ_j) whose matrix S_y(θ) decides practical
+identifiability). They come from one ``jax.jacfwd`` through the diffrax solve, so they are
+exact up to the solver's tolerance (no finite-difference step to choose, the problem
+Bastogne et al. met for S_T3(Jp), S_T3(BP1), S_T3(BP3) in their Figure 5).
+
+Scalings (``scaling=``), θ in physical units:
+
+- ``"absolute"``: dy/dθ_j, in output units per parameter unit;
+- ``"log"``: θ_j dy/dθ_j = dy/d ln θ_j, output units (the "semi-relative" sensitivity; the
+  winding-process spec tabulates this one);
+- ``"relative"``: (θ_j / y) dy/dθ_j = d ln y / d ln θ_j, dimensionless (the Jacobian of
+  relative residuals with respect to log parameters, Wulkow et al. 2021 §2.2.1). Where the
+  output is exactly zero (e.g. a product concentration at t = 0) the relative sensitivity
+  is undefined; it is set to 0 there, so these entries carry no information, as they do
+  for a relative residual that must leave such points out;
+- ``"range"``: (upper_j - lower_j) dy/dθ_j, output units: the first-order change of y over
+  the parameter's whole range. Outputs keep their units; `sensitivity_matrix` normalises
+  per output (``output_scale``) when outputs of different units are compared.
+
+The J-sensitivity (Bastogne et al. 2007, eq. 12) is L(θ_i) = |dJ/dθ_i| of the estimation
+cost J, here a `CalibrationProblem`'s ``loss`` (the mean of its squared residuals;
+Bastogne's J = Σ_k eᵀQe is ``n_observed`` times it for ``weighting="absolute"``, the same
+ranking).
+
+Example:
+    >>> import jax
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> import jcalib
+    >>> model = jcalib.models.get("four_substance_reactions")
+    >>> s = output_sensitivities(model, model.parameters.nominal, scaling="relative")
+    >>> s.shape
+    (22, 4, 3)
+    >>> sensitivity_matrix(s).shape
+    (88, 3)
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float
+
+__all__ = [
+    "J_SCALINGS",
+    "SCALINGS",
+    "j_sensitivity",
+    "loss_gradient",
+    "output_sensitivities",
+    "residual_jacobian",
+    "sensitivity_matrix",
+]
+
+SCALINGS = ("absolute", "log", "relative", "range")
+"""Scalings of `output_sensitivities` (see the module docstring)."""
+
+J_SCALINGS = ("absolute", "log", "range", "internal")
+"""Parameter scalings of `j_sensitivity` and of a problem's Jacobian in `identifiability`:
+d/dθ (physical units), θ d/dθ = d/d ln θ, (upper - lower) d/dθ, d/dθ_internal."""
+
+
+def output_sensitivities(
+    model, theta: Float[ArrayLike, " n_params"], *, scaling: str = "absolute"
+) -> Float[Array, "n_times n_outputs n_params"]:
+    """Sensitivities of every output at every observation time to every parameter.
+
+    Computed by ``jax.jacfwd`` through one solve (the model's adjoint is switched to
+    ``diffrax.ForwardMode``), compiled once per model structure and scaling; the function
+    can itself be jitted and vmapped over ``theta``.
+
+    Args:
+        model: an `AbstractModel`, or any equinox module with ``parameters`` (a
+            `ParameterSpace`) and a differentiable ``simulate(theta) -> (n_times,
+            n_outputs)``.
+        theta: physical parameter vector, ``(n_params,)``, float64.
+        scaling: ``"absolute"``, ``"log"``, ``"relative"`` or ``"range"`` (module docstring).
+
+    Returns:
+        ``S[k, i, j]``, the (scaled) derivative of output ``i`` at time ``t_k`` with respect
+        to parameter ``j``; NaN everywhere if the solve failed.
+
+    Raises:
+        ValueError: unknown ``scaling``, wrong shape or a dtype other than float64.
+    """
+    _check_choice(scaling, SCALINGS, "output_sensitivities", "scaling")
+    theta = _check_theta(model, theta, "output_sensitivities")
+    return _output_sensitivities(model, theta, scaling)
+
+
+@eqx.filter_jit
+def _output_sensitivities(model, theta, scaling):
+    simulate = model.forward_mode().simulate if hasattr(model, "forward_mode") else model.simulate
+    def with_value(th):
+        y = simulate(th)
+        return y, y
+
+    jac, y = jax.jacfwd(with_value, has_aux=True)(theta)  # one solve gives y and dy/dθ
+    space = model.parameters
+    if scaling == "absolute":
+        return jac
+    if scaling == "log":
+        return jac * theta[None, None, :]
+    if scaling == "range":
+        width = jnp.asarray(space.upper - space.lower, dtype=jac.dtype)
+        return jac * width[None, None, :]
+    zero = (y == 0)[:, :, None]
+    safe_y = jnp.where(y == 0, 1.0, y)[:, :, None]
+    return jnp.where(zero, 0.0, jac * theta[None, None, :] / safe_y)
+
+
+def sensitivity_matrix(
+    sensitivities: Float[ArrayLike, "n_times n_outputs n_params"],
+    *,
+    mask: Bool[ArrayLike, "n_times n_outputs"] | None = None,
+    output_scale: str | Float[ArrayLike, " n_outputs"] | None = None,
+) -> Float[np.ndarray, "n_rows n_params"]:
+    """Flatten output sensitivities to the matrix S_y(θ) of Bastogne et al. 2007 (eq. 10-11).
+
+    Rows are ordered (time, output) row-major, as a `CalibrationProblem`'s residuals.
+
+    Args:
+        sensitivities: from `output_sensitivities`.
+        mask: measured entries (e.g. ``model.experiment.mask``); unmeasured rows are
+            dropped. None keeps every row.
+        output_scale: per-output normalisation, so that outputs in different units weigh
+            alike: None (none), ``"rms"`` (each output's rows divided by their root mean
+            square over times and parameters, so every output contributes a block of unit
+            RMS) or an array ``(n_outputs,)`` of positive scales to divide by (e.g. the
+            noise standard deviation of each output).
+
+    Returns:
+        NumPy float64 array ``(n_rows, n_params)``.
+
+    Raises:
+        ValueError: wrong shapes, unknown ``output_scale``, non-positive scales or an
+            output whose sensitivities are all zero with ``output_scale="rms"``.
+    """
+    s = np.asarray(sensitivities, dtype=np.float64)
+    if s.ndim != 3:
+        raise ValueError(
+            f"sensitivity_matrix: sensitivities must have shape (n_times, n_outputs, "
+            f"n_params); got shape {s.shape}"
+        )
+    n_times, n_outputs, n_params = s.shape
+    if output_scale is not None:
+        if isinstance(output_scale, str):
+            if output_scale != "rms":
+                raise ValueError(
+                    f"sensitivity_matrix: output_scale must be None, 'rms' or an array of "
+                    f"{n_outputs} positive scales; got {output_scale!r}"
+                )
+            measured = (np.ones((n_times, n_outputs), bool) if mask is None
+                        else np.asarray(mask, dtype=bool))
+            scale = np.array([np.sqrt(np.mean(s[measured[:, i], i] ** 2))
+                              if measured[:, i].any() else 1.0 for i in range(n_outputs)])
+            if np.any(scale == 0):
+                i = int(np.flatnonzero(scale == 0)[0])
+                raise ValueError(
+                    f"sensitivity_matrix: output {i} has all-zero sensitivities, so "
+                    "output_scale='rms' cannot normalise it; pass explicit scales"
+                )
+        else:
+            scale = np.asarray(output_scale, dtype=np.float64)
+            if scale.shape != (n_outputs,) or not np.all(scale > 0):
+                raise ValueError(
+                    f"sensitivity_matrix: output_scale must be None, 'rms' or an array of "
+                    f"{n_outputs} positive scales; got {output_scale!r}"
+                )
+        s = s / scale[None, :, None]
+    if mask is None:
+        return s.reshape(n_times * n_outputs, n_params)
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != (n_times, n_outputs):
+        raise ValueError(
+            f"sensitivity_matrix: mask must have shape (n_times, n_outputs) = "
+            f"{(n_times, n_outputs)}; got {mask.shape}"
+        )
+    return s.reshape(n_times * n_outputs, n_params)[mask.reshape(-1)]
+
+
+def j_sensitivity(
+    problem,
+    theta: Float[ArrayLike, " n_free"] | None = None,
+    *,
+    theta_internal: Float[ArrayLike, " n_free"] | None = None,
+    scaling: str = "absolute",
+) -> Float[np.ndarray, " n_free"]:
+    """J-sensitivity L(θ_i) = |dJ/dθ_i| of a problem's loss (Bastogne et al. 2007, eq. 12).
+
+    J is ``problem.loss`` (mean squared residual); its gradient is (2/n) Jᵀr from the
+    forward-mode residual Jacobian, mapped to the requested parameter coordinates.
+
+    Args:
+        problem: a `CalibrationProblem`.
+        theta: physical values of the free parameters (ordered as ``problem.free_names``);
+            give this or ``theta_internal``; neither means the nominal values.
+        theta_internal: the same point in internal coordinates.
+        scaling: ``"absolute"`` (default, Bastogne's definition: dJ/dθ_i in units of J per
+            physical unit of θ_i, so the ranking depends on the units), ``"log"``
+            (|θ_i dJ/dθ_i| = |dJ/d ln θ_i|, unit-free ranking), ``"range"``
+            (|(upper_i - lower_i) dJ/dθ_i|) or ``"internal"`` (|dJ/dθ_internal,i|).
+
+    Returns:
+        Non-negative NumPy array ``(n_free,)``.
+
+    Raises:
+        ValueError: both or badly shaped points, unknown ``scaling``, or a failed solve.
+    """
+    _check_choice(scaling, J_SCALINGS, "j_sensitivity", "scaling")
+    z = problem_point(problem, theta, theta_internal, "j_sensitivity")
+    jac, residuals = residual_jacobian(problem, z)
+    return np.abs(loss_gradient(problem, z, jac, residuals, scaling))
+
+
+def residual_jacobian(problem, theta_internal):
+    """``problem.jacobian`` and ``problem.residuals`` at once, from one compiled forward-mode
+    pass (the residuals are the primal of the Jacobian's tangents); NumPy arrays."""
+    jac, residuals = _residual_jacobian(problem, problem._check(jnp.asarray(theta_internal)))
+    return np.asarray(jac), np.asarray(residuals)
+
+
+@eqx.filter_jit
+def _residual_jacobian(problem, z):
+    forward = eqx.tree_at(lambda p: p.model, problem, problem.model.forward_mode())
+
+    def with_value(zz):
+        r = forward.residuals(zz)
+        return r, r
+
+    return jax.jacfwd(with_value, has_aux=True)(z)
+
+
+def loss_gradient(problem, theta_internal, jacobian, residuals, scaling: str = "absolute"):
+    """Gradient of ``problem.loss`` = mean(r²) from a residual Jacobian: (2/n) Jᵀr, in the
+    coordinates of ``scaling`` (see `j_sensitivity`); NumPy ``(n_free,)``."""
+    jacobian = _scale_problem_jacobian(problem, theta_internal, np.asarray(jacobian), scaling,
+                                       "loss_gradient")
+    residuals = np.asarray(residuals)
+    return 2.0 / residuals.size * (jacobian.T @ residuals)
+
+
+# --- helpers shared with identifiability ------------------------------------------------------
+def problem_point(problem, theta, theta_internal, where: str):
+    """Internal coordinates of a problem point given physically, internally or not at all."""
+    if theta is not None and theta_internal is not None:
+        raise ValueError(f"{where}: pass theta (physical) or theta_internal, not both")
+    if theta_internal is not None:
+        z = problem._check(jnp.asarray(theta_internal), "theta_internal")
+    elif theta is not None:
+        z = problem.to_internal(_as_float64(theta, where, "theta"))
+    else:
+        z = problem.initial_internal()
+    return z
+
+
+def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
+    """d r / d θ_internal -> the columns of ``scaling`` (J_SCALINGS)."""
+    _check_choice(scaling, J_SCALINGS, where, "scaling")
+    if not np.all(np.isfinite(jacobian)):
+        raise ValueError(
+            f"{where}: the residual Jacobian has NaN or inf entries (a failed solve?) at "
+            f"theta = {problem.estimate_dict(theta_internal)}"
+        )
+    if scaling == "internal":
+        return jacobian
+    space = problem.space
+    theta = np.asarray(problem.to_physical(theta_internal))
+    # dz/dθ = 1/θ on log-scale parameters, 1 elsewhere
+    dz_dtheta = np.where(space.log_scale, 1.0 / theta, 1.0)
+    factor = {"absolute": dz_dtheta, "log": theta * dz_dtheta,
+              "range": (space.upper - space.lower) * dz_dtheta}[scaling]
+    return jacobian * factor[None, :]
+
+
+def _check_theta(model, theta, where):
+    theta = _as_float64(theta, where, "theta")
+    space = getattr(model, "parameters", None)
+    if space is None or not hasattr(space, "check_shape"):
+        raise ValueError(
+            f"{where}: model must have a `parameters` ParameterSpace (an AbstractModel or "
+            f"an equinox module with parameters and simulate); got {type(model).__name__}"
+        )
+    space.check_shape(theta, "theta")
+    return theta
+
+
+def _as_float64(theta, where, what):
+    theta = jnp.asarray(theta)
+    if theta.dtype != jnp.float64:
+        raise ValueError(
+            f"{where}: {what} must be float64 (got {theta.dtype}); sensitivities need double "
+            "precision: call jax.config.update('jax_enable_x64', True) before creating arrays"
+        )
+    return theta
+
+
+def _check_choice(value, allowed, where, what):
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{where}: {what} must be one of {allowed}; got {value!r}")

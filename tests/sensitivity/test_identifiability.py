@@ -1,0 +1,239 @@
+"""Identifiability: rank and null columns of y = Aθ, the greedy σ_min order on a hand-made
+matrix, the essential-direction rules, four_substance_reactions (Wulkow 2021 structure),
+winding_process (Bastogne 2007: rank 14, zero dynamometer-gain sensitivities), bad input."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jcalib
+from jcalib.sensitivity.identifiability import (
+    correlation_ranking,
+    identifiability,
+    jacobian_analysis,
+    n_essential_directions,
+    null_parameters,
+    numerical_rank,
+    rank_tolerance,
+)
+from tests.helpers import LinearModel
+
+# Rank-deficient y = Aθ: 4 times x 2 outputs, 5 parameters; column p2 = p0 + p1,
+# column p4 = 0 (structurally null), so the rank is 3.
+_RNG = np.random.default_rng(0)
+_BASE = _RNG.normal(size=(8, 3))
+A_DEFICIENT = np.stack([_BASE[:, 0], _BASE[:, 1], _BASE[:, 0] + _BASE[:, 1], _BASE[:, 2],
+                        np.zeros(8)], axis=1)
+
+
+@pytest.fixture(scope="module")
+def model_a():
+    return jcalib.models.get("four_substance_reactions", observe="A")
+
+
+@pytest.fixture(scope="module")
+def winding():
+    """winding_process identifiability at the nominal point from the residual Jacobian of a
+    problem with absolute weighting (J = Σ eᵀe, Q = I) and dy/d ln θ columns: one forward-
+    mode Jacobian (the expensive part) for the whole module. The data are constant signals
+    near the operating point (1.0 V, 1.5 V): with absolute weighting the Jacobian does not
+    depend on them, and no extra simulation needs compiling."""
+    model = jcalib.models.get("winding_process")
+    values = np.broadcast_to(np.array([1.0, 1.5]), (model.experiment.n_times, 2))
+    data = jcalib.Measurements(model.ts, values, output_names=model.output_names)
+    problem = jcalib.CalibrationProblem(model, data, weighting="absolute")
+    return identifiability(problem, scaling="log", start="j_sensitivity")
+
+
+def test_rank_equals_numpy_matrix_rank_for_rank_deficient_a():
+    assert numerical_rank(A_DEFICIENT) == np.linalg.matrix_rank(A_DEFICIENT) == 3
+    s = np.linalg.svd(A_DEFICIENT, compute_uv=False)
+    assert rank_tolerance(A_DEFICIENT) == pytest.approx(8 * np.finfo(float).eps * s[0])
+    assert numerical_rank(A_DEFICIENT, rtol=0.999) == 1
+    # through a model: y = Aθ with A reshaped to (4 times, 2 outputs, 5 parameters)
+    linear = LinearModel(A_DEFICIENT.reshape(4, 2, 5))
+    report = identifiability(linear, jnp.ones(5), scaling="absolute")
+    assert report.rank == 3 and report.matrix_shape == (8, 5)
+    np.testing.assert_array_equal(report.matrix, A_DEFICIENT)
+    assert report.null_parameters == ("p4",)
+    assert report.identifiable_parameters == ("p0", "p1", "p2", "p3")
+    assert report.rank_rtol == 8 * np.finfo(float).eps
+    assert report.rank_tolerance == pytest.approx(rank_tolerance(A_DEFICIENT), rel=1e-12)
+    assert report.correlation.excluded == ("p4",) and len(report.correlation.order) == 4
+    # the dependent trio p0, p1, p2 leaves one exactly flat direction besides p4's
+    assert report.jacobian.singular_values[3] < 1e-14 * report.jacobian.singular_values[0]
+
+
+def test_null_parameters():
+    names = ("a", "b", "c", "d", "e")
+    assert null_parameters(A_DEFICIENT, names) == ("e",)
+    small = A_DEFICIENT.copy()
+    small[:, 3] *= 1e-12
+    assert null_parameters(small, names, atol=1e-9) == ("d", "e")
+
+
+def test_correlation_ranking_on_a_hand_made_matrix():
+    # unit directions: u0 = e1 (norm 3, the largest), u1 at angle a from e1 in the e1-e2
+    # plane, u2 = e3. Greedy: start u0; u2 is orthogonal to it (σ_min = 1) while u1 is not
+    # (σ_min = sqrt(1 - cos a)), so u2 comes second; then u1, with σ_min of [u0, u2, u1]
+    # = sqrt(1 - cos a) (Gram eigenvalues 1 ± cos a and 1).
+    a = 0.5
+    matrix = np.array([[3.0, 2 * np.cos(a), 0.0],
+                       [0.0, 2 * np.sin(a), 0.0],
+                       [0.0, 0.0, 0.5],
+                       [0.0, 0.0, 0.0]])
+    ranking = correlation_ranking(matrix, ["u0", "u1", "u2"], normalize=True)
+    assert ranking.order == ("u0", "u2", "u1")
+    np.testing.assert_array_equal(ranking.indices, [0, 2, 1])
+    np.testing.assert_allclose(ranking.sigma_min, [1.0, 1.0, np.sqrt(1 - np.cos(a))],
+                               rtol=1e-12)
+    assert ranking.subset(0.5) == ("u0", "u2")
+    # raw columns: magnitude counts too. After u0 (norm 3), u1 gives σ_min of [3 e1, 2 u1]
+    # (0.82) and u2 gives 0.5 (orthogonal, but small): u1 wins.
+    raw = correlation_ranking(matrix, ["u0", "u1", "u2"])
+    s_u1 = np.linalg.svd(matrix[:, [0, 1]], compute_uv=False)[-1]
+    assert s_u1 > 0.5 and raw.order == ("u0", "u1", "u2")
+    np.testing.assert_allclose(raw.sigma_min[:2], [3.0, s_u1], rtol=1e-12)
+    assert correlation_ranking(matrix, start=2, normalize=True).order == ("p2", "p0", "p1")
+    assert correlation_ranking(matrix, n_select=2).order == ("p0", "p1")
+
+
+@pytest.mark.parametrize("s, expected", [
+    ([5.3, 4.7, 2.3], (3, "ratio")),              # A..D: well conditioned
+    ([1.0, 0.13, 1e-8], (2, "ratio")),            # A only: the gap is the ratio rule's cut
+    ([1.0, 0.5, 0.02, 0.015, 0.005], (2, "gap")),  # a clear 25x gap inside the <= 100 group
+    ([1.0, 0.05], (2, "ratio")),                  # κ = 20 <= 100: a gap does not matter
+    ([1.0, 0.5, 0.02, 0.015, 1e-4], (4, "ratio")),  # ... unless the 100 rule cuts a larger one
+    ([1.0, 0.5, 0.3, 0.2, 0.005], (4, "ratio")),  # no clear gap: the 100 rule
+    ([1.0, 0.0, 0.0], (1, "ratio")),
+])
+def test_n_essential_directions(s, expected):
+    assert n_essential_directions(s) == expected
+    assert n_essential_directions(s, gap_ratio=None)[1] == "ratio"
+
+
+def test_four_substance_a_only_has_two_essential_directions(model_a, theta):
+    # Wulkow's setting: relative residuals, log parameters (the problem's internal
+    # coordinates), noisy data (σ = 0.1) at the true point
+    data = jcalib.synthetic_measurements(jax.random.key(1), model_a, theta, sigma=0.1)
+    report = identifiability(jcalib.CalibrationProblem(model_a, data))
+    jac = report.jacobian
+    assert report.scaling == "internal" and report.source == "problem"
+    assert jac.n_essential == 2 and jac.condition_number > 1e4
+    # kac and kad enter A(t) only through kac + kad: the flat direction keeps kac + kad
+    # fixed, d ln kac : d ln kad = -kad : kac = -5 : 1, and leaves kab alone.
+    (flat,) = jac.flat_directions
+    components = dict(flat["components"])
+    assert [name for name, _ in flat["components"]][:2] == ["kac", "kad"]
+    np.testing.assert_allclose([components["kac"], components["kad"]],
+                               np.array([5.0, -1.0]) / np.sqrt(26.0), atol=1e-6)
+    assert abs(components["kab"]) < 1e-6
+    assert report.rank == 2  # autodiff makes the two columns exactly proportional
+    assert report.j_sensitivity.shape == (3,) and report.j_sensitivity_scaling == "absolute"
+
+
+def test_four_substance_abcd_has_three_essential_directions(model, theta):
+    # model path: relative sensitivities d ln y / d ln θ of A, B, C, D
+    report = identifiability(model, theta)
+    assert report.scaling == "relative" and report.source == "model"
+    assert report.j_sensitivity is None
+    assert report.jacobian.n_essential == 3 and report.jacobian.condition_number < 100
+    assert report.rank == 3 and report.null_parameters == ()
+    assert report.jacobian.flat_directions == []
+    # spec sanity check 2: condition number about 2.3 with relative sensitivities
+    assert 1.5 < report.jacobian.condition_number < 4.0
+    json.dumps(report.to_dict())
+
+
+def test_winding_dynamometer_gains_are_null_and_rank_is_14(winding):
+    names = winding.parameter_names
+    beta = [names.index("beta1"), names.index("beta3")]
+    assert len(names) == 16 and winding.matrix_shape == (1200, 16)
+    assert np.all(winding.matrix[:, beta] == 0.0)  # exactly zero, not merely small
+    assert np.all(winding.column_norms[beta] == 0.0)
+    assert winding.null_parameters == ("beta1", "beta3")
+    assert "beta1" not in winding.identifiable_parameters
+    assert set(winding.correlation.excluded) == {"beta1", "beta3"}
+    assert winding.rank == 14  # Bastogne 2007 §4.4, with numpy's default tolerance ...
+    s = winding.jacobian.singular_values / winding.jacobian.singular_values[0]
+    assert 1e-8 < s[13] < 1e-7 and np.all(s[14:] < 1e-15)  # ... and Jp's 6.6e-8 is not tiny
+    assert np.all(winding.j_sensitivity[beta] == 0.0)
+    assert winding.j_sensitivity_order[-2:] in (("beta1", "beta3"), ("beta3", "beta1"))
+    assert winding.correlation.order[0] == winding.j_sensitivity_order[0]  # Bastogne eq. 13
+    assert winding.correlation.order[-1] == "Jp"  # the least influential (spec check 2)
+    assert np.all(np.diff(winding.correlation.sigma_min) <= 0)
+    saved = json.loads(json.dumps(winding.to_dict()))
+    assert saved["rank"] == 14 and saved["null_parameters"] == ["beta1", "beta3"]
+
+
+def test_report_is_frozen(winding):
+    with pytest.raises(AttributeError):
+        winding.rank = 3
+
+
+def test_bad_inputs_raise(model, theta):
+    names = ["a", "b", "c", "d", "e"]
+    with pytest.raises(ValueError, match="matrix must be a non-empty 2-D array"):
+        numerical_rank(np.ones(3))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        numerical_rank(np.array([[1.0, np.nan]]))
+    with pytest.raises(ValueError, match=r"rtol must be in \[0, 1\)"):
+        numerical_rank(A_DEFICIENT, rtol=-1.0)
+    with pytest.raises(ValueError, match="names must be 5 strings"):
+        null_parameters(A_DEFICIENT, ["a"])
+    with pytest.raises(ValueError, match="names must be unique"):
+        correlation_ranking(A_DEFICIENT, ["a", "a", "b", "c", "d"])
+    with pytest.raises(ValueError, match="atol must be >= 0"):
+        null_parameters(A_DEFICIENT, names, atol=-1.0)
+    with pytest.raises(ValueError, match="start must be a parameter name or column index"):
+        correlation_ranking(A_DEFICIENT, names, start="z")
+    with pytest.raises(ValueError, match="start 'e' has a zero sensitivity column"):
+        correlation_ranking(A_DEFICIENT, names, start="e")
+    with pytest.raises(ValueError, match=r"n_select must be an integer in \[1, 4\]"):
+        correlation_ranking(A_DEFICIENT, names, n_select=5)
+    with pytest.raises(ValueError, match="every column of the matrix is zero"):
+        correlation_ranking(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="flat_ratio must be > 1"):
+        n_essential_directions([1.0, 0.1], flat_ratio=0.5)
+    with pytest.raises(ValueError, match="gap_ratio must be > 1 or None"):
+        n_essential_directions([1.0, 0.1], gap_ratio=1.0)
+    with pytest.raises(ValueError, match="not all zero"):
+        jacobian_analysis(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"scaling \(for a model\) must be one of"):
+        identifiability(model, theta, scaling="internal")
+    with pytest.raises(ValueError, match="theta_internal is for problems"):
+        identifiability(model, theta_internal=theta)
+    with pytest.raises(ValueError, match="start='j_sensitivity' needs a CalibrationProblem"):
+        identifiability(LinearModel(A_DEFICIENT.reshape(4, 2, 5)), jnp.ones(5),
+                        start="j_sensitivity")
+    linear = LinearModel(A_DEFICIENT.reshape(4, 2, 5))
+    with pytest.raises(ValueError, match="unknown start parameter 'q'"):
+        identifiability(linear, jnp.ones(5), start="q")
+    with pytest.raises(ValueError, match="start parameter 'p4' has a null sensitivity"):
+        identifiability(linear, jnp.ones(5), start="p4")
+    with pytest.raises(ValueError, match="sigma_min_threshold must be >= 0"):
+        identifiability(linear, jnp.ones(5), sigma_min_threshold=-1.0)
+    with pytest.raises(ValueError, match=r"rank_rtol must be in \[0, 1\)"):
+        identifiability(linear, jnp.ones(5), rank_rtol=2.0)
+    data = jcalib.Measurements(model.ts, np.ones((22, 4)), output_names=model.output_names)
+    problem = jcalib.CalibrationProblem(model, data)
+    with pytest.raises(ValueError, match=r"scaling \(for a problem\) must be one of"):
+        identifiability(problem, scaling="relative")
+    with pytest.raises(ValueError, match="output_scale applies to models only"):
+        identifiability(problem, output_scale="rms")
+
+
+def test_plots(winding):
+    from jcalib.plotting import plot_sensitivity_functions, plot_sigma_min_spectrum
+
+    fig = plot_sigma_min_spectrum([2.0, 1.0, 1e-3], ["a", "b", "c"], threshold=1e-2)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["a", "b", "c"]
+    fig = plot_sigma_min_spectrum(winding)
+    assert len(fig.axes[0].get_xticklabels()) == 14
+    s = np.zeros((5, 2, 3))
+    fig = plot_sensitivity_functions(np.arange(5.0), s, ["y1", "y2"], ["a", "b", "c"],
+                                     parameters=["c", "a"], reference=s)
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == ["c", "a"]
