@@ -1,0 +1,58 @@
+"""The classical-estimation experiments run with --quick and keep the papers' structure."""
+
+import importlib.util
+import json
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _load(relative):
+    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reactions_classical_quick(tmp_path):
+    metrics = _load("experiments/reactions_classical.py").main(["--out", str(tmp_path), "--quick"])
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    for name in ("fit_A_sigma0.1.png", "fit_ABCD_sigma0.1.png", "fit_ABCD_sigma0.03.png",
+                 "profile_kac_ABCD_sigma0.1.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    cases = metrics["cases"]
+    # Wulkow 2021 §3.1: A alone has a flat direction (kac/kad enter A only through their sum)
+    assert cases["A, sigma=0.1"]["n_essential_directions"] < 3
+    assert cases["A, sigma=0.1"]["condition_number"] is None or cases["A, sigma=0.1"]["condition_number"] > 1e6
+    for label in ("ABCD, sigma=0.1", "ABCD, sigma=0.03"):
+        case = cases[label]
+        assert case["n_essential_directions"] == 3 and case["condition_number"] < 4
+        assert all(case["truth_in_ci95"].values())
+        for name, value in case["estimate"].items():
+            assert abs(value / metrics["truth"][name] - 1) < 0.3
+    # lower noise: smaller standard errors and R_X near sigma^2
+    se1 = cases["ABCD, sigma=0.1"]["standard_errors_sigma_given"]
+    se3 = cases["ABCD, sigma=0.03"]["standard_errors_sigma_given"]
+    assert all(se3[n] < 0.5 * se1[n] for n in se1)
+    assert 0.5 * 0.03**2 < cases["ABCD, sigma=0.03"]["R_X"] < 2 * 0.03**2
+    lo, hi = metrics["profile_kac_ABCD_sigma0.1"]["ci95_profile"]
+    assert lo < metrics["truth"]["kac"] < hi
+
+
+def test_polymerization_classical_quick(tmp_path):
+    metrics = _load("experiments/polymerization_classical.py").main(["--out", str(tmp_path),
+                                                                     "--quick"])
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert (tmp_path / "fits.png").stat().st_size > 0
+    test1, test2 = metrics["tests"]["Test 1"]["fits"], metrics["tests"]["Test 2"]["fits"]
+    assert len(test1) == len(test2) == 2  # two starts per test
+    # Test 1 ([M] only): one essential direction and a high condition number for both starts,
+    # and the two starts end far apart in f with similar residuals
+    assert [f["n_essential_directions"] for f in test1] == [1, 1]
+    assert all(f["condition_number"] > 100 for f in test1)
+    assert abs(test1[0]["estimate"]["f"] - test1[1]["estimate"]["f"]) > 0.1
+    assert abs(test1[0]["R_X"] - test1[1]["R_X"]) < 0.2 * test1[0]["R_X"]
+    # Test 2 ([M] + Mw): two essential directions, small condition number, one optimum
+    assert [f["n_essential_directions"] for f in test2] == [2, 2]
+    assert all(f["condition_number"] < 20 for f in test2)
+    assert abs(test2[0]["estimate"]["f"] - test2[1]["estimate"]["f"]) < 1e-3
