@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 import jcalib  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
-from jcalib.jsonable import to_jsonable as _jsonable  # noqa: E402
+from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.plotting import plot_simulation  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
 
@@ -140,7 +140,7 @@ def main(argv=None):
                "parameter_scaling": "internal coordinates: f linear, log ktc, log ktd; "
                                     "relative residuals",
                "tests": results, "quick": args.quick, "wall_time_s": time.perf_counter() - t0}
-    metrics = json.loads(json.dumps(_jsonable(metrics)))
+    metrics = json.loads(json.dumps(to_jsonable(metrics)))
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
 
     print(f"{'test':7s} {'start':28s} {'f':>6s} {'ktc':>9s} {'ktd':>9s} {'R_X':>8s} {'cond':>9s} ess"

@@ -39,7 +39,7 @@ import jcalib  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.estimation.uncertainty import parameter_covariance, profile_likelihood  # noqa: E402
-from jcalib.jsonable import to_jsonable as _jsonable  # noqa: E402
+from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.plotting import plot_fit, plot_profile  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
 
@@ -158,7 +158,7 @@ def main(argv=None):
         "quick": args.quick,
         "wall_time_s": time.perf_counter() - t0,
     }
-    (args.out / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2))
+    (args.out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=2))
 
     print(f"{'case':18s} {'kab':>9s} {'kac':>9s} {'kad':>9s} {'R_X':>8s} {'cond':>9s} ess  "
           "paper (kab, kac, kad; cond)")
@@ -175,7 +175,7 @@ def main(argv=None):
     print(f"coverage of 95% intervals over {cov['n_seeds']} seeds (ABCD, sigma 0.1): "
           f"{cov['coverage_95']}")
     print(f"wrote {args.out / 'metrics.json'} and figures in {metrics['wall_time_s']:.1f} s")
-    return json.loads(json.dumps(_jsonable(metrics)))
+    return json.loads(json.dumps(to_jsonable(metrics)))
 
 
 if __name__ == "__main__":

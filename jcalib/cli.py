@@ -1,5 +1,5 @@
 """`jcalib` command line: list models, show parameter tables, simulate and plot, analyse
-sensitivity and identifiability."""
+sensitivity and identifiability, calibrate."""
 
 from __future__ import annotations
 
@@ -216,6 +216,82 @@ def sensitivity(
     (out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
     for fname, fig in figures.items():
         fig.savefig(out / fname, dpi=110)
+    typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
+
+
+CALIBRATION_METHODS = ("gauss-newton", "trf", "de", "multistart")
+
+
+@app.command()
+def calibrate(
+    name: str,
+    data: Annotated[pathlib.Path, typer.Option(help="measurements CSV (as written by "
+                                                    "`jcalib simulate --csv` or Measurements.to_csv)")],
+    method: Annotated[str, typer.Option(help="gauss-newton | trf | de | multistart")] = "gauss-newton",
+    free: Annotated[str | None, typer.Option(help="comma-separated free parameters "
+                                                  "(default: all not fixed)")] = None,
+    fix: Annotated[list[str] | None, typer.Option(help="fixed parameter name=value")] = None,
+    start: Annotated[list[str] | None, typer.Option(help="start value name=value "
+                                                         "(default nominal)")] = None,
+    weighting: Annotated[str, typer.Option(help="relative | absolute | sigma")] = "relative",
+    n_starts: Annotated[int, typer.Option(help="multistart: number of starts")] = 16,
+    seed: Annotated[int, typer.Option(help="random seed (de, multistart)")] = 0,
+    out: Annotated[pathlib.Path | None, typer.Option(
+        help="output folder (default results/calibrate/NAME_METHOD)")] = None,
+    option: Annotated[list[str] | None, typer.Option(help="factory option name=value")] = None,
+):
+    """Estimate parameters from measured data; writes metrics.json, fit and residual plots."""
+    import json
+
+    from jcalib import estimation, plotting
+    from jcalib.data import Measurements
+    from jcalib.jsonable import to_jsonable
+    from jcalib.problem import CalibrationProblem
+
+    if method not in CALIBRATION_METHODS:
+        raise typer.BadParameter(f"--method must be one of {', '.join(CALIBRATION_METHODS)}; "
+                                 f"got {method!r}")
+    m = _build(name, option)
+    try:
+        measurements = Measurements.from_csv(data)
+        fixed = {k: float(v) for k, v in _parse_assignments(fix, "--fix").items()}
+        problem = CalibrationProblem(m, measurements, weighting=weighting, fixed=fixed,
+                                     free=None if free is None else [f.strip() for f in free.split(",")])
+        theta0 = {k: float(v) for k, v in _parse_assignments(start, "--start").items()}
+        unknown = sorted(set(theta0) - set(problem.free_names))
+        if unknown:
+            raise ValueError(f"--start: {', '.join(unknown)} not free; free: {', '.join(problem.free_names)}")
+        theta0 = {n: theta0.get(n, m.parameters[n].nominal) for n in problem.free_names}
+        key = jax.random.key(seed)
+        if method == "gauss-newton":
+            result = estimation.gauss_newton(problem, theta0, progress=True)
+        elif method == "trf":
+            result = estimation.least_squares_trf(problem, theta0)
+        elif method == "de":
+            result = estimation.differential_evolution(key, problem, progress=True)
+        else:
+            starts = estimation.multistart(key, problem, n_starts, theta0=theta0, progress=True)
+            result = starts.best
+    except (ValueError, OSError) as err:
+        raise typer.BadParameter(str(err)) from None
+    out = out or pathlib.Path("results") / "calibrate" / f"{name}_{method}"
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {"model": name, "data": str(data), "weighting": weighting, "fixed": fixed,
+               "start": theta0, "result": result.to_dict()}
+    figures = {"fit.png": plotting.plot_fit(problem, result, title=f"{name}: {method}"),
+               "residuals.png": plotting.plot_residuals(problem, result)}
+    if method == "multistart":
+        metrics["multistart"] = starts.to_dict()
+        figures["waterfall.png"] = plotting.plot_multistart_waterfall(starts)
+    (out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
+    for fname, fig in figures.items():
+        fig.savefig(out / fname, dpi=110)
+    for pname, value in result.estimate.items():
+        typer.echo(f"  {pname:24s} {value:14.6g}  {m.parameters[pname].unit}")
+    cond = result.condition_number
+    typer.echo(f"loss {result.loss:.6g}; condition {cond:.4g}; essential directions "
+               f"{result.n_essential_directions} of {len(result.names)}; {result.n_simulations} "
+               f"simulations + {result.n_jacobians} Jacobians; {result.reason}")
     typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
 
 

@@ -110,3 +110,39 @@ def test_sensitivity_local_and_bad_method(tmp_path):
     assert s.shape == (22, 4, 3)
     bad = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method", "sobolx"])
     assert bad.exit_code != 0 and "--method must be one of" in bad.output
+
+
+@pytest.fixture(scope="module")
+def reactions_csv(tmp_path_factory):
+    """Noise-free four_substance_reactions data at the nominal parameters, as a CSV."""
+    path = tmp_path_factory.mktemp("data") / "reactions.csv"
+    result = runner.invoke(app, ["simulate", "four_substance_reactions", "--csv", str(path)])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.mark.parametrize("method", ["gauss-newton", "trf"])
+def test_calibrate_recovers_nominal_from_noise_free_data(tmp_path, reactions_csv, method):
+    result = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
+                                 "--method", method, "--free", "kab,kac", "--start", "kab=2e-5",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    nominal = jcalib.models.get("four_substance_reactions").parameters
+    for name in ("kab", "kac"):
+        np.testing.assert_allclose(metrics["result"]["estimate"][name], nominal[name].nominal, rtol=1e-6)
+    assert set(metrics["result"]["estimate"]) == {"kab", "kac"}  # kad stayed at its nominal value
+    for name in ("fit.png", "residuals.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_calibrate_bad_input(tmp_path, reactions_csv):
+    bad_method = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
+                                     "--method", "newton"])
+    assert bad_method.exit_code != 0 and "--method must be one of" in bad_method.output
+    not_free = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
+                                   "--free", "kab", "--start", "kad=1e-5"])
+    assert not_free.exit_code != 0 and "--start: kad not free" in not_free.output
+    missing = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data",
+                                  str(tmp_path / "nope.csv")])
+    assert missing.exit_code != 0 and "nope.csv" in missing.output

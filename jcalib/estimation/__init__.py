@@ -1,6 +1,19 @@
 """Classical estimation: Gauss-Newton with essential directions, trust-region least squares,
 global search, bottom-up estimation and uncertainty at the optimum."""
 
+from jcalib.estimation.gauss_newton import gauss_newton
+from jcalib.estimation.global_search import differential_evolution, multistart, sample_starts, scipy_minimize
+from jcalib.estimation.least_squares import MultistartResult, least_squares_trf, levenberg_marquardt_batch
 from jcalib.estimation.result import EstimationResult
+from jcalib.estimation.uncertainty import (
+    ParameterCovariance,
+    ProfileLikelihood,
+    parameter_covariance,
+    profile_likelihood,
+)
 
-__all__ = ["EstimationResult"]
+__all__ = [
+    "EstimationResult", "MultistartResult", "ParameterCovariance", "ProfileLikelihood",
+    "differential_evolution", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
+    "multistart", "parameter_covariance", "profile_likelihood", "sample_starts", "scipy_minimize",
+]

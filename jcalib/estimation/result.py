@@ -5,7 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import numpy as np
 
-from jcalib.jsonable import to_jsonable as _jsonable  # noqa: F401 (re-used by estimators)
+from jcalib.jsonable import to_jsonable
 
 __all__ = ["EstimationResult"]
 
@@ -58,7 +58,7 @@ class EstimationResult(eqx.Module):
 
     def to_dict(self) -> dict:
         """JSON-able summary (non-finite numbers become None)."""
-        return _jsonable({
+        return to_jsonable({
             "method": self.method, "estimate": self.estimate, "theta_internal": self.theta_internal,
             "loss": self.loss, "singular_values": self.singular_values,
             "condition_number": self.condition_number,

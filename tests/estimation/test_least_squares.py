@@ -1,0 +1,215 @@
+"""least_squares_trf and levenberg_marquardt_batch on four_substance_reactions."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jcalib
+from jcalib.estimation.least_squares import (
+    MultistartResult,
+    least_squares_trf,
+    levenberg_marquardt_batch,
+)
+from jcalib.estimation.result import EstimationResult
+
+KAB_OUTSIDE = 2e-3  # true kab of the "outside" data: twice the upper bound 1e-3
+
+
+@pytest.fixture(scope="module")
+def problem(model, theta, clean):
+    """Noise-free data at the nominal parameters, relative weighting, all three free."""
+    data = jcalib.Measurements(np.asarray(model.ts), clean, output_names=model.output_names)
+    return jcalib.CalibrationProblem(model, data)
+
+
+@pytest.fixture(scope="module")
+def problem_outside(model, theta):
+    """Data simulated with kab above its upper bound: the box optimum has kab on the bound."""
+    truth = np.asarray(theta).copy()
+    truth[0] = KAB_OUTSIDE
+    values = np.asarray(model.simulate(jnp.asarray(truth)))
+    data = jcalib.Measurements(np.asarray(model.ts), values, output_names=model.output_names)
+    return jcalib.CalibrationProblem(model, data)
+
+
+@pytest.fixture(scope="module")
+def noisy_problem(model, theta):
+    """1 % multiplicative noise; stored without sigma, so every four_substance problem of these
+    tests has one pytree structure and the vmapped LM program compiles once per batch size."""
+    values = jcalib.synthetic_measurements(jax.random.key(0), model, theta, sigma=0.01).values
+    data = jcalib.Measurements(np.asarray(model.ts), values, output_names=model.output_names)
+    return jcalib.CalibrationProblem(model, data)
+
+
+@pytest.fixture(scope="module")
+def trf_10x(problem, theta):
+    return least_squares_trf(problem, np.asarray(theta) / 10.0)
+
+
+def assert_inside(problem, thetas):
+    thetas = np.atleast_2d(np.asarray(thetas))
+    space = problem.space
+    assert np.all(thetas >= space.lower) and np.all(thetas <= space.upper), thetas
+
+
+# --- trust-region reflective -----------------------------------------------------------------
+def test_trf_recovers_true_parameters_from_a_start_10x_off(trf_10x, theta):
+    result = trf_10x
+    assert isinstance(result, EstimationResult)
+    assert result.method == "trf" and result.converged, result.reason
+    np.testing.assert_allclose(result.theta, np.asarray(theta), rtol=1e-6)
+    assert result.loss < 1e-20
+    assert result.names == ("kab", "kac", "kad")
+
+
+def test_trf_counts_simulations_and_jacobians_separately(trf_10x):
+    result = trf_10x
+    # one Jacobian at the start and after every accepted step
+    assert result.n_jacobians == len(result.history["loss"]) == result.n_iterations + 1
+    assert result.n_simulations >= result.n_jacobians
+    assert result.extra["nfev"] <= result.n_simulations <= result.extra["nfev"] + 1
+    assert result.extra["n_failed_solves"] == 0
+    assert result.singular_values.shape == (3,)
+    assert result.condition_number == pytest.approx(result.singular_values[0] / result.singular_values[-1])
+    json.dumps(result.to_dict())
+
+
+def test_trf_loss_history_decreases(trf_10x):
+    losses = np.asarray(trf_10x.history["loss"])
+    assert np.all(np.diff(losses) <= 1e-12 * losses[:-1])
+
+
+def test_trf_respects_bounds_when_the_optimum_lies_outside(problem_outside, theta):
+    result = least_squares_trf(problem_outside, np.asarray(theta))
+    upper = problem_outside.space.upper
+    assert result.theta[0] == pytest.approx(upper[0], rel=1e-9)
+    assert result.extra["max_bound_violation"] == 0.0
+    assert_inside(problem_outside, result.theta)
+    assert_inside(problem_outside, result.history["theta"])
+
+
+def test_trf_finite_difference_baseline_counts_every_simulation(problem, theta):
+    result = least_squares_trf(problem, np.asarray(theta) / 3.0, jac="2-point")
+    assert result.n_jacobians == 0
+    assert result.n_iterations == result.extra["njev"] - 1 > 0
+    # every 2-point Jacobian costs n_free simulations on top of scipy's nfev
+    assert result.n_simulations >= result.extra["nfev"] + problem.n_free
+    np.testing.assert_allclose(result.theta, np.asarray(theta), rtol=1e-5)
+
+
+def test_trf_accepts_a_dict_start(problem, theta):
+    result = least_squares_trf(problem, {"kab": 3e-5}, max_nfev=3)
+    assert result.history["theta"][0][0] == pytest.approx(3e-5)
+
+
+@pytest.mark.parametrize("theta0, match", [
+    ([5e-3, 1e-5, 5e-5], r"least_squares_trf: theta0 lies outside the bounds: kab = 0\.005 not in"),
+    ([1e-4, 1e-5], r"theta0 must have shape \(n_free,\) = \(3,\)"),
+    ([np.nan, 1e-5, 5e-5], r"theta0 must be finite"),
+    ({"kda": 1.0}, r"theta0 names \['kda'\] that are not free parameters"),
+])
+def test_trf_bad_start_raises(problem, theta0, match):
+    with pytest.raises(ValueError, match=match):
+        least_squares_trf(problem, theta0)
+
+
+def test_trf_unknown_jacobian_raises(problem):
+    with pytest.raises(ValueError, match=r"jac must be one of \('autodiff', '2-point', '3-point'\)"):
+        least_squares_trf(problem, jac="fd")
+
+
+def test_trf_failed_solve_at_the_start_raises(problem):
+    failing = jcalib.CalibrationProblem(problem.model.with_solver(max_steps=2), problem.measurements)
+    with pytest.raises(ValueError, match=r"the model solve failed at theta0 \(NaN residuals\)"):
+        least_squares_trf(failing)
+
+
+# --- Levenberg-Marquardt, vmapped ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def starts(problem):
+    return np.asarray(problem.space.sample(jax.random.key(7), 4, "lhs"))
+
+
+@pytest.fixture(scope="module")
+def lm_batch(problem_outside, starts):
+    return levenberg_marquardt_batch(problem_outside, starts)
+
+
+def test_lm_batch_vmap_equals_loop(noisy_problem, starts):
+    batched = levenberg_marquardt_batch(noisy_problem, starts)
+    looped = levenberg_marquardt_batch(noisy_problem, starts, chunk_size=1)
+    assert looped.extra["chunk_size"] == 1 and batched.extra["chunk_size"] == 4
+    # Batched and single solves round differently (batched linear algebra), so they agree to
+    # the solver's tolerance (rtol=1e-8 on the transformed u), not bitwise. Near the optimum
+    # the trust-region ratio is rounding noise, so the number of *rejected* steps before the
+    # Cauchy test passes can differ; the accepted steps agree.
+    for a, b in zip(batched.results, looped.results):
+        assert a.converged and b.converged, (a.reason, b.reason)
+        np.testing.assert_allclose(a.theta_internal, b.theta_internal, rtol=1e-8)
+        assert a.loss == pytest.approx(b.loss, rel=1e-12)
+        assert abs(a.extra["n_accepted_steps"] - b.extra["n_accepted_steps"]) <= 1
+    # within a batch the starts are independent: a start gives bitwise the same result
+    # whatever its batch-mates are
+    alone = levenberg_marquardt_batch(noisy_problem, np.tile(starts[1], (4, 1))).results[0]
+    np.testing.assert_array_equal(alone.theta_internal, batched.results[1].theta_internal)
+    assert alone.n_iterations == batched.results[1].n_iterations
+
+
+def test_lm_batch_pads_the_last_chunk(noisy_problem, starts):
+    five = np.concatenate([starts, starts[:1]])
+    chunked = levenberg_marquardt_batch(noisy_problem, five, chunk_size=4)  # 4 + 1 padded to 4
+    whole = levenberg_marquardt_batch(noisy_problem, starts)
+    assert chunked.n_starts == 5 and chunked.starts.shape == (5, 3)
+    for a, b in zip(chunked.results[:4], whole.results):
+        np.testing.assert_array_equal(a.theta_internal, b.theta_internal)
+    np.testing.assert_array_equal(chunked.results[4].theta_internal, whole.results[0].theta_internal)
+
+
+def test_lm_batch_finds_the_box_optimum_within_bounds(problem_outside, lm_batch, theta):
+    assert isinstance(lm_batch, MultistartResult) and lm_batch.n_starts == 4
+    reference = least_squares_trf(problem_outside, np.asarray(theta))
+    best = lm_batch.best
+    assert best.method == "lm" and best.converged, best.reason
+    assert best.loss == pytest.approx(reference.loss, rel=1e-6)
+    np.testing.assert_allclose(best.theta, reference.theta, rtol=1e-4)
+    for result in lm_batch.results:
+        assert_inside(problem_outside, result.theta)
+    assert_inside(problem_outside, lm_batch.starts)
+
+
+def test_lm_batch_summary(lm_batch):
+    losses = lm_batch.losses
+    assert np.array_equal(lm_batch.sorted_losses, np.sort(losses))
+    assert lm_batch.best_index == int(np.argmin(losses))
+    assert lm_batch.n_simulations == sum(r.n_simulations for r in lm_batch.results) > 0
+    assert lm_batch.n_jacobians == lm_batch.n_simulations  # one linearisation per step
+    assert lm_batch.extra["max_steps_taken"] == max(r.n_iterations for r in lm_batch.results)
+    summary = json.loads(json.dumps(lm_batch.to_dict()))
+    assert len(summary["results"]) == 4 and "results" not in lm_batch.to_dict(include_results=False)
+
+
+def test_lm_batch_start_outside_bounds_raises(problem):
+    thetas0 = np.array([[1e-4, 1e-5, 5e-5], [1e-4, 1e-5, 5e-4]])
+    with pytest.raises(ValueError, match=r"levenberg_marquardt_batch: thetas0\[1\] lies outside the bounds: "
+                                         r"kad = 0\.0005 not in \[1e-06, 0\.0001\]"):
+        levenberg_marquardt_batch(problem, thetas0)
+
+
+def test_lm_batch_bad_arguments_raise(problem, theta):
+    with pytest.raises(ValueError, match=r"thetas0 must be \(n_starts, n_free=3\); got shape \(3,\)"):
+        levenberg_marquardt_batch(problem, np.asarray(theta))
+    with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+        levenberg_marquardt_batch(problem, np.asarray(theta)[None], max_steps=0)
+    with pytest.raises(ValueError, match="chunk_size must be positive"):
+        levenberg_marquardt_batch(problem, np.asarray(theta)[None], chunk_size=0)
+
+
+@pytest.mark.slow
+def test_lm_batch_failed_solves_get_infinite_loss(problem, starts):
+    failing = jcalib.CalibrationProblem(problem.model.with_solver(max_steps=2), problem.measurements)
+    result = levenberg_marquardt_batch(failing, starts[:2])
+    for r in result.results:
+        assert r.loss == np.inf and not r.converged and "model solve failed" in r.reason

@@ -1,0 +1,33 @@
+"""benchmarks/least_squares.py runs end to end in quick mode (four_substance_reactions, not the
+14-parameter thermal office of the full run) and writes what it promises."""
+
+import importlib.util
+import json
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _load(relative):
+    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_least_squares_benchmark_quick(tmp_path):
+    out = tmp_path / "least_squares.json"
+    report = _load("benchmarks/least_squares.py").main(["--quick", "--repeats", "3", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["case"] == "four_substance_reactions" and report["quick"]
+    jc, fd = report["jcalib"], report["scipy"]
+    assert jc["converged"] and fd["converged"]
+    assert jc["n_jacobians"] > 0 and fd["n_jacobians"] == 0
+    # a forward-mode Jacobian costs a few simulations (measured in the same run)
+    assert 0 < report["jacobian_cost_simulation_equivalents"] < 10
+    assert jc["simulation_equivalents"] == jc["n_simulations"] + jc["n_jacobians"] * report[
+        "jacobian_cost_simulation_equivalents"]
+    # same problem, same start: both reach the same least-squares optimum
+    assert abs(jc["mse"] / fd["mse"] - 1) < 1e-4
+    for key in ("wall_speedup", "simulation_equivalents_ratio", "mse_ratio_jcalib_over_scipy"):
+        assert report["ratios"][key] > 0
