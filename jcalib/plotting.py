@@ -9,7 +9,8 @@ if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.b
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plot_fit", "plot_multistart_waterfall", "plot_profile", "plot_residuals",
+__all__ = ["plot_cost_versus_parameters", "plot_fit", "plot_multistart_waterfall", "plot_profile",
+           "plot_residuals",
            "plot_sensitivity_functions", "plot_sigma_min_spectrum", "plot_simulation",
            "plot_singular_values", "plot_sobol_over_time", "plot_sorted_indices"]
 
@@ -315,6 +316,32 @@ def plot_profile(profile, *, level=0.95, title=""):
     if profile.log_scale:
         ax.set_xscale("log")
     ax.set(xlabel=profile.name, ylabel="-2 Δ log L", title=title or f"profile of {profile.name}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+def plot_cost_versus_parameters(result, *, log=True, title=""):
+    """Cost against the number of estimated parameters of a `BottomUpResult`
+    (`jcalib.estimation.bottom_up.bottom_up`; Bastogne et al. 2007, Figure 9): J_0 at 0
+    (nothing estimated), J_j after adding the j-th ranked parameter, named on the x-axis,
+    and the knee marked. ``log``: logarithmic cost axis. Returns the figure."""
+    costs = np.concatenate([[result.initial_loss], np.asarray(result.costs, dtype=float)])
+    j = np.arange(costs.size)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * costs.size + 2.5), 4.0))
+    ax.plot(j, costs, "o-", ms=5, label=f"{result.method}, warm starts")
+    knee = int(result.knee)
+    rule = result.knee_rule + ("" if result.knee_threshold is None
+                               else f" {result.knee_threshold:g}")
+    ax.plot([knee], [costs[knee]], "s", ms=11, mfc="none", mec="C3", mew=2,
+            label=f"knee: {knee} parameters ({rule})")
+    ax.axvline(knee, color="C3", ls="--", lw=1)
+    if log and np.all(costs > 0):
+        ax.set_yscale("log")
+    ax.set_xticks(j, ["start"] + [f"+{n}" for n in result.ranking], rotation=45, ha="right")
+    ax.set(xlabel="parameter added (in ranking order)", ylabel="cost (mean squared residual)",
+           title=title or f"bottom-up estimation: selected {', '.join(result.selected)}")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()

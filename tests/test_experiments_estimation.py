@@ -56,3 +56,26 @@ def test_polymerization_classical_quick(tmp_path):
     assert [f["n_essential_directions"] for f in test2] == [2, 2]
     assert all(f["condition_number"] < 20 for f in test2)
     assert abs(test2[0]["estimate"]["f"] - test2[1]["estimate"]["f"]) < 1e-3
+
+
+def test_winding_bottom_up_quick(tmp_path):
+    metrics = _load("experiments/winding_bottom_up.py").main(["--out", str(tmp_path), "--quick"])
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    for name in ("cost_versus_parameters.png", "validation.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    ident, bu, ours = metrics["identifiability"], metrics["bottom_up"], metrics["ours"]
+    # Bastogne §4.4: rank 14, beta1/beta3 null and never ranked; the ranking is the report's
+    assert ident["rank"] == 14 and sorted(ident["null"]) == ["beta1", "beta3"]
+    assert bu["ranking"] == ident["correlation_order"][:2] == [s["added"] for s in bu["steps"]]
+    # nested subsets with warm starts: the cost never increases and ends near the noise floor
+    costs = ours["costs_j0_to_mu"]
+    assert all(b <= a * (1 + 1e-9) for a, b in zip(costs, costs[1:]))
+    assert costs[-1] < 0.01 * costs[0] and ours["cost_last_over_noise_floor"] < 2.0
+    assert 1 <= bu["knee"] <= 2 and bu["selected"] == bu["ranking"][:bu["knee"]]
+    # estimates near the plant, and the fit carries over to the other excitation
+    plant = metrics["setup"]["plant_theta"]
+    for name, value in bu["steps"][-1]["estimate"].items():
+        assert 0.2 * plant[name] < value < 5 * plant[name]
+    validation = metrics["validation"]["cost"]
+    assert validation[f"j={bu['knee']}"] < 0.05 * validation["nominal"]
+    assert validation["plant"] < 1.5 * metrics["validation"]["sigma_squared"]

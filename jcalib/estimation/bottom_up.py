@@ -31,10 +31,11 @@ The knee (the paper chooses it by eye on Figure 9) is found by a stated rule:
   i.e. the parameters after the knee together lower the cost by at most that fraction of
   what the whole procedure achieved. Scale-free (any weighting, noise-free data too).
   ``KNEE_THRESHOLD`` = 0.01 (1 %).
-- ``"max_curvature"``: the j in 1..μ-1 of largest discrete curvature
+- ``"max_curvature"``: the j in 1..μ of largest discrete curvature
   log J_{j-1} - 2 log J_j + log J_{j+1} of the log cost (the sharpest bend from falling to
-  flat; costs below 1e-16 J_0 count as 1e-16 J_0, round-off). Threshold-free, but
-  meaningful only when μ >= 3 and the curve has one clear bend.
+  flat), the curve taken as flat after the last step (J_{μ+1} = J_μ, so a drop at the last
+  step can be the knee); costs below 1e-16 J_0 count as 1e-16 J_0 (round-off).
+  Threshold-free, but meaningful only when the curve has one clear bend.
 - a callable ``rule(costs) -> j`` on the costs ``(J_0, J_1, ..., J_μ)``.
 
 Example:
@@ -52,6 +53,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -64,7 +66,8 @@ from tqdm.auto import tqdm
 
 from jcalib.estimation.gauss_newton import gauss_newton, start_internal
 from jcalib.estimation.least_squares import least_squares_trf
-from jcalib.estimation.result import EstimationResult, _jsonable
+from jcalib.estimation.result import EstimationResult
+from jcalib.jsonable import to_jsonable
 from jcalib.problem import CalibrationProblem
 from jcalib.sensitivity.identifiability import IdentifiabilityReport
 
@@ -173,7 +176,7 @@ class BottomUpResult(eqx.Module):
         }
         if include_results:
             out["results"] = [r.to_dict() for r in self.steps]
-        return _jsonable(out)
+        return to_jsonable(out)
 
 
 def find_knee(costs: Float[ArrayLike, " n_steps_plus_1"], rule: str = "plateau", *,
@@ -205,7 +208,6 @@ def find_knee(costs: Float[ArrayLike, " n_steps_plus_1"], rule: str = "plateau",
                          f"shape {c.shape}")
     if not np.all(np.isfinite(c)):
         raise ValueError(f"find_knee: costs must be finite; got {c.tolist()}")
-    mu = c.size - 1
     if rule == "plateau":
         lowest_from = np.minimum.accumulate(c[::-1])[::-1]  # min_{i >= j} J_i
         total = c[0] - lowest_from[0]
@@ -213,11 +215,10 @@ def find_knee(costs: Float[ArrayLike, " n_steps_plus_1"], rule: str = "plateau",
             return 1  # no step lowered the cost: the smallest subset
         ok = c[1:] - lowest_from[1:] <= threshold * total
         return int(np.flatnonzero(ok)[0]) + 1  # ok[-1] is always True
-    if mu < 2:
-        return 1
     floor = _LOG_FLOOR * max(abs(c[0]), np.finfo(np.float64).tiny)
     logc = np.log10(np.maximum(c, floor))
-    curvature = logc[:-2] - 2.0 * logc[1:-1] + logc[2:]  # j = 1..μ-1
+    logc = np.concatenate([logc, logc[-1:]])  # flat after the last step: J_{μ+1} = J_μ
+    curvature = logc[:-2] - 2.0 * logc[1:-1] + logc[2:]  # j = 1..μ
     return int(np.argmax(curvature)) + 1
 
 
@@ -283,15 +284,12 @@ def bottom_up(
             raise ValueError(f"bottom_up: max_params must be None or an integer in [1, "
                              f"{len(names)}] (the ranking's length); got {max_params!r}")
         names = names[: int(max_params)]
-    options = {} if options is None else dict(options)
-    if not isinstance(options, dict) or "theta0" in options:
-        raise ValueError("bottom_up: options are keyword arguments for the estimator other "
-                         "than theta0; pass theta0 to bottom_up itself")
+    estimator = least_squares_trf if method == "trf" else gauss_newton
+    options = _options(options, estimator)
     z0 = start_internal(problem, theta0, where="bottom_up")
     free_base = dict(zip(problem.free_names, np.asarray(problem.to_physical(jnp.asarray(z0))).tolist()))
     base = {**dict(zip(problem.model.parameters.names, np.asarray(problem.theta_fixed).tolist())),
             **free_base}
-    estimator = least_squares_trf if method == "trf" else gauss_newton
     prior = "uniform" if problem.prior is None else problem.prior
 
     steps: list[EstimationResult] = []
@@ -309,11 +307,7 @@ def bottom_up(
         if j == 1:  # J_0: the cost at the base values (same compiled residuals as the step)
             r0 = np.asarray(step_problem.residuals(step_problem.to_internal(jnp.asarray(start))))
             initial_loss = float(np.mean(r0**2))
-        try:
-            result = estimator(step_problem, start, **options)
-        except TypeError as e:
-            raise ValueError(f"bottom_up: options {sorted(options)} do not fit "
-                             f"{estimator.__name__}: {e}") from None
+        result = estimator(step_problem, start, **options)
         steps.append(result)
         starts.append(start)
         previous = np.asarray(result.theta, dtype=np.float64)
@@ -347,6 +341,24 @@ def _check_threshold(threshold, where: str) -> None:
                                            and 0 < threshold < 1):
         raise ValueError(f"{where}: knee_threshold must be a number in (0, 1) (a fraction of "
                          f"the total cost decrease); got {threshold!r}")
+
+
+def _options(options, estimator) -> dict:
+    """``options`` as a dict of keyword arguments that ``estimator`` accepts."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"bottom_up: options must be a dict of keyword arguments for "
+                         f"{estimator.__name__}; got {options!r}")
+    parameters = inspect.signature(estimator).parameters
+    allowed = [n for n, p in parameters.items()
+               if p.kind == inspect.Parameter.KEYWORD_ONLY and n != "internal"]
+    bad = [n for n in options if n not in allowed]
+    if bad:
+        raise ValueError(f"bottom_up: options {', '.join(map(repr, bad))} are not keyword "
+                         f"arguments of {estimator.__name__}; allowed: {', '.join(allowed)} "
+                         "(theta0 is bottom_up's own argument)")
+    return dict(options)
 
 
 def _ranking(problem: CalibrationProblem, ranking) -> tuple[str, ...]:
