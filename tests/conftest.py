@@ -40,3 +40,12 @@ def theta(model):
 def clean(model, theta):
     """Noise-free outputs at the nominal parameters, (22, 4)."""
     return np.asarray(model.simulate(theta))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Tests create figures through jcalib.plotting; close them so memory stays flat."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
