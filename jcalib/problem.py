@@ -12,6 +12,13 @@ Weightings (X measured, F simulated, σ from ``measurements.sigma``):
 - ``"absolute"``: r = X - F; σ is the standard deviation.
 - ``"sigma"``: r = (X - F) / σ.
 
+The weighting defines ``residuals`` and ``loss`` (what estimators minimise). The
+probability side (``log_likelihood``, ``log_prior``, ``log_posterior``) takes a noise model
+(``likelihood=``: Gaussian on absolute or relative errors, log-normal; see
+`jcalib.bayes.likelihoods`), noise levels σ that are fixed or sampled per output
+(``noise_parameters=``) and priors per parameter in physical units (``prior={name:
+prior}``; see `jcalib.bayes.priors`).
+
 Example:
     >>> import jax
     >>> jax.config.update("jax_enable_x64", True)
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -39,9 +47,14 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel
-from jcalib.parameters import ParameterSpace
+from jcalib.parameters import Parameter, ParameterSpace
 
-__all__ = ["CalibrationProblem", "GaussianPrior", "WEIGHTINGS"]
+if TYPE_CHECKING:  # imported lazily at run time: jcalib.bayes imports this module
+    from jcalib.bayes.likelihoods import AbstractLikelihood
+    from jcalib.bayes.priors import AbstractPrior, ParameterPriors
+
+__all__ = ["CalibrationProblem", "GaussianPrior", "InitialStateParameters", "WEIGHTINGS",
+           "initial_state_from_parameters", "with_initial_state_parameters"]
 
 WEIGHTINGS = ("relative", "absolute", "sigma")
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -148,11 +161,26 @@ class GaussianPrior(eqx.Module):
 
 
 class CalibrationProblem(eqx.Module):
-    """What to fit: model, measurements, free parameters, weighting and prior.
+    """What to fit: model, measurements, free parameters, weighting, likelihood and prior.
 
     Jittable and vmappable: pass a problem through ``eqx.filter_jit`` or close over it
     (``jax.jit(lambda z: problem.loss(z))``); ``jax.jit(problem.loss)`` does not work
     because JAX hashes the bound method's arrays.
+
+    **Noise parameters.** With ``noise_parameters`` the noise level σ of the named outputs
+    is sampled: one log-scale parameter ``sigma_<output>`` per output is appended to the
+    free parameters, so ``free_names``, ``space``, ``theta_internal`` (``n_free``
+    entries) and ``estimate_dict`` include them, and ``log_prior``/``log_likelihood``/
+    ``log_posterior`` use them. ``simulate``, ``residuals`` and ``loss`` take the same
+    ``theta_internal`` but do not depend on its noise entries. Estimators (Gauss-Newton,
+    least squares, global search) and sensitivities fit model parameters only: give them
+    `without_noise_parameters` (``jacobian`` raises on a problem with noise parameters,
+    whose Jacobian columns would be zero).
+
+    **Initial states as parameters**: a model whose ``initial_state(theta)`` reads
+    parameters named ``<state>0`` (see `initial_state_from_parameters`), or any model
+    wrapped by `with_initial_state_parameters`, has estimable initial states; they are
+    ordinary parameters here (free, fixed, priors).
 
     Args:
         model: any `AbstractModel`; it is re-timed to ``measurements.ts`` when they differ
@@ -163,15 +191,31 @@ class CalibrationProblem(eqx.Module):
         fixed: ``{name: physical value}`` of held parameters (finite; may lie outside
             the bounds, e.g. a rate fixed to 0); parameters neither free nor fixed keep
             their nominal values.
-        weighting: ``"relative"``, ``"absolute"`` or ``"sigma"`` (see the module doc).
+        weighting: ``"relative"``, ``"absolute"`` or ``"sigma"`` (see the module doc);
+            it defines ``residuals``/``loss``, which estimators minimise.
         prior: ``"uniform"`` (uniform in internal coordinates on the bounds, i.e.
-            log-uniform for log-scale parameters) or a `GaussianPrior`.
+            log-uniform for log-scale parameters), a `GaussianPrior` (on the internal
+            coordinates, untruncated), or ``{name: prior}`` with priors from
+            `jcalib.bayes.priors` (Uniform, LogUniform, Normal, LogNormal, HalfNormal) in
+            physical units, truncated to the bounds; unnamed parameters get the uniform
+            default, names of fixed parameters are ignored. Noise parameters take their
+            priors from the dict too (default: log-uniform on their bounds).
+        likelihood: the noise model of ``log_likelihood``: ``"absolute_gaussian"``,
+            ``"relative_gaussian"``, ``"lognormal"`` or an instance from
+            `jcalib.bayes.likelihoods` (which may fix σ); None: the one matching
+            ``weighting`` (``"relative"`` → relative Gaussian, else absolute Gaussian).
+        noise_parameters: None (σ fixed: ``likelihood.sigma`` or ``measurements.sigma``),
+            ``True`` (sample σ of every output), a list of output names, or
+            ``{output: (lower, upper)}`` / ``{output: (nominal, lower, upper)}`` bounds
+            of σ (see `jcalib.bayes.likelihoods.noise_parameter_space`).
 
     Raises:
         ValueError: outputs of measurements and model differ; unknown names in ``free``
             or ``fixed``; a name both free and fixed; no free parameter; unknown
             weighting; ``"sigma"`` weighting without ``measurements.sigma``;
-            ``"relative"`` weighting with a measured value of 0; bad prior.
+            ``"relative"`` weighting or likelihood with a measured value of 0;
+            ``"lognormal"`` likelihood with a measured value <= 0; bad prior, likelihood
+            or noise parameters.
     """
 
     model: AbstractModel
@@ -179,14 +223,27 @@ class CalibrationProblem(eqx.Module):
     theta_fixed: Float[Array, " n_params"]
     observed_index: Int[Array, " n_observed"]
     x_observed: Float[Array, " n_observed"]
-    sigma_observed: Float[Array, " n_observed"] | None
-    prior: GaussianPrior | None  # None: uniform on the box
+    sigma_observed: Float[Array, " n_observed"] | None  # fixed σ per entry (1 where sampled)
+    prior: GaussianPrior | ParameterPriors | None  # model parameters; None: uniform on the box
+    likelihood: AbstractLikelihood
+    noise_prior: ParameterPriors | None
+    noise_slot: Int[Array, " n_observed"] | None  # noise parameter of each entry, -1: fixed σ
     free_names: tuple[str, ...] = eqx.field(static=True)
     weighting: str = eqx.field(static=True)
+    noise_names: tuple[str, ...] = eqx.field(static=True)
+    noise_space: ParameterSpace | None = eqx.field(static=True)
+    noise_outputs: tuple[str, ...] = eqx.field(static=True)
+    sigma_available: bool = eqx.field(static=True)
 
     def __init__(self, model: AbstractModel, measurements: Measurements,
                  free: Sequence[str] | None = None, fixed: Mapping[str, float] | None = None,
-                 weighting: str = "relative", prior: str | GaussianPrior = "uniform"):
+                 weighting: str = "relative",
+                 prior: str | GaussianPrior | Mapping[str, AbstractPrior] = "uniform",
+                 likelihood: str | AbstractLikelihood | None = None,
+                 noise_parameters=None):
+        from jcalib.bayes.likelihoods import get_likelihood, noise_parameter_space
+        from jcalib.bayes.priors import ParameterPriors, bind_priors
+
         if not isinstance(measurements, Measurements):
             raise ValueError(
                 f"CalibrationProblem: measurements must be a Measurements; got "
@@ -207,6 +264,10 @@ class CalibrationProblem(eqx.Module):
                 f"CalibrationProblem: measurement output names {measurements.output_names} do not "
                 f"match model.output_names {tuple(model.output_names)}"
             )
+        try:
+            likelihood = get_likelihood(likelihood, weighting)
+        except ValueError as e:
+            raise ValueError(f"CalibrationProblem: {e}") from None
         ts = np.asarray(measurements.ts)
         if ts.shape != np.shape(model.ts) or not np.array_equal(ts, np.asarray(model.ts)):
             try:
@@ -254,49 +315,134 @@ class CalibrationProblem(eqx.Module):
                 "CalibrationProblem: weighting='sigma' needs measurements.sigma; pass sigma to "
                 "Measurements or use weighting='relative' or 'absolute'"
             )
+        n_out = measurements.n_outputs
         mask = np.asarray(measurements.mask).reshape(-1)
         index = np.flatnonzero(mask)
         x_obs = np.asarray(measurements.values).reshape(-1)[index]
+        output_of_entry = index % n_out
         if weighting == "relative" and np.any(x_obs == 0):
             k = int(index[np.flatnonzero(x_obs == 0)[0]])
-            i, j = divmod(k, measurements.n_outputs)
+            i, j = divmod(k, n_out)
             raise ValueError(
                 f"CalibrationProblem: weighting='relative' divides by the measured values, but "
                 f"X = 0 at t={np.asarray(measurements.ts)[i]}, output "
                 f"{model.output_names[j]!r}; use weighting='absolute' or 'sigma', or mask the "
                 "entry out"
             )
+        bad = likelihood.check_data(x_obs)
+        if bad is not None:
+            i, j = divmod(int(index[bad]), n_out)
+            raise ValueError(
+                f"CalibrationProblem: likelihood={likelihood.name!r} "
+                f"{likelihood.data_requirement()} = {x_obs[bad]} at "
+                f"t={np.asarray(measurements.ts)[i]}, output {model.output_names[j]!r}; use "
+                "likelihood='absolute_gaussian', or mask the entry out"
+            )
 
+        # --- noise levels: fixed per entry, or sampled per output -----------------------------
+        if likelihood.sigma is not None:
+            if np.ndim(likelihood.sigma) == 1 and len(likelihood.sigma) != n_out:
+                raise ValueError(
+                    f"CalibrationProblem: likelihood.sigma has {len(likelihood.sigma)} values but "
+                    f"there are {n_out} outputs ({', '.join(model.output_names)})"
+                )
+            per_output = np.broadcast_to(np.asarray(likelihood.sigma, dtype=np.float64), (n_out,))
+            sigma_obs = per_output[output_of_entry]
+        elif sigma_full is not None:
+            sigma_obs = np.asarray(sigma_full).reshape(-1)[index]
+        else:
+            sigma_obs = None
+        if noise_parameters is None or noise_parameters is False:
+            noise_space, noise_index, slot = None, (), None
+        else:
+            x_by_output = [x_obs[output_of_entry == j] for j in range(n_out)]
+            noise_space, noise_index = noise_parameter_space(
+                noise_parameters, model.output_names, likelihood, x_by_output)
+            clash = [n for n in noise_space.names if n in known]
+            if clash:
+                raise ValueError(
+                    f"noise_parameters: the noise parameter name(s) {_quoted(clash)} clash with "
+                    "model parameters; rename the model parameters"
+                )
+            slot_of_output = np.full(n_out, -1)
+            slot_of_output[list(noise_index)] = np.arange(len(noise_index))
+            slot = slot_of_output[output_of_entry]
+        sampled = np.zeros(index.size, dtype=bool) if slot is None else slot >= 0
+        sigma_available = sigma_obs is not None or bool(np.all(sampled))
+        if sigma_obs is None and slot is not None:
+            sigma_obs = np.ones(index.size)  # placeholder: every entry's σ is sampled
+
+        # --- priors ---------------------------------------------------------------------------
+        noise_names = () if noise_space is None else noise_space.names
+        model_space = space.subset(free)
+        noise_prior_spec: dict = {}
+        if isinstance(prior, ParameterPriors):
+            prior = prior.as_dict()
         if isinstance(prior, str):
             if prior != "uniform":
                 raise ValueError(
-                    f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got {prior!r}"
+                    f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got {prior!r}; "
+                    "or pass a {name: prior} dict of jcalib.bayes.priors"
                 )
             prior = None
         elif isinstance(prior, GaussianPrior):
             prior = prior._resolve(free, known)
+        elif isinstance(prior, Mapping):
+            for name in prior:
+                if name not in known and name not in noise_names:
+                    raise ValueError(
+                        f"prior: unknown parameter {name!r}; known: {_quoted(known + noise_names)}"
+                    )
+            noise_prior_spec = {n: p for n, p in prior.items() if n in noise_names}
+            prior = bind_priors({n: p for n, p in prior.items() if n in free}, model_space)
         else:
             raise ValueError(
                 f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got "
-                f"{type(prior).__name__}"
+                f"{type(prior).__name__}; or pass a {{name: prior}} dict of jcalib.bayes.priors"
             )
+        noise_prior = (None if noise_space is None
+                       else bind_priors(noise_prior_spec, noise_space, "prior"))
 
         self.model = model
         self.measurements = measurements
         self.theta_fixed = jnp.asarray(space.to_vector({n: float(v) for n, v in fixed.items()}))
         self.observed_index = jnp.asarray(index)
         self.x_observed = jnp.asarray(x_obs)
-        self.sigma_observed = (None if sigma_full is None
-                               else jnp.asarray(np.asarray(sigma_full).reshape(-1)[index]))
+        self.sigma_observed = None if sigma_obs is None else jnp.asarray(sigma_obs)
         self.prior = prior
-        self.free_names = free
+        self.likelihood = likelihood
+        self.noise_prior = noise_prior
+        self.noise_slot = None if slot is None else jnp.asarray(slot)
+        self.free_names = tuple(free) + noise_names
         self.weighting = weighting
+        self.noise_names = noise_names
+        self.noise_space = noise_space
+        self.noise_outputs = tuple(model.output_names[j] for j in noise_index)
+        self.sigma_available = sigma_available
 
     # --- static description ----------------------------------------------------------------
     @property
     def space(self) -> ParameterSpace:
-        """The free parameters (``model.parameters.subset(free_names)``)."""
-        return self.model.parameters.subset(self.free_names)
+        """The free parameters: ``model.parameters.subset(model_free_names)``, followed by
+        the noise parameters."""
+        model_space = self.model.parameters.subset(self.model_free_names)
+        if self.noise_space is None:
+            return model_space
+        return ParameterSpace(tuple(model_space) + tuple(self.noise_space))
+
+    @property
+    def model_free_names(self) -> tuple[str, ...]:
+        """The free model parameters (``free_names`` without the noise parameters)."""
+        return self.free_names[: self.n_model_free]
+
+    @property
+    def n_model_free(self) -> int:
+        return len(self.free_names) - len(self.noise_names)
+
+    @property
+    def n_noise(self) -> int:
+        """Number of sampled noise levels (the last ``n_noise`` entries of theta_internal)."""
+        return len(self.noise_names)
 
     @property
     def n_free(self) -> int:
@@ -309,31 +455,74 @@ class CalibrationProblem(eqx.Module):
 
     @property
     def fixed(self) -> dict[str, float]:
-        """``{name: physical value}`` of every parameter that is not free."""
+        """``{name: physical value}`` of every model parameter that is not free."""
         theta = np.asarray(self.theta_fixed)
         return {n: float(theta[i]) for i, n in enumerate(self.model.parameters.names)
                 if n not in self.free_names}
+
+    def _rebuild(self, **changes) -> CalibrationProblem:
+        """A new problem with the same settings except ``changes`` (constructor args)."""
+        settings = dict(free=self.model_free_names, fixed=self.fixed, weighting=self.weighting,
+                        prior=self._prior_spec(), likelihood=self.likelihood,
+                        noise_parameters=self._noise_spec())
+        settings.update(changes)
+        return CalibrationProblem(self.model, self.measurements, **settings)
+
+    def _prior_spec(self):
+        if self.prior is None and self.noise_prior is None:
+            return "uniform"
+        if isinstance(self.prior, GaussianPrior):
+            return self.prior
+        spec = {} if self.prior is None else self.prior.as_dict()
+        if self.noise_prior is not None:
+            spec.update(self.noise_prior.as_dict())
+        return spec
+
+    def _noise_spec(self):
+        if self.noise_space is None:
+            return None
+        return {o: (p.nominal, p.lower, p.upper) for o, p in zip(self.noise_outputs, self.noise_space)}
 
     def fix(self, values: Mapping[str, float]) -> CalibrationProblem:
         """A new problem with the parameters in ``values`` (physical) fixed too.
 
         Example: ``problem.fix({"kad": 5e-5})``. Names already fixed get the new value.
+        Noise parameters cannot be fixed here: use `without_noise_parameters`.
         """
         known = self.model.parameters.names
         if not isinstance(values, Mapping):
             raise ValueError(f"fix(): expected a {{name: value}} dict; got {values!r}")
         for name in values:
+            if name in self.noise_names:
+                raise ValueError(
+                    f"fix(): {name!r} is a sampled noise level; use "
+                    "without_noise_parameters(sigma=...) to fix sigma"
+                )
             if name not in known:
                 raise ValueError(f"fix(): unknown parameter {name!r}; known: {_quoted(known)}")
-        free = tuple(n for n in self.free_names if n not in values)
+        free = tuple(n for n in self.model_free_names if n not in values)
         if not free:
             raise ValueError(
                 f"fix(): fixing {_quoted(list(values))} leaves no free parameter"
             )
         fixed = {**self.fixed, **{n: float(v) for n, v in values.items()}}
-        return CalibrationProblem(self.model, self.measurements, free=free, fixed=fixed,
-                                  weighting=self.weighting,
-                                  prior="uniform" if self.prior is None else self.prior)
+        return self._rebuild(free=free, fixed=fixed)
+
+    def without_noise_parameters(self, sigma: float | Sequence[float] | None = None
+                                 ) -> CalibrationProblem:
+        """This problem with σ fixed instead of sampled (for estimators and sensitivities).
+
+        Args:
+            sigma: the fixed noise level, a scalar or one value per output (e.g. a
+                posterior mean of the ``sigma_<output>`` parameters); None: the
+                likelihood's ``sigma`` or ``measurements.sigma`` (the problem then has no
+                noise level if neither is set, which ``residuals``/``loss`` do not need).
+        """
+        spec = self._prior_spec()
+        if isinstance(spec, dict):
+            spec = {n: p for n, p in spec.items() if n not in self.noise_names}
+        likelihood = self.likelihood if sigma is None else type(self.likelihood)(sigma)
+        return self._rebuild(prior=spec, likelihood=likelihood, noise_parameters=None)
 
     # --- coordinates ----------------------------------------------------------------------
     def _check(self, theta_internal, what: str = "theta_internal"):
@@ -347,10 +536,33 @@ class CalibrationProblem(eqx.Module):
         return z
 
     def theta_full(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_params"]:
-        """The model's full physical parameter vector: free values mapped, fixed values kept."""
+        """The model's full physical parameter vector: free values mapped, fixed values kept
+        (noise parameters are not model parameters and are left out)."""
         z = self._check(theta_internal)
-        index = np.array([self.model.parameters.index(n) for n in self.free_names])
-        return self.theta_fixed.at[index].set(self.space.to_physical(z))
+        names = self.model_free_names
+        index = np.array([self.model.parameters.index(n) for n in names])
+        model_z = z[: len(names)]
+        return self.theta_fixed.at[index].set(self.model.parameters.subset(names).to_physical(model_z))
+
+    def theta_full_batch(self, theta_internal: Float[ArrayLike, "n n_free"]) -> Float[Array, "n n_params"]:
+        """`theta_full` of many draws (e.g. posterior samples) at once."""
+        z = jnp.asarray(theta_internal)
+        if z.ndim != 2:
+            raise ValueError(
+                f"theta_full_batch: expected draws of shape (n, n_free={self.n_free}); got shape "
+                f"{z.shape}"
+            )
+        self._check(z[0] if z.shape[0] else jnp.zeros(self.n_free), "theta_internal[0]")
+        return jax.vmap(self.theta_full)(z)
+
+    def sigma_of(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_observed"]:
+        """The noise level σ of every measured entry (sampled ones from ``theta_internal``).
+
+        Raises:
+            ValueError: no noise level is known (see `log_likelihood`).
+        """
+        self._check_sigma("sigma_of")
+        return self._sigma_impl(self._check(theta_internal))
 
     def to_physical(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_free"]:
         """Internal -> physical values of the free parameters."""
@@ -381,7 +593,17 @@ class CalibrationProblem(eqx.Module):
         return _jitted("_residuals_impl", self, self._check(theta_internal))
 
     def jacobian(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, "n_observed n_free"]:
-        """d residuals / d theta_internal by forward-mode autodiff through the solver."""
+        """d residuals / d theta_internal by forward-mode autodiff through the solver.
+
+        Raises:
+            ValueError: the problem samples noise levels (use `without_noise_parameters`).
+        """
+        if self.n_noise:
+            raise ValueError(
+                f"jacobian: this problem samples the noise levels {_quoted(self.noise_names)}, "
+                "which the residuals do not depend on (zero Jacobian columns); estimators and "
+                "sensitivities need problem.without_noise_parameters()"
+            )
         return _jitted("_jacobian_impl", self, self._check(theta_internal))
 
     def loss(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
@@ -390,46 +612,56 @@ class CalibrationProblem(eqx.Module):
 
     # --- probability ----------------------------------------------------------------------
     def log_likelihood(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Gaussian log likelihood of the measured entries; -inf when the solve fails.
+        """Log likelihood of the measured entries under ``self.likelihood``; -inf when the
+        solve fails.
 
-        ``"relative"``: F ~ N(X, (σ X)²) per entry, i.e. exp(-R_X n_obs / (2σ²)) for a
+        The default (``likelihood=None``) keeps the weighting's noise model: for
+        ``"relative"``, F ~ N(X, (σ X)²) per entry, i.e. exp(-R_X n_obs / (2σ²)) for a
         constant σ as in Wulkow 2021, normalised as a density:
-        -½ Σ r²/σ² - Σ log(σ |X|) - n/2 log 2π. ``"absolute"``: X ~ N(F, σ²).
-        ``"sigma"``: the same, with r = (X - F)/σ.
+        -½ Σ r²/σ² - Σ log(σ |X|) - n/2 log 2π; for ``"absolute"`` and ``"sigma"``,
+        X ~ N(F, σ²). See `jcalib.bayes.likelihoods` for all noise models; sampled σ come
+        from the last ``n_noise`` entries of ``theta_internal``.
 
         Raises:
-            ValueError: ``measurements.sigma`` is None (the noise level is needed).
+            ValueError: no noise level for some output (``measurements.sigma`` and
+                ``likelihood.sigma`` are None and it is not a noise parameter).
         """
         self._check_sigma("log_likelihood")
         return _jitted("_log_likelihood_impl", self, self._check(theta_internal))
 
     def log_prior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Log prior density in internal coordinates; -inf outside the box (uniform prior)."""
+        """Log prior density in internal coordinates (log-Jacobian included for priors
+        given in physical units); -inf outside the box (uniform and per-parameter priors)."""
         return self._log_prior_impl(self._check(theta_internal))
 
     def log_posterior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
         """Unnormalised log posterior, ``log_prior + log_likelihood``.
 
-        With the uniform prior the model is not evaluated outside the box (the likelihood
-        is taken at the box centre and discarded), so the value there is -inf, never NaN,
-        and the gradient there is finite (zero). A failed solve inside the box gives -inf.
+        With the uniform or per-parameter priors the model is not evaluated where the
+        prior is zero (outside the box; the likelihood is taken at the box centre and
+        discarded), so the value there is -inf, never NaN, and the gradient there is
+        finite (zero). A failed solve inside the box gives -inf.
 
         Raises:
-            ValueError: ``measurements.sigma`` is None (the noise level is needed).
+            ValueError: no noise level for some output (see `log_likelihood`).
         """
         self._check_sigma("log_posterior")
         return _jitted("_log_posterior_impl", self, self._check(theta_internal))
 
     # --- implementations (pure; called through one filter_jit, so eager calls compile once) --
     def _check_sigma(self, what: str) -> None:
-        if self.sigma_observed is None:
+        if not self.sigma_available:
             raise ValueError(
                 f"{what}: measurements.sigma is None, but the likelihood needs the noise "
-                "level; pass sigma to Measurements"
+                "level; pass sigma to Measurements, fix it with likelihood=...(sigma=...), or "
+                "sample it with noise_parameters=True"
             )
 
+    def _simulated_observed(self, model: AbstractModel, z) -> Float[Array, " n_observed"]:
+        return model.simulate(self.theta_full(z)).reshape(-1)[self.observed_index]
+
     def _residuals_with(self, model: AbstractModel, z) -> Float[Array, " n_observed"]:
-        f = model.simulate(self.theta_full(z)).reshape(-1)[self.observed_index]
+        f = self._simulated_observed(model, z)
         x = self.x_observed
         if self.weighting == "relative":
             return (x - f) / x
@@ -450,35 +682,155 @@ class CalibrationProblem(eqx.Module):
     def _loss_impl(self, z):
         return jnp.mean(self._residuals_impl(z) ** 2)
 
+    def _sigma_impl(self, z):
+        if self.noise_slot is None:
+            return self.sigma_observed
+        sigma = jnp.exp(z[self.n_model_free:])  # noise parameters are log-scale
+        sampled = sigma[jnp.maximum(self.noise_slot, 0)]
+        return jnp.where(self.noise_slot >= 0, sampled, self.sigma_observed)
+
     def _log_likelihood_impl(self, z):
-        r = self._residuals_impl(z)
-        sigma = self.sigma_observed
-        if self.weighting == "sigma":
-            scaled, scale = r, sigma
-        elif self.weighting == "relative":
-            scaled, scale = r / sigma, sigma * jnp.abs(self.x_observed)
-        else:
-            scaled, scale = r / sigma, sigma
-        n = self.n_observed
-        value = -0.5 * jnp.sum(scaled**2) - jnp.sum(jnp.log(scale)) - 0.5 * n * _LOG_2PI
+        f = self._simulated_observed(self.model, z)
+        value = jnp.sum(self.likelihood.log_density(self.x_observed, f, self._sigma_impl(z)))
         return jnp.where(jnp.isnan(value), -jnp.inf, value)
 
     def _log_prior_impl(self, z):
-        if self.prior is not None:
-            return self.prior.log_prob(z)
-        lower, upper = self.space.lower_internal, self.space.upper_internal
-        inside = jnp.all((z >= jnp.asarray(lower)) & (z <= jnp.asarray(upper)))
-        return jnp.where(inside, -float(np.sum(np.log(upper - lower))), -jnp.inf)
+        n_model = self.n_model_free
+        z_model = z[:n_model]
+        if isinstance(self.prior, GaussianPrior):
+            lp = self.prior.log_prob(z_model)
+        elif self.prior is not None:
+            lp = self.prior.log_prob_internal(z_model)
+        else:
+            space = self.model.parameters.subset(self.model_free_names)
+            lower, upper = space.lower_internal, space.upper_internal
+            inside = jnp.all((z_model >= jnp.asarray(lower)) & (z_model <= jnp.asarray(upper)))
+            lp = jnp.where(inside, -float(np.sum(np.log(upper - lower))), -jnp.inf)
+        if self.noise_prior is not None:
+            lp = lp + self.noise_prior.log_prob_internal(z[n_model:])
+        return lp
 
     def _log_posterior_impl(self, z):
         lp = self._log_prior_impl(z)
-        if self.prior is not None:
+        if isinstance(self.prior, GaussianPrior):
             return lp + self._log_likelihood_impl(z)
         inside = jnp.isfinite(lp)
         space = self.space
         centre = jnp.asarray(0.5 * (space.lower_internal + space.upper_internal))
         z_safe = jnp.where(jnp.broadcast_to(inside, z.shape), z, centre)
         return jnp.where(inside, lp + self._log_likelihood_impl(z_safe), -jnp.inf)
+
+
+def initial_state_from_parameters(
+    model: AbstractModel, theta: Float[Array, " n_params"], y0: Float[ArrayLike, " n_states"]
+) -> Float[Array, " n_states"]:
+    """Initial states as parameters: ``y0`` with every state ``s`` for which the model has
+    a parameter named ``<s>0`` replaced by that parameter's value.
+
+    The convention that makes initial states estimable: name a parameter after the state
+    with a trailing ``0`` (state ``prey`` → parameter ``prey0``) and call this from
+    ``initial_state``; the parameter is then free, fixed or given a prior like any other.
+    The value goes into the solver state as is (a model with scaled states divides by the
+    scale itself).
+
+    Example:
+        >>> def initial_state(self, theta):  # doctest: +SKIP
+        ...     return initial_state_from_parameters(self, theta, jnp.ones(2))
+
+    Raises:
+        ValueError: ``y0`` does not have one entry per state.
+    """
+    y0 = jnp.asarray(y0, dtype=theta.dtype)
+    states = tuple(model.state_names)
+    if y0.shape != (len(states),):
+        raise ValueError(
+            f"initial_state_from_parameters: y0 must have shape (n_states,) = ({len(states)},) "
+            f"for states {states}; got shape {y0.shape}"
+        )
+    names = model.parameters.names
+    for i, state in enumerate(states):
+        if f"{state}0" in names:
+            y0 = y0.at[i].set(theta[names.index(f"{state}0")])
+    return y0
+
+
+class InitialStateParameters(AbstractModel):
+    """A model with some of its initial states turned into parameters (appended after the
+    model's own); built by `with_initial_state_parameters`. It forwards the vector field,
+    observation and inputs to ``base`` (observed through this model's experiment, so
+    ``with_times``/``with_experiment`` work) and overwrites the chosen entries of
+    ``base.initial_state``."""
+
+    base: AbstractModel
+    state_index: tuple[int, ...] = eqx.field(static=True)
+    n_base: int = eqx.field(static=True)
+
+    def _base(self) -> AbstractModel:
+        return self.base.with_experiment(self.experiment)
+
+    def vector_field(self, t, y, theta):
+        return self._base().vector_field(t, y, theta[: self.n_base])
+
+    def initial_state(self, theta):
+        y0 = self._base().initial_state(theta[: self.n_base])
+        return y0.at[jnp.asarray(self.state_index)].set(theta[self.n_base:].astype(y0.dtype))
+
+    def observe(self, t, y, theta):
+        return self._base().observe(t, y, theta[: self.n_base])
+
+    def inputs(self, t):
+        return self._base().inputs(t)
+
+    def constants(self) -> dict[str, tuple[float, str]]:
+        return self.base.constants()
+
+
+def with_initial_state_parameters(model: AbstractModel,
+                                  parameters: Sequence[Parameter]) -> InitialStateParameters:
+    """Make initial states of any model (built-in ones included) estimable.
+
+    Each `Parameter` must be named ``<state>0`` for one of ``model.state_names`` (the
+    same convention as `initial_state_from_parameters`); the parameters are appended to
+    ``model.parameters`` and their values replace those states in ``initial_state``, in
+    the solver's state coordinates (models that scale their states, such as the
+    polymerization models, need the scaled value).
+
+    Example:
+        >>> model = jcalib.models.get("four_substance_reactions")  # doctest: +SKIP
+        >>> model = with_initial_state_parameters(model, [Parameter("A0", 10.0, 5.0, 20.0)])
+        >>> model.parameters.names                                 # doctest: +SKIP
+        ('kab', 'kac', 'kad', 'A0')
+
+    Raises:
+        ValueError: a name that is not ``<state>0``; a state named twice; a name that a
+            model parameter already has.
+    """
+    parameters = (parameters,) if isinstance(parameters, Parameter) else tuple(parameters)
+    if not parameters:
+        raise ValueError("with_initial_state_parameters: no parameters given")
+    states = tuple(model.state_names)
+    index = []
+    for p in parameters:
+        if not isinstance(p, Parameter):
+            raise ValueError(
+                f"with_initial_state_parameters: expected Parameter objects; got {p!r}")
+        state = p.name[:-1] if p.name.endswith("0") else None
+        if state not in states:
+            raise ValueError(
+                f"with_initial_state_parameters: {p.name!r} does not name an initial state; use "
+                f"'<state>0' with a state from {states}"
+            )
+        if p.name in model.parameters.names:
+            raise ValueError(
+                f"with_initial_state_parameters: the model already has a parameter {p.name!r}")
+        index.append(states.index(state))
+    space = ParameterSpace(tuple(model.parameters) + parameters)  # checks duplicates
+    return InitialStateParameters(
+        parameters=space, output_names=model.output_names, state_names=states,
+        experiment=model.experiment, solver=model.solver, controller=model.controller,
+        adjoint=model.adjoint, dt0=model.dt0, max_steps=model.max_steps, base=model,
+        state_index=tuple(index), n_base=model.parameters.n_params,
+    )
 
 
 @eqx.filter_jit

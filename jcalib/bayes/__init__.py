@@ -1,0 +1,47 @@
+"""Bayesian estimation: likelihoods and priors, prescaled MALA (Wulkow et al. 2021), posterior
+results, MCMC diagnostics (ArviZ), kernel density estimates of marginals and predictive bands.
+
+The log-normal *likelihood* is `jcalib.bayes.likelihoods.LogNormal` (or ``likelihood="lognormal"``);
+`LogNormal` here is the prior."""
+
+from jcalib.bayes.diagnostics import (
+    ChainDiagnostics,
+    acceptance_rate,
+    autocorrelation,
+    chain_diagnostics,
+    ess,
+    mcse,
+    rhat,
+    summary,
+    to_inference_data,
+)
+from jcalib.bayes.kde import default_grid, gaussian_kde, kde_1d, kde_2d, kernel_covariance
+from jcalib.bayes.likelihoods import AbsoluteGaussian, RelativeGaussian, get_likelihood
+from jcalib.bayes.mala import (
+    MALAInfo,
+    MALAState,
+    PrescaledMALA,
+    Prescaling,
+    blackjax_mala,
+    build_kernel,
+    log_acceptance_ratio,
+    prescaled_mala,
+    prescaling,
+    proposal_log_density,
+    sample,
+    step_sizes,
+)
+from jcalib.bayes.predictive import PredictiveBands, expand_draws, prediction_bands, predictive_bands
+from jcalib.bayes.priors import HalfNormal, LogNormal, LogUniform, Normal, Uniform, bind_priors
+from jcalib.bayes.result import PosteriorResult
+
+__all__ = [
+    "AbsoluteGaussian", "HalfNormal", "LogNormal", "LogUniform", "Normal", "PredictiveBands",
+    "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "prediction_bands",
+    "predictive_bands",
+    "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
+    "acceptance_rate", "autocorrelation", "blackjax_mala", "build_kernel", "chain_diagnostics",
+    "default_grid", "ess", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance", "log_acceptance_ratio",
+    "mcse", "prescaled_mala", "prescaling", "proposal_log_density", "rhat", "sample", "step_sizes", "summary",
+    "to_inference_data",
+]

@@ -1,0 +1,204 @@
+"""MCMC diagnostics through ArviZ: acceptance, effective sample size, R-hat, Monte Carlo
+standard errors, autocorrelation.
+
+Samples are arrays by chain, ``(n_chains, n_draws, n_params)`` (as in
+`jcalib.bayes.result.PosteriorResult`); every function turns them into an
+``arviz.InferenceData`` (one variable per parameter) and calls ArviZ, so the numbers are
+ArviZ's: rank-normalised split R-hat and bulk/tail ESS (Vehtari et al. 2021), MCSE of the
+mean and sd. An R-hat above 1.01 or a bulk ESS below ~100 per chain signal that the chains
+have not mixed (Vehtari et al. 2021, §4).
+
+Example:
+    >>> import numpy as np
+    >>> draws = np.random.default_rng(0).normal(size=(4, 500, 2))
+    >>> d = chain_diagnostics(draws)
+    >>> bool(np.all(d.rhat < 1.01)), d.ess_bulk.shape
+    (True, (2,))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+from jaxtyping import ArrayLike, Bool, Float
+
+if TYPE_CHECKING:
+    import arviz as az
+
+__all__ = [
+    "ChainDiagnostics",
+    "acceptance_rate",
+    "autocorrelation",
+    "chain_diagnostics",
+    "ess",
+    "mcse",
+    "rhat",
+    "summary",
+    "to_inference_data",
+]
+
+
+class ChainDiagnostics(NamedTuple):
+    """Per-parameter convergence numbers, each ``(n_params,)``.
+
+    Attributes:
+        ess_bulk: bulk effective sample size (rank-normalised).
+        ess_tail: tail ESS (of the 5 % and 95 % quantiles, the smaller).
+        rhat: rank-normalised split R-hat.
+        mcse_mean: Monte Carlo standard error of the posterior mean.
+        mcse_sd: Monte Carlo standard error of the posterior sd.
+    """
+
+    ess_bulk: np.ndarray
+    ess_tail: np.ndarray
+    rhat: np.ndarray
+    mcse_mean: np.ndarray
+    mcse_sd: np.ndarray
+
+
+def _check(samples, where: str) -> np.ndarray:
+    arr = np.asarray(samples, dtype=np.float64)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.ndim != 3 or arr.shape[1] < 1 or arr.shape[2] < 1:
+        raise ValueError(
+            f"{where}: samples must have shape (n_chains, n_draws, n_params) (or (n_chains, n_draws)); "
+            f"got shape {np.shape(samples)}"
+        )
+    return arr
+
+
+def _names(names, n: int, where: str) -> list[str]:
+    if names is None:
+        return [f"x{i}" for i in range(n)]
+    names = [names] if isinstance(names, str) else [str(x) for x in names]
+    if len(names) != n or len(set(names)) != n:
+        raise ValueError(f"{where}: names must be {n} distinct strings, one per parameter; got {names!r}")
+    return names
+
+
+def to_inference_data(
+    samples: Float[ArrayLike, "n_chains n_draws n_params"],
+    names: Sequence[str] | None = None,
+    *,
+    logdensity: Float[ArrayLike, "n_chains n_draws"] | None = None,
+    sample_stats: dict | None = None,
+    attrs: dict | None = None,
+) -> "az.InferenceData":
+    """Samples by chain as an ``arviz.InferenceData`` (``az.from_dict``).
+
+    Args:
+        samples: ``(n_chains, n_draws, n_params)``.
+        names: one variable name per parameter (default ``x0, x1, ...``).
+        logdensity: log density of each draw, stored as ``sample_stats.lp``.
+        sample_stats: further ``{name: (n_chains, n_draws) array}`` statistics.
+        attrs: attributes of the groups (JSON-able scalars and strings).
+
+    Raises:
+        ValueError: bad shapes or names.
+    """
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    arr = _check(samples, "to_inference_data")
+    names = _names(names, arr.shape[2], "to_inference_data")
+    stats = dict(sample_stats or {})
+    if logdensity is not None:
+        lp = np.asarray(logdensity, dtype=np.float64)
+        if lp.shape != arr.shape[:2]:
+            raise ValueError(
+                f"to_inference_data: logdensity must have shape (n_chains, n_draws) = {arr.shape[:2]}; got "
+                f"shape {lp.shape}"
+            )
+        stats["lp"] = lp
+    return az.from_dict(posterior={n: arr[:, :, i] for i, n in enumerate(names)},
+                        sample_stats=stats or None, attrs=attrs)
+
+
+def _per_parameter(dataset, names: list[str]) -> np.ndarray:
+    return np.array([float(dataset[n].values) for n in names], dtype=np.float64)
+
+
+def ess(samples: Float[ArrayLike, "n_chains n_draws n_params"], method: str = "bulk") -> np.ndarray:
+    """Effective sample size per parameter (``az.ess``; ``method`` "bulk", "tail", "mean",
+    ...), ``(n_params,)``."""
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    arr = _check(samples, "ess")
+    names = _names(None, arr.shape[2], "ess")
+    return _per_parameter(az.ess(to_inference_data(arr), method=method), names)
+
+
+def rhat(samples: Float[ArrayLike, "n_chains n_draws n_params"]) -> np.ndarray:
+    """Rank-normalised split R-hat per parameter (``az.rhat``), ``(n_params,)``."""
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    arr = _check(samples, "rhat")
+    return _per_parameter(az.rhat(to_inference_data(arr)), _names(None, arr.shape[2], "rhat"))
+
+
+def mcse(samples: Float[ArrayLike, "n_chains n_draws n_params"], method: str = "mean") -> np.ndarray:
+    """Monte Carlo standard error per parameter (``az.mcse``; ``method`` "mean", "sd",
+    "median"), ``(n_params,)``."""
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    arr = _check(samples, "mcse")
+    return _per_parameter(az.mcse(to_inference_data(arr), method=method), _names(None, arr.shape[2], "mcse"))
+
+
+def chain_diagnostics(samples: Float[ArrayLike, "n_chains n_draws n_params"]) -> ChainDiagnostics:
+    """Bulk and tail ESS, R-hat and MCSE of mean and sd in one pass over one
+    ``InferenceData``; NaN where ArviZ cannot compute them (e.g. fewer than 4 draws)."""
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    arr = _check(samples, "chain_diagnostics")
+    names = _names(None, arr.shape[2], "chain_diagnostics")
+    idata = to_inference_data(arr)
+    return ChainDiagnostics(
+        ess_bulk=_per_parameter(az.ess(idata, method="bulk"), names),
+        ess_tail=_per_parameter(az.ess(idata, method="tail"), names),
+        rhat=_per_parameter(az.rhat(idata), names),
+        mcse_mean=_per_parameter(az.mcse(idata, method="mean"), names),
+        mcse_sd=_per_parameter(az.mcse(idata, method="sd"), names),
+    )
+
+
+def summary(samples: Float[ArrayLike, "n_chains n_draws n_params"], names: Sequence[str] | None = None,
+            *, hdi_prob: float = 0.9):
+    """``az.summary`` table (a pandas DataFrame: mean, sd, HDI, MCSE, ESS, R-hat) by name."""
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    arr = _check(samples, "summary")
+    names = _names(names, arr.shape[2], "summary")
+    return az.summary(to_inference_data(arr, names), hdi_prob=hdi_prob).loc[names]  # ArviZ sorts by name
+
+
+def acceptance_rate(is_accepted: Bool[ArrayLike, "n_chains n_steps"]) -> np.ndarray:
+    """Fraction of accepted proposals per chain, ``(n_chains,)``.
+
+    Raises:
+        ValueError: not a ``(n_chains, n_steps)`` array with at least one step.
+    """
+    arr = np.asarray(is_accepted)
+    if arr.ndim != 2 or arr.shape[1] == 0:
+        raise ValueError(f"acceptance_rate: is_accepted must have shape (n_chains, n_steps); got shape {arr.shape}")
+    return arr.astype(np.float64).mean(axis=1)
+
+
+def autocorrelation(samples: Float[ArrayLike, "n_chains n_draws n_params"], max_lag: int | None = None) -> np.ndarray:
+    """Autocorrelation of each chain and parameter (``az.autocorr`` along the draws),
+    ``(n_chains, max_lag + 1, n_params)``; lag 0 is 1 (``max_lag`` default: n_draws - 1).
+
+    Raises:
+        ValueError: bad shape or ``max_lag``.
+    """
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    arr = _check(samples, "autocorrelation")
+    n_draws = arr.shape[1]
+    max_lag = n_draws - 1 if max_lag is None else max_lag
+    if not isinstance(max_lag, (int, np.integer)) or not 0 <= max_lag < n_draws:
+        raise ValueError(f"autocorrelation: max_lag must be an integer in [0, n_draws={n_draws}); got {max_lag!r}")
+    rho = az.autocorr(np.swapaxes(arr, 1, 2), axis=-1)  # (n_chains, n_params, n_draws)
+    return np.swapaxes(rho, 1, 2)[:, : max_lag + 1, :]

@@ -1,0 +1,758 @@
+"""Prescaled MALA: Metropolis-adjusted Langevin with a diagonal preconditioner
+(Wulkow et al. 2021, §2.3.2-2.3.3 and Appendix A.1-A.2).
+
+The target is π(θ) ∝ exp(-S_X(θ)) = exp(logdensity_fn(θ)) in the problem's *internal*
+coordinates θ (log for log-scale parameters, see `jcalib.parameters`); in practice
+``logdensity_fn`` is `jcalib.problem.CalibrationProblem.log_posterior`. One step (eq. A17)
+proposes, with P = diag(p) the prescaled step sizes,
+
+    θ' = θ + P ∇log π(θ) + √(2P) r,   r ~ N(0, I),
+
+i.e. a Gaussian q(θ'|θ) = N(θ + P ∇log π(θ), 2P) (eq. A18), and accepts it with the
+Metropolis-Hastings probability (eq. A15)
+
+    α(θ, θ') = min{1, π(θ') q(θ|θ') / (π(θ) q(θ'|θ))}.
+
+Equivalently, this is plain MALA with unit step size on the rescaled density
+π_u(u) = π(P^{1/2} u), θ = P^{1/2} u (`blackjax_mala` runs blackjax's kernel that way;
+the two give the same chain for the same key).
+
+**Prescaling** (`prescaling`, Appendix A.2). For target mean step lengths τ_i (a fraction
+of each parameter's prior range, e.g. 1/50 in the paper's reaction example, 1/200 in its
+polymerization tests), n = 100 points θ_k are drawn (uniformly from the prior box, the
+paper's step 2, or around a given centre), the gradients of S_X = -log π are weighted by
+the posterior, mean |∂S/∂θ_i| = Σ_k π(θ_k) |∂_i S(θ_k)| / Σ_k π(θ_k) (eq. A22), and
+P_ii solves the bound on the mean step length P_ii mean|∂_i S| + 2 √(P_ii/π) = τ_i (eq.
+A23), whose positive root is eq. A26.
+
+**Rejections.** A proposal where the log density is -inf (outside a uniform prior box) or
+NaN, or its gradient is not finite (a failed ODE solve), is rejected: the acceptance
+probability is 0 and neither the value nor the gradient enters the chain (NaN gradients
+are replaced through `jnp.where`, so they cannot leak into later arithmetic).
+
+**Warm-up** (optional, not in the paper): a global factor s on P (P = s P_0) is adapted by
+dual averaging (blackjax's `dual_averaging_adaptation`, Hoffman & Gelman 2014) towards a
+target acceptance rate, using the mean acceptance probability over chains; then s is
+frozen (its averaged iterate) and the warm-up draws are discarded, so the sampling phase
+is a fixed, valid Metropolis-Hastings chain as in the paper ("the time step is not
+adaptively chosen but still determined in advance").
+
+The algorithm is a ``PrescaledMALA(init, step)`` pair, ``step(key, state) -> (state,
+info)`` as in blackjax; `sample` runs several chains (vmapped, `jax.lax.scan` in chunks,
+optional progress bar) and returns a `jcalib.bayes.result.PosteriorResult`.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> logdensity_fn = lambda x: -0.5 * jnp.sum((x / jnp.array([1.0, 100.0])) ** 2)
+    >>> result = sample(jax.random.key(0), logdensity_fn, jnp.zeros(2), 1000, n_chains=2,
+    ...                 bounds=(jnp.full(2, -1e3), jnp.full(2, 1e3)), fraction=0.002)
+    >>> result.samples.shape
+    (2, 1000, 2)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+from tqdm.auto import tqdm
+
+from jcalib.bayes.result import PosteriorResult
+from jcalib.parameters import ParameterSpace
+from jcalib.problem import CalibrationProblem
+
+__all__ = [
+    "BACKENDS",
+    "MALAInfo",
+    "MALAState",
+    "Prescaling",
+    "PrescaledMALA",
+    "blackjax_mala",
+    "build_kernel",
+    "log_acceptance_ratio",
+    "prescaled_mala",
+    "prescaling",
+    "proposal_log_density",
+    "sample",
+    "step_sizes",
+]
+
+BACKENDS = ("jcalib", "blackjax")
+_N_PRESCALING_DRAWS = 100  # Wulkow 2021, Appendix A.2 step 2: "we always used n = 100"
+
+
+class MALAState(NamedTuple):
+    """One chain's state (blackjax's layout, in internal coordinates).
+
+    Attributes:
+        position: θ, ``(n_params,)``.
+        logdensity: log π(θ); always finite in a running chain.
+        logdensity_grad: ∇log π(θ), ``(n_params,)``.
+    """
+
+    position: Float[Array, " n_params"]
+    logdensity: Float[Array, ""]
+    logdensity_grad: Float[Array, " n_params"]
+
+
+class MALAInfo(NamedTuple):
+    """What one transition did (stacked into a trace by `jax.lax.scan`).
+
+    Attributes:
+        acceptance_rate: the Metropolis-Hastings probability min(1, α) of the proposal.
+        is_accepted: whether the chain moved to the proposal.
+        is_valid: False if the proposal's log density was -inf/NaN or its gradient not
+            finite (then ``acceptance_rate`` is 0).
+    """
+
+    acceptance_rate: Float[Array, ""]
+    is_accepted: Bool[Array, ""]
+    is_valid: Bool[Array, ""]
+
+
+class PrescaledMALA(NamedTuple):
+    """``init(theta_internal) -> state`` and ``step(key, state) -> (state, info)``."""
+
+    init: Callable[[Float[Array, " n_params"]], MALAState]
+    step: Callable[[PRNGKeyArray, MALAState], tuple[MALAState, MALAInfo]]
+
+
+class Prescaling(NamedTuple):
+    """The prescaled step sizes and how they were obtained (Wulkow 2021, Appendix A.2).
+
+    Attributes:
+        step_sizes: the diagonal of P, eq. A26, ``(n_params,)``.
+        tau: target mean step lengths τ_i, ``(n_params,)``.
+        mean_abs_grad: posterior-weighted mean |∂S_X/∂θ_i| over the draws, eq. A22.
+        draws: the points θ_k, ``(n_draws, n_params)``.
+        weights: their normalised posterior weights π(θ_k)/Σπ (0 where invalid).
+        n_valid: draws with a finite log density and gradient.
+    """
+
+    step_sizes: Float[Array, " n_params"]
+    tau: Float[Array, " n_params"]
+    mean_abs_grad: Float[Array, " n_params"]
+    draws: Float[Array, "n_draws n_params"]
+    weights: Float[Array, " n_draws"]
+    n_valid: Int[Array, ""]
+
+
+# --- the kernel --------------------------------------------------------------------------------
+def _evaluate(logdensity_fn: Callable, position: Float[Array, " n"]) -> tuple[Array, Array, Array]:
+    """log π and ∇log π with invalid values (NaN, ±inf value, non-finite gradient) replaced:
+    ``(-inf, 0, False)``; otherwise ``(value, grad, True)``."""
+    value, grad = jax.value_and_grad(logdensity_fn)(position)
+    valid = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
+    return (jnp.where(valid, value, -jnp.inf), jnp.where(valid, grad, jnp.zeros_like(grad)), valid)
+
+
+def _init_state(logdensity_fn: Callable, position: Float[ArrayLike, " n"]) -> MALAState:
+    logdensity, grad, _ = _evaluate(logdensity_fn, jnp.asarray(position))
+    return MALAState(jnp.asarray(position), logdensity, grad)
+
+
+def proposal_log_density(state: MALAState, position: Float[Array, " n_params"],
+                         step_sizes: Float[Array, " n_params"]) -> Float[Array, ""]:
+    """log q(position | state): the normalised Gaussian N(θ + P ∇log π(θ), 2P) of eq. A18.
+
+    Args:
+        state: the current state θ (with its gradient).
+        position: the proposed θ'.
+        step_sizes: the diagonal of P, positive.
+    """
+    mean = state.position + step_sizes * state.logdensity_grad
+    return (-0.25 * jnp.sum((position - mean) ** 2 / step_sizes)
+            - 0.5 * jnp.sum(jnp.log(4.0 * math.pi * step_sizes)))
+
+
+def log_acceptance_ratio(state: MALAState, proposal: MALAState,
+                         step_sizes: Float[Array, " n_params"]) -> Float[Array, ""]:
+    """log α(θ, θ') = min(0, log π(θ') + log q(θ|θ') - log π(θ) - log q(θ'|θ)) (eq. A15);
+    -inf where the proposal's log density is not finite or the ratio is NaN."""
+    log_ratio = (proposal.logdensity + proposal_log_density(proposal, state.position, step_sizes)
+                 - state.logdensity - proposal_log_density(state, proposal.position, step_sizes))
+    ok = jnp.isfinite(proposal.logdensity) & ~jnp.isnan(log_ratio)
+    return jnp.where(ok, jnp.minimum(log_ratio, 0.0), -jnp.inf)
+
+
+def build_kernel(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]]):
+    """The prescaled MALA transition ``kernel(key, state, step_sizes) -> (state, info)``.
+
+    The step sizes are an argument (not a closure constant) so that a warm-up can adapt
+    them under `jax.lax.scan`. Random numbers follow blackjax's MALA: ``key`` is split into
+    (noise key, accept key); the noise is ``jax.random.normal(noise_key, (n_params,))`` and
+    the proposal is accepted when ``jax.random.bernoulli(accept_key, min(1, α))``.
+
+    Args:
+        logdensity_fn: log π(θ) up to a constant, a JAX function ``(n_params,) -> ()``.
+    """
+
+    def kernel(key: PRNGKeyArray, state: MALAState,
+               step_sizes: Float[Array, " n_params"]) -> tuple[MALAState, MALAInfo]:
+        key_noise, key_accept = jax.random.split(key)
+        x = state.position
+        noise = jax.random.normal(key_noise, x.shape, dtype=x.dtype)
+        y = x + step_sizes * state.logdensity_grad + jnp.sqrt(2.0 * step_sizes) * noise
+        logdensity, grad, valid = _evaluate(logdensity_fn, y)
+        proposal = MALAState(y, logdensity, grad)
+        log_alpha = jnp.where(valid, log_acceptance_ratio(state, proposal, step_sizes), -jnp.inf)
+        p_accept = jnp.exp(log_alpha)
+        accept = jax.random.bernoulli(key_accept, p_accept) & valid
+        new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(accept, new, old), proposal, state)
+        return new_state, MALAInfo(p_accept, accept, valid)
+
+    return kernel
+
+
+def prescaled_mala(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]],
+                   step_sizes: Float[ArrayLike, " n_params"]) -> PrescaledMALA:
+    """Prescaled MALA (eqs. A17-A18) as ``init`` / ``step`` functions.
+
+    Args:
+        logdensity_fn: log π(θ) up to a constant, a JAX function ``(n_params,) -> ()``;
+            -inf (or NaN) where π is zero or the model fails.
+        step_sizes: the diagonal of P, ``(n_params,)`` (e.g. from `step_sizes`), positive.
+
+    Returns:
+        ``PrescaledMALA(init, step)``; ``init(theta_internal)`` evaluates log π and its
+        gradient, ``step(key, state)`` is one transition.
+
+    Example:
+        >>> mala = prescaled_mala(lambda x: -0.5 * jnp.sum(x**2), jnp.full(2, 0.5))
+        >>> state, info = mala.step(jax.random.key(1), mala.init(jnp.zeros(2)))
+    """
+    p = eqx.error_if(jnp.asarray(step_sizes), ~jnp.all(jnp.asarray(step_sizes) > 0),
+                     "prescaled_mala: step_sizes must be positive")
+    kernel = build_kernel(logdensity_fn)
+    return PrescaledMALA(lambda theta_internal: _init_state(logdensity_fn, theta_internal),
+                         lambda key, state: kernel(key, state, p))
+
+
+def _blackjax_kernel(logdensity_fn: Callable):
+    """``kernel(key, state, step_sizes)``: blackjax's MALA with step size 1 on the rescaled
+    density u ↦ log π(√p u), states converted to and from θ = √p u."""
+
+    import blackjax  # imported on use, as the blackjax backend is optional
+    from blackjax.mcmc.mala import MALAState as BlackjaxMALAState
+
+    def kernel(key, state: MALAState, step_sizes):
+        scale = jnp.sqrt(step_sizes)
+        algorithm = blackjax.mala(lambda u: logdensity_fn(scale * u), 1.0)
+        u_state = BlackjaxMALAState(state.position / scale, state.logdensity,
+                                   state.logdensity_grad * scale)
+        with jax.numpy_dtype_promotion("standard"):  # blackjax mixes Python ints and floats
+            u_state, info = algorithm.step(key, u_state)
+        new_state = MALAState(scale * u_state.position, u_state.logdensity,
+                              u_state.logdensity_grad / scale)
+        valid = info.acceptance_rate > 0  # blackjax does not report invalid proposals as such
+        return new_state, MALAInfo(info.acceptance_rate, info.is_accepted, valid)
+
+    return kernel
+
+
+def blackjax_mala(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]],
+                  step_sizes: Float[ArrayLike, " n_params"]) -> PrescaledMALA:
+    """The same chain as `prescaled_mala`, run by blackjax's MALA kernel (step size 1) on
+    the rescaled density π_u(u) = π(P^{1/2} u); states are reported in θ = P^{1/2} u.
+
+    blackjax turns a NaN energy into a rejection but keeps a NaN gradient of an accepted
+    state; `prescaled_mala` also rejects proposals with non-finite gradients.
+
+    Args:
+        logdensity_fn: log π(θ), as for `prescaled_mala`.
+        step_sizes: the diagonal of P, positive.
+    """
+    p = jnp.asarray(step_sizes)
+    kernel = _blackjax_kernel(logdensity_fn)
+    return PrescaledMALA(lambda theta_internal: _init_state(logdensity_fn, theta_internal),
+                         lambda key, state: kernel(key, state, p))
+
+
+# --- prescaling (Appendix A.2) -----------------------------------------------------------------
+def prescaling(
+    key: PRNGKeyArray,
+    logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]] | CalibrationProblem,
+    bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | ParameterSpace | None = None,
+    *,
+    fraction: float | Float[ArrayLike, " n_params"] = 0.02,
+    n_draws: int = _N_PRESCALING_DRAWS,
+    center: Float[ArrayLike, " n_params"] | None = None,
+    spread: float = 0.1,
+) -> Prescaling:
+    """Step sizes P_ii of the prescaled MALA from target step lengths (Appendix A.2).
+
+    1. τ_i = ``fraction`` × (upper_i - lower_i), the prior range in internal coordinates
+       (log range for log-scale parameters).
+    2. ``n_draws`` points θ_k: uniform in the box (default; the paper's "randomly from the
+       parameter space"), or, with ``center``, θ_k ~ N(center, (spread (upper-lower))²)
+       (useful when the posterior is so narrow that box draws barely see it).
+    3. mean|∂_i S| = Σ_k w_k |∂_i S(θ_k)| with w_k ∝ π(θ_k) (eq. A22; draws with a
+       -inf/NaN log density or a non-finite gradient get weight 0).
+    4. P_ii = (τ_i / (1/√π + √(1/π + τ_i mean|∂_i S|)))², the positive root of
+       P_ii mean|∂_i S| + 2√(P_ii/π) = τ_i (eqs. A23-A26, written without cancellation;
+       mean|∂_i S| = 0 gives P_ii = π τ_i²/4).
+
+    Args:
+        key: a ``jax.random`` key for the draws.
+        logdensity_fn: log π(θ) in internal coordinates, or a `CalibrationProblem` (its
+            ``log_posterior``; then ``bounds`` defaults to its internal box).
+        bounds: ``(lower, upper)`` in internal coordinates, or a `ParameterSpace` (its
+            internal box); needed with a plain function.
+        fraction: τ_i as a fraction of the range (scalar or per parameter, > 0); the
+            paper used 1/50 and 1/200.
+        n_draws: number of draws (the paper: 100).
+        center: draw around this point (internal coordinates) instead of the box.
+        spread: standard deviation of those draws as a fraction of the range.
+
+    Returns:
+        `Prescaling` with ``step_sizes`` (the diagonal of P) and the intermediate numbers.
+
+    Raises:
+        ValueError: missing or bad ``bounds``; ``fraction``, ``n_draws`` or ``spread`` not
+            positive; ``center`` of the wrong shape; no draw with a finite log density and
+            gradient.
+
+    Example:
+        >>> pre = prescaling(jax.random.key(0), lambda x: -0.5 * jnp.sum(x**2),
+        ...                  (-jnp.ones(2), jnp.ones(2)), fraction=0.1)
+        >>> pre.step_sizes.shape
+        (2,)
+    """
+    logdensity_fn, space = _resolve_target(logdensity_fn, None, "prescaling")
+    return _prescaling(key, logdensity_fn, bounds, space, fraction, n_draws, center, spread)[0]
+
+
+def _prescaling(key, logdensity_fn, bounds, space, fraction, n_draws, center, spread, extra_points=None):
+    """`prescaling`; ``extra_points`` (e.g. the chains' starts) are evaluated in the same
+    compiled batch (their validity is returned second) but do not enter the weights."""
+    lower, upper = _resolve_bounds(bounds, space, "prescaling")
+    n = lower.size
+    tau = _positive(fraction, n, "prescaling", "fraction") * (upper - lower)
+    if not isinstance(n_draws, (int, np.integer)) or n_draws < 1:
+        raise ValueError(f"prescaling: n_draws must be a positive integer; got {n_draws!r}")
+    if not (isinstance(spread, (int, float)) and spread > 0):
+        raise ValueError(f"prescaling: spread must be a positive number; got {spread!r}")
+    lo, width = jnp.asarray(lower), jnp.asarray(upper - lower)
+    if center is None:
+        draws = lo[None, :] + jax.random.uniform(key, (int(n_draws), n), dtype=jnp.float64) * width[None, :]
+        where = f"uniform draws from the box {lower.tolist()} .. {upper.tolist()}"
+    else:
+        c = _as_float64(center, "prescaling", "center")
+        if c.shape != (n,):
+            raise ValueError(f"prescaling: center must have shape ({n},); got shape {c.shape}")
+        draws = c[None, :] + spread * width[None, :] * jax.random.normal(key, (int(n_draws), n),
+                                                                          dtype=jnp.float64)
+        where = f"draws around center={np.asarray(c).tolist()}"
+    if extra_points is not None and extra_points.shape[1] != n:
+        raise ValueError(
+            f"prescaling: the starts have {extra_points.shape[1]} entries but the bounds {n}; pass bounds (or a "
+            "space) for the same parameters"
+        )
+    n_extra = 0 if extra_points is None else int(extra_points.shape[0])
+    points = draws if extra_points is None else jnp.concatenate([extra_points, draws])
+    logdensity, grad, valid = _evaluate_batch(logdensity_fn, points)
+    extra_valid, logdensity, grad, valid = valid[:n_extra], logdensity[n_extra:], grad[n_extra:], valid[n_extra:]
+    n_valid = int(jnp.sum(valid))
+    if n_valid == 0:
+        raise ValueError(
+            f"prescaling: the log density (or its gradient) is not finite at any of the "
+            f"{n_draws} {where}; pass center= (a point where it is finite) or explicit step_sizes"
+        )
+    weights = jax.nn.softmax(jnp.where(valid, logdensity, -jnp.inf))
+    mean_abs_grad = jnp.sum(weights[:, None] * jnp.abs(grad), axis=0)  # |∂S| = |∂ log π|
+    tau_j = jnp.asarray(tau)
+    root = tau_j / (1.0 / math.sqrt(math.pi) + jnp.sqrt(1.0 / math.pi + tau_j * mean_abs_grad))
+    return Prescaling(root**2, tau_j, mean_abs_grad, draws, weights, jnp.asarray(n_valid)), extra_valid
+
+
+def step_sizes(key: PRNGKeyArray, logdensity_fn, bounds=None, **kwargs) -> Float[Array, " n_params"]:
+    """The diagonal of P from `prescaling` (same arguments); only the step sizes.
+
+    Example:
+        >>> p = step_sizes(jax.random.key(0), lambda x: -0.5 * jnp.sum(x**2),
+        ...                (-jnp.ones(2), jnp.ones(2)), fraction=0.1)
+    """
+    return prescaling(key, logdensity_fn, bounds, **kwargs).step_sizes
+
+
+# --- running chains ----------------------------------------------------------------------------
+def sample(
+    key: PRNGKeyArray,
+    problem_or_logdensity_fn: CalibrationProblem | Callable[[Float[Array, " n_params"]], Float[Array, ""]],
+    theta0_internal: Float[ArrayLike, " n_params"] | Float[ArrayLike, "n_chains n_params"],
+    n_steps: int,
+    *,
+    n_chains: int = 4,
+    burn_in: int = 0,
+    thin: int = 1,
+    step_sizes: str | Prescaling | float | Float[ArrayLike, " n_params"] = "prescaled",
+    fraction: float | Float[ArrayLike, " n_params"] = 0.02,
+    bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | None = None,
+    warmup: int = 0,
+    target_acceptance: float = 0.6,
+    to_physical: ParameterSpace | Callable | None = None,
+    names: Sequence[str] | None = None,
+    backend: str = "jcalib",
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> PosteriorResult:
+    """Sample a posterior with prescaled MALA, several chains at once.
+
+    Every chain runs ``warmup`` adaptation steps (optional), ``burn_in`` discarded steps,
+    then ``n_steps`` steps of which every ``thin``-th is kept: ``n_steps // thin`` draws
+    per chain. Chains are vmapped; steps run in `jax.lax.scan` chunks (``chunk_size``
+    kept draws each; a progress bar advances per chunk). Random numbers depend only on
+    ``key`` and the step index, so the chunking does not change the draws.
+
+    Args:
+        key: a ``jax.random`` key; the same key gives the same result.
+        problem_or_logdensity_fn: a `CalibrationProblem` (its ``log_posterior``; names,
+            box and physical units come from ``problem.space``) or log π(θ) in internal
+            coordinates, a JAX function ``(n_params,) -> ()`` (``problem.log_posterior``
+            itself works too); -inf or NaN where π is zero or the model fails.
+        theta0_internal: start, ``(n_params,)`` for all chains (the paper starts at the
+            Gauss-Newton estimate) or ``(n_chains, n_params)``; float64, with a finite
+            log density and gradient.
+        n_steps: steps per chain after warm-up and burn-in.
+        n_chains: chains.
+        burn_in: steps discarded before recording (the paper: 500 of 2500).
+        thin: keep every ``thin``-th step.
+        step_sizes: ``"prescaled"`` (`prescaling` with ``fraction`` and ``bounds``), a
+            `Prescaling`, or the diagonal of P (scalar or ``(n_params,)``), positive.
+        fraction: target step length τ_i as a fraction of the prior range (``"prescaled"``
+            only; the paper used 1/50 and 1/200).
+        bounds: ``(lower, upper)`` in internal coordinates for the prescaling draws;
+            default: the box of the problem or of ``to_physical`` (a `ParameterSpace`).
+        warmup: steps adapting a global factor on P towards ``target_acceptance`` (dual
+            averaging), discarded; 0 keeps P as given (the paper's procedure).
+        target_acceptance: in (0, 1); the paper calls 50-70 % ideal.
+        to_physical: internal -> physical map of the samples: a `ParameterSpace` (also
+            names, units, log-scale flags and box) or a function ``(n_params,) ->
+            (n_params,)``; None: identity (or the problem's space).
+        names: parameter names (default: from the space, else ``x0, x1, ...``).
+        backend: ``"jcalib"`` (`prescaled_mala`) or ``"blackjax"`` (`blackjax_mala`).
+        chunk_size: kept draws per compiled chunk (default: all at once, or 20 chunks
+            with ``progress``).
+        progress: show a progress bar.
+
+    Returns:
+        `PosteriorResult`: samples by chain in internal and physical units, acceptance per
+        chain, ESS, R-hat, MCSE, mean, sd, quantiles, the best sample, step sizes.
+
+    Raises:
+        ValueError: float64 not enabled; bad sizes, ``theta0_internal`` shape or a start
+            with a non-finite log density or gradient; bad ``step_sizes``, ``fraction``,
+            ``bounds``, ``target_acceptance``, ``backend``, ``names`` or ``to_physical``.
+    """
+    start_time = time.perf_counter()
+    if not jax.config.jax_enable_x64:
+        raise ValueError("sample: MALA runs in float64; call jax.config.update('jax_enable_x64', True) first")
+    logdensity_fn, space = _resolve_target(problem_or_logdensity_fn, to_physical, "sample")
+    for label, value, minimum in (("n_steps", n_steps, 1), ("n_chains", n_chains, 1), ("burn_in", burn_in, 0),
+                                  ("thin", thin, 1), ("warmup", warmup, 0)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+            kind = "positive" if minimum else "non-negative"
+            raise ValueError(f"sample: {label} must be a {kind} integer; got {value!r}")
+    if n_steps < thin:
+        raise ValueError(f"sample: n_steps={n_steps} keeps no draw with thin={thin}; use n_steps >= thin")
+    if backend not in BACKENDS:
+        raise ValueError(f"sample: backend must be one of {BACKENDS}; got {backend!r}")
+    if not (isinstance(target_acceptance, (int, float)) and 0.0 < target_acceptance < 1.0):
+        raise ValueError(f"sample: target_acceptance must lie in (0, 1); got {target_acceptance!r}")
+    if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
+        raise ValueError(f"sample: chunk_size must be a positive integer or None; got {chunk_size!r}")
+
+    theta0 = _as_float64(theta0_internal, "sample", "theta0_internal")
+    if theta0.ndim == 1:
+        theta0 = jnp.broadcast_to(theta0[None, :], (int(n_chains), theta0.shape[0]))
+    if theta0.ndim != 2 or theta0.shape[0] != n_chains:
+        raise ValueError(
+            f"sample: theta0_internal must have shape (n_params,) or (n_chains={n_chains}, n_params); "
+            f"got shape {jnp.shape(theta0_internal)}"
+        )
+    n = int(theta0.shape[1])
+    if space is not None and space.n_params != n:
+        raise ValueError(
+            f"sample: theta0_internal has {n} entries but the parameter space has {space.n_params} "
+            f"({', '.join(space.names)})"
+        )
+    names = _resolve_names(names, space, n)
+    phys_fn = _physical_fn(to_physical, space)
+
+    key_pre, key_warm, key_draw = jax.random.split(key, 3)
+    n_evaluations = int(n_chains)
+    pre = None
+    if isinstance(step_sizes, str):
+        if step_sizes != "prescaled":
+            raise ValueError(
+                f"sample: step_sizes must be 'prescaled', a Prescaling or positive numbers; got {step_sizes!r}")
+        if bounds is None and space is None:
+            raise ValueError(
+                "sample: step_sizes='prescaled' needs the prior box: pass bounds=(lower, upper) in internal "
+                "coordinates, a ParameterSpace as to_physical, or explicit step_sizes"
+            )
+        # the starts are checked in the same compiled batch as the prescaling draws
+        pre, start_valid = _prescaling(key_pre, logdensity_fn, bounds, space, fraction, _N_PRESCALING_DRAWS,
+                                       None, 0.1, extra_points=theta0)
+        p0 = pre.step_sizes
+        n_evaluations += int(pre.draws.shape[0])
+    else:
+        if isinstance(step_sizes, Prescaling):
+            pre = step_sizes
+            p0 = jnp.asarray(pre.step_sizes)
+        else:
+            p0 = jnp.asarray(_positive(step_sizes, n, "sample", "step_sizes"))
+        start_valid = _evaluate_batch(logdensity_fn, theta0)[2]
+    if p0.shape != (n,):
+        raise ValueError(f"sample: step_sizes must have shape ({n},); got shape {p0.shape}")
+    bad = ~np.asarray(start_valid)
+    if np.any(bad):
+        raise ValueError(
+            f"sample: the log density or its gradient is not finite at theta0_internal (chain(s) "
+            f"{np.flatnonzero(bad).tolist()}); start inside the support, e.g. at problem.initial_internal() or "
+            "an estimate"
+        )
+
+    positions = theta0
+    factor = 1.0
+    warmup_acceptance = np.zeros(0)
+    if warmup:
+        positions, factor_j, acc = _warmup(logdensity_fn, backend, key_warm, positions, p0, int(warmup),
+                                           float(target_acceptance))
+        factor, warmup_acceptance = float(factor_j), np.asarray(acc)
+        n_evaluations += int(warmup) * int(n_chains) + int(n_chains)
+    p = p0 * factor
+
+    n_draws = int(n_steps) // int(thin)
+    if chunk_size is None:
+        chunk_size = -(-n_draws // 20) if progress else n_draws
+    chunk = min(int(chunk_size), n_draws)
+    n_chunks = -(-n_draws // chunk)
+    traces = []
+    with tqdm(total=int(burn_in) + n_draws * int(thin), desc="prescaled MALA", unit="step",
+              disable=not progress) as bar:
+        for c in range(n_chunks):
+            n_burn = int(burn_in) if c == 0 else 0
+            start = 0 if c == 0 else int(burn_in) + c * chunk * int(thin)
+            positions, trace = _segment(logdensity_fn, backend, key_draw, positions, p, jnp.asarray(n_burn),
+                                        jnp.asarray(start), jnp.asarray(thin), chunk)
+            keep = min(chunk, n_draws - c * chunk)
+            traces.append([np.asarray(x)[:keep] for x in trace])
+            bar.update(n_burn + keep * int(thin))
+            if progress:
+                rate = np.sum([t[2].sum() for t in traces]) / ((c * chunk + keep) * thin * n_chains)
+                bar.set_postfix(acceptance=f"{rate:.2f}")
+    pos, lp, accepted, p_accept, invalid = (np.concatenate([t[i] for t in traces]) for i in range(5))
+    n_evaluations += (int(burn_in) + n_chunks * (chunk * int(thin) + 1)) * int(n_chains)
+    samples_internal = np.swapaxes(pos, 0, 1)  # (n_chains, n_draws, n)
+    logdensity = np.swapaxes(lp, 0, 1)
+    n_kept_steps = n_draws * int(thin)
+    acceptance = accepted.sum(axis=0) / n_kept_steps
+    mean_p_accept = p_accept.sum(axis=0) / n_kept_steps
+    samples = np.asarray(phys_fn(jnp.asarray(samples_internal)))
+    extra = {"backend": backend, "target_acceptance": float(target_acceptance),
+             "step_size_factor": factor, "mean_acceptance_probability": mean_p_accept,
+             "invalid_proposal_rate": invalid.sum(axis=0) / n_kept_steps,
+             "warmup_acceptance_mean": float(np.mean(warmup_acceptance)) if warmup else None}
+    if pre is not None:
+        extra.update({"tau": np.asarray(pre.tau), "mean_abs_grad": np.asarray(pre.mean_abs_grad),
+                      "prescaling_n_valid": int(pre.n_valid), "step_sizes_prescaled": np.asarray(pre.step_sizes)})
+    return PosteriorResult.from_chains(
+        samples_internal, logdensity, acceptance, samples=samples, names=names,
+        units=space.units if space is not None else None,
+        log_scale=tuple(bool(b) for b in space.log_scale) if space is not None else None,
+        step_sizes=np.asarray(p), method=f"prescaled-mala ({backend})", n_steps=int(n_steps),
+        burn_in=int(burn_in), thin=int(thin), warmup=int(warmup),
+        n_logdensity_evaluations=n_evaluations, wall_time_s=time.perf_counter() - start_time, extra=extra,
+    )
+
+
+# --- compiled pieces (logdensity_fn is an argument: a pytree such as a problem's bound method
+# or a Partial over a problem compiles once per problem structure) -------------------------------
+def _kernel(backend: str, logdensity_fn: Callable):
+    return build_kernel(logdensity_fn) if backend == "jcalib" else _blackjax_kernel(logdensity_fn)
+
+
+def _step_all(kernel, key, t, states: MALAState, p):
+    """One step of every chain; step t of chain c uses fold_in(key, t) split n_chains ways."""
+    keys = jax.random.split(jax.random.fold_in(key, t), states.position.shape[0])
+    return jax.vmap(kernel, in_axes=(0, 0, None))(keys, states, p)
+
+
+@eqx.filter_jit
+def _evaluate_batch(logdensity_fn, positions):
+    return jax.vmap(lambda x: _evaluate(logdensity_fn, x))(positions)
+
+
+def _init_all(logdensity_fn, positions) -> MALAState:
+    return jax.vmap(lambda x: _init_state(logdensity_fn, x))(positions)
+
+
+class _DualAveraging(NamedTuple):
+    """Dual averaging of log s (Hoffman & Gelman 2014, Alg. 5; blackjax's
+    `dual_averaging_adaptation` written with float64 counters)."""
+
+    log_x: Float[Array, ""]
+    log_x_avg: Float[Array, ""]
+    step: Float[Array, ""]
+    avg_error: Float[Array, ""]
+    mu: Float[Array, ""]
+
+
+# Hoffman & Gelman 2014, §3.2.1: t0 = 10, γ = 0.05, κ = 0.75; μ = log(10 s_0).
+_DA_T0, _DA_GAMMA, _DA_KAPPA = 10.0, 0.05, 0.75
+
+
+def _dual_averaging_update(da: _DualAveraging, target: float, rate) -> _DualAveraging:
+    reg = da.step + _DA_T0
+    avg_error = (1.0 - 1.0 / reg) * da.avg_error + (target - rate) / reg
+    log_x = da.mu - jnp.sqrt(da.step) / _DA_GAMMA * avg_error
+    eta = da.step ** (-_DA_KAPPA)
+    log_x_avg = eta * log_x + (1.0 - eta) * da.log_x_avg
+    return _DualAveraging(log_x, log_x_avg, da.step + 1.0, avg_error, da.mu)
+
+
+@eqx.filter_jit
+def _warmup(logdensity_fn, backend: str, key, positions, p0, n_warmup: int, target: float):
+    """Adapt the global factor s of P = s P_0 by dual averaging on the mean acceptance
+    probability over chains; returns the final positions, the averaged s and the rates."""
+    kernel = _kernel(backend, logdensity_fn)
+
+    def body(carry, t):
+        states, da = carry
+        states, info = _step_all(kernel, key, t, states, jnp.exp(da.log_x) * p0)
+        rate = jnp.mean(info.acceptance_rate)
+        return (states, _dual_averaging_update(da, target, rate)), rate
+
+    zero = jnp.zeros((), p0.dtype)
+    da = _DualAveraging(zero, zero, zero + 1.0, zero, zero + math.log(10.0))
+    (states, da), rates = jax.lax.scan(body, (_init_all(logdensity_fn, positions), da), jnp.arange(n_warmup))
+    return states.position, jnp.exp(da.log_x_avg), rates
+
+
+@eqx.filter_jit
+def _segment(logdensity_fn, backend: str, key, positions, p, n_burn, start, thin, n_records: int):
+    """From ``positions``: ``n_burn`` discarded steps, then ``n_records`` kept draws
+    ``thin`` steps apart; step t (counted from ``start``) uses ``fold_in(key, t)``. The
+    burn-in runs inside the first record's loop, so the program holds one copy of the
+    kernel (with the model solve and its gradient) and compiles once for every chunk (the
+    counts are traced). The state is re-evaluated at ``positions``, which is
+    deterministic, so chunking does not change the chain. Counts exclude burn-in steps."""
+    kernel = _kernel(backend, logdensity_fn)
+    n_chains = positions.shape[0]
+    zeros_int = jnp.zeros(n_chains, jnp.int32)
+    offset = start + n_burn  # first counted step
+
+    def inner(t, carry):
+        states, accepted, p_sum, invalid = carry
+        states, info = _step_all(kernel, key, t, states, p)
+        counted = t >= offset
+        return (states, accepted + (counted & info.is_accepted).astype(jnp.int32),
+                p_sum + jnp.where(counted, info.acceptance_rate, 0.0),
+                invalid + (counted & ~info.is_valid).astype(jnp.int32))
+
+    def outer(states, r):
+        first = jnp.where(r == 0, start, offset + r * thin)
+        init = (states, zeros_int, jnp.zeros(n_chains, p.dtype), zeros_int)
+        states, accepted, p_sum, invalid = jax.lax.fori_loop(first, offset + (r + 1) * thin, inner, init)
+        return states, (states.position, states.logdensity, accepted, p_sum, invalid)
+
+    states, trace = jax.lax.scan(outer, _init_all(logdensity_fn, positions), jnp.arange(n_records))
+    return states.position, trace
+
+
+# --- argument handling -----------------------------------------------------------------------
+def _problem_log_posterior(problem: CalibrationProblem, theta_internal):
+    return problem.log_posterior(theta_internal)
+
+
+def _resolve_target(target, to_physical, where: str):
+    """(logdensity_fn, ParameterSpace or None) from a problem, a problem's bound method or a
+    function (+ an optional ParameterSpace ``to_physical``)."""
+    space = to_physical if isinstance(to_physical, ParameterSpace) else None
+    if isinstance(target, CalibrationProblem):
+        fn = jax.tree_util.Partial(_problem_log_posterior, target)
+        return fn, space if space is not None else target.space
+    if not callable(target):
+        raise ValueError(
+            f"{where}: expected a CalibrationProblem or a log density function; got {type(target).__name__}")
+    owner = getattr(target, "__self__", None)
+    if space is None and to_physical is None and isinstance(owner, CalibrationProblem):
+        space = owner.space
+    if to_physical is not None and space is None and not callable(to_physical):
+        raise ValueError(
+            f"{where}: to_physical must be a ParameterSpace or a function; got {type(to_physical).__name__}")
+    return target, space
+
+
+def _resolve_bounds(bounds, space, where: str) -> tuple[np.ndarray, np.ndarray]:
+    if bounds is None:
+        bounds = space
+    if bounds is None:
+        raise ValueError(
+            f"{where}: a log density function needs bounds=(lower, upper) in internal coordinates "
+            "(or a ParameterSpace) for the prescaling draws and ranges"
+        )
+    if isinstance(bounds, ParameterSpace):
+        lower, upper = bounds.lower_internal, bounds.upper_internal
+    else:
+        try:
+            lower, upper = (np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in bounds)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: bounds must be (lower, upper) or a ParameterSpace; got {bounds!r}") from None
+    if lower.ndim != 1 or lower.shape != upper.shape:
+        raise ValueError(f"{where}: bounds must be two 1-D arrays of one shape; got {lower.shape} and {upper.shape}")
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
+        raise ValueError(
+            f"{where}: bounds need finite lower < upper; got lower={lower.tolist()}, upper={upper.tolist()}")
+    return lower, upper
+
+
+def _positive(value, n: int, where: str, label: str) -> np.ndarray:
+    """A positive finite scalar or ``(n,)`` array as a float64 ``(n,)`` array."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {label} must be positive numbers; got {value!r}") from None
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise ValueError(f"{where}: {label} must be a scalar or have shape ({n},); got shape {arr.shape}")
+    if not np.all(np.isfinite(arr) & (arr > 0)):
+        raise ValueError(f"{where}: {label} must be positive and finite; got {arr.tolist()}")
+    return arr
+
+
+def _as_float64(value, where: str, label: str) -> Array:
+    arr = jnp.asarray(value)
+    if arr.dtype != jnp.float64:
+        raise ValueError(
+            f"{where}: {label} must be float64 (got {arr.dtype}); call jax.config.update('jax_enable_x64', True) "
+            "before creating arrays, and pass floating-point values"
+        )
+    return arr
+
+
+def _resolve_names(names, space, n: int) -> tuple[str, ...]:
+    if names is None:
+        return space.names if space is not None else tuple(f"x{i}" for i in range(n))
+    names = (names,) if isinstance(names, str) else tuple(str(x) for x in names)
+    if len(names) != n or len(set(names)) != n:
+        raise ValueError(f"sample: names must be {n} distinct strings, one per parameter; got {names!r}")
+    return names
+
+
+def _physical_fn(to_physical, space):
+    if to_physical is not None and not isinstance(to_physical, ParameterSpace):
+        return jax.jit(lambda z: jax.vmap(jax.vmap(to_physical))(z))
+    if space is not None:
+        return space.to_physical
+    return lambda z: z

@@ -1,0 +1,408 @@
+"""Per-parameter priors: uniform, log-uniform, normal, log-normal, half-normal.
+
+A prior is given per parameter in PHYSICAL units, ``{name: prior}``, and passed to
+``CalibrationProblem(prior=...)`` (Wulkow et al. 2021, §2.3 use uniform and Gaussian
+priors). Every prior is **truncated to the parameter's bounds and renormalised**, so the
+posterior never leaves the box, the model is never evaluated outside it (the bounds are
+where it is valid) and posterior draws can go straight into `jcalib.simulate_batch`.
+Widen the bounds (``space.replace(name, lower=..., upper=...)``) for a prior that is
+practically untruncated.
+
+Samplers work on the problem's *internal* coordinates ``z`` (``z = log θ`` for log-scale
+parameters, ``z = θ`` otherwise), so the density there carries the log-Jacobian of the
+map: ``log p_z(z) = log p_θ(e^z) + z`` for log-scale parameters (`AbstractPrior.log_prob_internal`).
+
+Support checks happen when a prior meets a parameter (`bind_priors`):
+
+- ``LogNormal`` and ``HalfNormal`` live on θ ≥ 0: a parameter whose lower bound is
+  negative raises ``ValueError`` (a lower bound of exactly 0 is fine: the density is 0
+  there).
+- ``Uniform(low, high)`` and ``LogUniform(low, high)`` must lie inside the bounds
+  (``low``/``high`` default to the bounds).
+- ``Normal``: a mean outside the bounds gives a ``UserWarning`` (the truncated prior
+  then piles up at one bound, rarely what was meant); a prior with (numerically) no mass
+  inside the bounds raises ``ValueError``.
+
+Example:
+    >>> import jax
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> from jcalib.parameters import Parameter, ParameterSpace
+    >>> space = ParameterSpace([Parameter("k", 1e-3, 1e-5, 1e-1, log_scale=True),
+    ...                         Parameter("x0", 1.0, 0.0, 5.0)])
+    >>> priors = bind_priors({"k": LogNormal(mu=-7.0, sigma=1.0), "x0": HalfNormal(2.0)}, space)
+    >>> priors.names
+    ('k', 'x0')
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import warnings
+from collections.abc import Mapping
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+from scipy import special, stats
+
+from jcalib.parameters import Parameter, ParameterSpace
+
+__all__ = [
+    "AbstractPrior",
+    "HalfNormal",
+    "LogNormal",
+    "LogUniform",
+    "Normal",
+    "ParameterPriors",
+    "Uniform",
+    "bind_priors",
+    "default_prior",
+]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_MIN_LOG_MASS = math.log(1e-12)  # less prior mass than this inside the bounds: an error
+
+
+class AbstractPrior(eqx.Module):
+    """A univariate prior in physical units (before truncation to the bounds)."""
+
+    @abc.abstractmethod
+    def log_prob(self, theta: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+        """Elementwise log density in physical units, untruncated (as ``scipy.stats``);
+        -inf outside the distribution's support."""
+
+    @abc.abstractmethod
+    def _scipy(self):
+        """The equivalent frozen ``scipy.stats`` distribution (for the truncation mass)."""
+
+    def _bind(self, parameter: Parameter) -> AbstractPrior:
+        """This prior for ``parameter`` (defaults resolved), after support checks."""
+        return self
+
+    def log_prob_internal(self, theta_internal: Float[ArrayLike, "..."],
+                          log_scale: bool) -> Float[Array, "..."]:
+        """Log density of the internal coordinate: ``log p(e^z) + z`` for log-scale
+        parameters (the log-Jacobian of θ = e^z), ``log p(z)`` otherwise (untruncated)."""
+        z = jnp.asarray(theta_internal)
+        if log_scale:
+            return self.log_prob(jnp.exp(z)) + z
+        return self.log_prob(z)
+
+    def _name(self) -> str:
+        return type(self).__name__
+
+
+def _positive(value, what: str, prior: str) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{prior}: {what} must be positive and finite; got {value}")
+    return value
+
+
+def _finite(value, what: str, prior: str) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{prior}: {what} must be finite; got {value}")
+    return value
+
+
+def _inside(theta, low: float, high: float):
+    return (theta >= low) & (theta <= high)
+
+
+class Uniform(AbstractPrior):
+    """Uniform on ``[low, high]`` in physical units (None: the parameter's bounds).
+
+    For a log-scale parameter this is *not* the problem's default ``"uniform"`` prior,
+    which is uniform in the internal coordinate (log-uniform): use `LogUniform` for that.
+    """
+
+    low: float | None
+    high: float | None
+
+    def __init__(self, low: float | None = None, high: float | None = None):
+        self.low = None if low is None else _finite(low, "low", "Uniform")
+        self.high = None if high is None else _finite(high, "high", "Uniform")
+        if self.low is not None and self.high is not None and not self.low < self.high:
+            raise ValueError(f"Uniform: low < high required; got low={self.low}, high={self.high}")
+
+    def log_prob(self, theta):
+        theta = jnp.asarray(theta)
+        if self.low is None or self.high is None:
+            raise ValueError("Uniform.log_prob: low and high are unset; bind the prior to a "
+                             "parameter (bind_priors) or pass them")
+        return jnp.where(_inside(theta, self.low, self.high), -math.log(self.high - self.low),
+                         -jnp.inf)
+
+    def _scipy(self):
+        return stats.uniform(loc=self.low, scale=self.high - self.low)
+
+    def _bind(self, parameter):
+        low = parameter.lower if self.low is None else self.low
+        high = parameter.upper if self.high is None else self.high
+        _check_within(self._name(), parameter, low, high)
+        return Uniform(low, high)
+
+
+class LogUniform(AbstractPrior):
+    """Uniform in ``log θ`` on ``[low, high]`` (None: the bounds), ``low > 0``; density
+    ``1 / (θ log(high/low))``. The default prior of a log-scale parameter."""
+
+    low: float | None
+    high: float | None
+
+    def __init__(self, low: float | None = None, high: float | None = None):
+        self.low = None if low is None else _positive(low, "low", "LogUniform")
+        self.high = None if high is None else _positive(high, "high", "LogUniform")
+        if self.low is not None and self.high is not None and not self.low < self.high:
+            raise ValueError(
+                f"LogUniform: low < high required; got low={self.low}, high={self.high}")
+
+    def log_prob(self, theta):
+        theta = jnp.asarray(theta)
+        if self.low is None or self.high is None:
+            raise ValueError("LogUniform.log_prob: low and high are unset; bind the prior to a "
+                             "parameter (bind_priors) or pass them")
+        inside = _inside(theta, self.low, self.high)
+        safe = jnp.where(inside, theta, 1.0)
+        return jnp.where(inside, -jnp.log(safe) - math.log(math.log(self.high / self.low)),
+                         -jnp.inf)
+
+    def _scipy(self):
+        return stats.loguniform(self.low, self.high)
+
+    def _bind(self, parameter):
+        low = parameter.lower if self.low is None else self.low
+        high = parameter.upper if self.high is None else self.high
+        if low <= 0:
+            raise ValueError(
+                f"LogUniform prior on {parameter.name!r}: needs positive values, but the lower "
+                f"bound is {low}; pass LogUniform(low=...) with low > 0 or use Uniform"
+            )
+        _check_within(self._name(), parameter, low, high)
+        return LogUniform(low, high)
+
+
+class Normal(AbstractPrior):
+    """Normal ``N(mean, std²)`` in physical units, truncated to the bounds."""
+
+    mean: float
+    std: float
+
+    def __init__(self, mean: float, std: float):
+        self.mean = _finite(mean, "mean", "Normal")
+        self.std = _positive(std, "std", "Normal")
+
+    def log_prob(self, theta):
+        z = (jnp.asarray(theta) - self.mean) / self.std
+        return -0.5 * z**2 - math.log(self.std) - _LOG_SQRT_2PI
+
+    def _scipy(self):
+        return stats.norm(self.mean, self.std)
+
+    def _bind(self, parameter):
+        if not parameter.lower <= self.mean <= parameter.upper:
+            warnings.warn(
+                f"Normal prior on {parameter.name!r}: the mean {self.mean} lies outside the "
+                f"bounds [{parameter.lower}, {parameter.upper}]; the prior is truncated to the "
+                "bounds and piles up at one of them (widen the bounds or move the mean)",
+                UserWarning, stacklevel=4,
+            )
+        return self
+
+
+class LogNormal(AbstractPrior):
+    """Log-normal: ``log θ ~ N(mu, sigma²)`` (scipy: ``lognorm(s=sigma, scale=exp(mu))``);
+    the median is ``exp(mu)``. Needs a parameter with ``lower >= 0``."""
+
+    mu: float
+    sigma: float
+
+    def __init__(self, mu: float, sigma: float):
+        self.mu = _finite(mu, "mu", "LogNormal")
+        self.sigma = _positive(sigma, "sigma", "LogNormal")
+
+    def log_prob(self, theta):
+        theta = jnp.asarray(theta)
+        positive = theta > 0
+        log_theta = jnp.log(jnp.where(positive, theta, 1.0))
+        z = (log_theta - self.mu) / self.sigma
+        value = -0.5 * z**2 - math.log(self.sigma) - _LOG_SQRT_2PI - log_theta
+        return jnp.where(positive, value, -jnp.inf)
+
+    def log_prob_internal(self, theta_internal, log_scale):
+        if log_scale:  # exactly Normal(mu, sigma) in z = log θ, without exp/log round-off
+            z = (jnp.asarray(theta_internal) - self.mu) / self.sigma
+            return -0.5 * z**2 - math.log(self.sigma) - _LOG_SQRT_2PI
+        return self.log_prob(theta_internal)
+
+    def _scipy(self):
+        return stats.lognorm(s=self.sigma, scale=math.exp(self.mu))
+
+    def _bind(self, parameter):
+        _check_nonnegative(self._name(), parameter)
+        return self
+
+
+class HalfNormal(AbstractPrior):
+    """Half-normal on θ ≥ 0 with scale ``scale`` (scipy: ``halfnorm(scale=scale)``), e.g.
+    for noise levels. Needs a parameter with ``lower >= 0``."""
+
+    scale: float
+
+    def __init__(self, scale: float):
+        self.scale = _positive(scale, "scale", "HalfNormal")
+
+    def log_prob(self, theta):
+        theta = jnp.asarray(theta)
+        z = theta / self.scale
+        value = -0.5 * z**2 - math.log(self.scale) - _LOG_SQRT_2PI + math.log(2.0)
+        return jnp.where(theta >= 0, value, -jnp.inf)
+
+    def _scipy(self):
+        return stats.halfnorm(scale=self.scale)
+
+    def _bind(self, parameter):
+        _check_nonnegative(self._name(), parameter)
+        return self
+
+
+def _check_within(prior: str, parameter: Parameter, low: float, high: float) -> None:
+    if not low < high:
+        raise ValueError(f"{prior} prior on {parameter.name!r}: low < high required; got "
+                         f"low={low}, high={high}")
+    if low < parameter.lower or high > parameter.upper:
+        raise ValueError(
+            f"{prior} prior on {parameter.name!r}: [{low}, {high}] is not inside the parameter "
+            f"bounds [{parameter.lower}, {parameter.upper}]; widen the bounds "
+            "(space.replace(name, lower=..., upper=...)) or narrow the prior"
+        )
+
+
+def _check_nonnegative(prior: str, parameter: Parameter) -> None:
+    if parameter.lower < 0:
+        raise ValueError(
+            f"{prior} prior on {parameter.name!r}: the distribution lives on values >= 0, but "
+            f"the bounds [{parameter.lower}, {parameter.upper}] include negative values; raise "
+            "the lower bound to >= 0 or use Normal/Uniform"
+        )
+
+
+def default_prior(parameter: Parameter) -> AbstractPrior:
+    """The prior a parameter gets when none is named: uniform in its internal coordinate
+    on the bounds (`LogUniform` for log-scale parameters, `Uniform` otherwise), as the
+    problem's ``prior="uniform"``."""
+    prior = LogUniform() if parameter.log_scale else Uniform()
+    return prior._bind(parameter)
+
+
+class ParameterPriors(eqx.Module):
+    """Priors bound to parameters: the joint (independent) prior, truncated to the bounds.
+
+    Built by `bind_priors`; ``names`` are ordered like the vectors it takes.
+    """
+
+    priors: tuple[AbstractPrior, ...]
+    names: tuple[str, ...] = eqx.field(static=True)
+    lower: tuple[float, ...] = eqx.field(static=True)
+    upper: tuple[float, ...] = eqx.field(static=True)
+    log_scale: tuple[bool, ...] = eqx.field(static=True)
+    log_mass: tuple[float, ...] = eqx.field(static=True)  # log P(lower <= θ <= upper)
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    def as_dict(self) -> dict[str, AbstractPrior]:
+        """``{name: prior}`` (bound, defaults resolved)."""
+        return dict(zip(self.names, self.priors))
+
+    def log_prob(self, theta: Float[ArrayLike, " n"]) -> Float[Array, ""]:
+        """Joint log density in physical units, truncated to the bounds (-inf outside)."""
+        theta = jnp.asarray(theta)
+        total = jnp.zeros((), dtype=theta.dtype)
+        for i, prior in enumerate(self.priors):
+            inside = _inside(theta[i], self.lower[i], self.upper[i])
+            safe = jnp.where(inside, theta[i], 0.5 * (self.lower[i] + self.upper[i]))
+            total = total + jnp.where(inside, prior.log_prob(safe) - self.log_mass[i], -jnp.inf)
+        return total
+
+    def log_prob_internal(self, theta_internal: Float[ArrayLike, " n"]) -> Float[Array, ""]:
+        """Joint log density of the internal coordinates (log-Jacobian included), -inf
+        outside the box; outside the box the gradient is 0, never NaN."""
+        z = jnp.asarray(theta_internal)
+        total = jnp.zeros((), dtype=z.dtype)
+        for i, prior in enumerate(self.priors):
+            lo, hi = self._internal_bounds(i)
+            inside = _inside(z[i], lo, hi)
+            safe = jnp.where(inside, z[i], 0.5 * (lo + hi))
+            value = prior.log_prob_internal(safe, self.log_scale[i]) - self.log_mass[i]
+            total = total + jnp.where(inside, value, -jnp.inf)
+        return total
+
+    def _internal_bounds(self, i: int) -> tuple[float, float]:
+        if self.log_scale[i]:
+            return math.log(self.lower[i]), math.log(self.upper[i])
+        return self.lower[i], self.upper[i]
+
+
+def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
+                what: str = "prior") -> ParameterPriors:
+    """Bind ``{name: prior}`` to the parameters of ``space`` (missing names get
+    `default_prior`), check supports and compute the truncation masses.
+
+    Args:
+        priors: ``{name: AbstractPrior}``; every name must be in ``space``.
+        space: the parameters, in the order of the vectors the result takes.
+        what: label for error messages.
+
+    Returns:
+        `ParameterPriors` over ``space.names``.
+
+    Raises:
+        ValueError: a name not in ``space``; a value that is not a prior; a support that
+            does not fit the bounds (see the module doc); no prior mass inside the bounds.
+    """
+    if not isinstance(priors, Mapping):
+        raise ValueError(f"{what}: expected a {{name: prior}} dict; got {type(priors).__name__}")
+    for name, prior in priors.items():
+        if name not in space.names:
+            known = ", ".join(repr(n) for n in space.names)
+            raise ValueError(f"{what}: unknown parameter {name!r}; known: {known}")
+        if not isinstance(prior, AbstractPrior):
+            raise ValueError(
+                f"{what}: the prior of {name!r} must be a jcalib.bayes.priors prior (Uniform, "
+                f"LogUniform, Normal, LogNormal, HalfNormal); got {type(prior).__name__}"
+            )
+    bound, log_mass = [], []
+    for p in space:
+        prior = priors[p.name]._bind(p) if p.name in priors else default_prior(p)
+        dist = prior._scipy()
+        mass = dist.cdf(p.upper) - dist.cdf(p.lower)
+        log_m = float(np.log(mass)) if mass > 0 else -math.inf
+        if isinstance(prior, Normal):  # accurate in the far tails
+            a, b = (p.lower - prior.mean) / prior.std, (p.upper - prior.mean) / prior.std
+            log_m = float(_log_diff_ndtr(a, b))
+        if not log_m > _MIN_LOG_MASS:
+            raise ValueError(
+                f"{what}: the {prior._name()} prior on {p.name!r} has (almost) no mass inside the "
+                f"bounds [{p.lower}, {p.upper}] (probability {math.exp(log_m):.3g}); move the "
+                "prior or widen the bounds"
+            )
+        bound.append(prior)
+        log_mass.append(log_m)
+    return ParameterPriors(
+        priors=tuple(bound), names=space.names, lower=tuple(float(v) for v in space.lower),
+        upper=tuple(float(v) for v in space.upper),
+        log_scale=tuple(bool(v) for v in space.log_scale), log_mass=tuple(log_mass),
+    )
+
+
+def _log_diff_ndtr(a: float, b: float) -> float:
+    """log(Φ(b) - Φ(a)) for a < b, stable in both tails."""
+    if a > 0:  # use the upper tail: Φ(b) - Φ(a) = Φ(-a) - Φ(-b)
+        a, b = -b, -a
+    log_b, log_a = special.log_ndtr(b), special.log_ndtr(a)
+    return float(log_b + np.log1p(-np.exp(log_a - log_b)))

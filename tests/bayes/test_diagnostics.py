@@ -1,0 +1,107 @@
+"""MCMC diagnostics through ArviZ: ESS of independent and AR(1) chains, R-hat of stuck
+chains, MCSE, autocorrelation, InferenceData, summary, bad inputs; posterior plots."""
+
+import math
+
+import arviz as az
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from jcalib import plotting
+from jcalib.bayes import diagnostics
+from jcalib.bayes.result import PosteriorResult
+
+N_CHAINS, N_DRAWS = 4, 2000
+
+
+def _ar1(rho: float, seed: int = 0, n_params: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    eps = rng.normal(size=(N_CHAINS, N_DRAWS, n_params)) * math.sqrt(1 - rho**2)
+    x = np.zeros_like(eps)
+    x[:, 0] = rng.normal(size=(N_CHAINS, n_params))
+    for t in range(1, N_DRAWS):
+        x[:, t] = rho * x[:, t - 1] + eps[:, t]
+    return x
+
+
+def test_independent_draws():
+    x = np.random.default_rng(0).normal(size=(N_CHAINS, N_DRAWS, 3))
+    d = diagnostics.chain_diagnostics(x)
+    n = N_CHAINS * N_DRAWS
+    assert np.all(np.abs(d.ess_bulk / n - 1) < 0.15)
+    assert np.all(d.rhat < 1.01)
+    np.testing.assert_allclose(d.mcse_mean, x.reshape(-1, 3).std(0) / np.sqrt(n), rtol=0.15)
+
+
+def test_ar1_ess_and_autocorrelation():
+    """AR(1) with ρ = 0.8: ESS ≈ N (1 - ρ)/(1 + ρ), lag-k autocorrelation ρ^k."""
+    rho = 0.8
+    x = _ar1(rho)
+    expected = N_CHAINS * N_DRAWS * (1 - rho) / (1 + rho)
+    ess = diagnostics.ess(x)
+    assert np.all(np.abs(ess / expected - 1) < 0.25), (ess, expected)
+    np.testing.assert_array_equal(ess, [float(az.ess(x[:, :, i])) for i in range(2)])
+    np.testing.assert_array_equal(diagnostics.rhat(x), [float(az.rhat(x[:, :, i])) for i in range(2)])
+    np.testing.assert_array_equal(diagnostics.mcse(x, "sd"), [float(az.mcse(x[:, :, i], method="sd"))
+                                                              for i in range(2)])
+    assert np.all(diagnostics.ess(x, "tail") > 0)
+    acf = diagnostics.autocorrelation(x, max_lag=5)
+    assert acf.shape == (N_CHAINS, 6, 2)
+    np.testing.assert_allclose(acf[:, 0], 1.0)
+    np.testing.assert_allclose(acf[:, 1:4].mean(axis=0), np.outer([rho, rho**2, rho**3], [1, 1]), atol=0.06)
+
+
+def test_rhat_flags_chains_that_disagree():
+    x = np.random.default_rng(1).normal(size=(N_CHAINS, 500, 1))
+    x[0] += 3.0  # one chain stuck elsewhere
+    assert diagnostics.rhat(x)[0] > 1.1
+
+
+def test_acceptance_inference_data_and_summary():
+    accepted = np.array([[True, False, True, True], [False, False, True, False]])
+    np.testing.assert_allclose(diagnostics.acceptance_rate(accepted), [0.75, 0.25])
+    x = _ar1(0.3, n_params=2)
+    lp = -0.5 * np.sum(x**2, axis=-1)
+    idata = diagnostics.to_inference_data(x, ["k", "c"], logdensity=lp)
+    assert set(idata.posterior.data_vars) == {"k", "c"}
+    np.testing.assert_array_equal(idata.posterior["c"].values, x[:, :, 1])
+    np.testing.assert_array_equal(idata.sample_stats["lp"].values, lp)
+    table = diagnostics.summary(x, ["k", "c"])
+    assert list(table.index) == ["k", "c"] and "ess_bulk" in table.columns and "r_hat" in table.columns
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match=r"samples must have shape \(n_chains, n_draws, n_params\)"):
+        diagnostics.ess(np.zeros(10))
+    with pytest.raises(ValueError, match="names must be 2 distinct strings"):
+        diagnostics.to_inference_data(np.zeros((2, 10, 2)), ["a"])
+    with pytest.raises(ValueError, match=r"logdensity must have shape \(n_chains, n_draws\)"):
+        diagnostics.to_inference_data(np.zeros((2, 10, 2)), logdensity=np.zeros(10))
+    with pytest.raises(ValueError, match=r"is_accepted must have shape \(n_chains, n_steps\)"):
+        diagnostics.acceptance_rate(np.ones(5, dtype=bool))
+    with pytest.raises(ValueError, match=r"max_lag must be an integer in \[0, n_draws=10\)"):
+        diagnostics.autocorrelation(np.zeros((2, 10, 1)), max_lag=10)
+
+
+@pytest.fixture(scope="module")
+def posterior():
+    z = _ar1(0.5, seed=3, n_params=3)[:, :400]
+    z[..., 0] = -2.0 + 0.3 * z[..., 0]
+    return PosteriorResult.from_chains(z, -0.5 * np.sum(z**2, -1), np.full(N_CHAINS, 0.6),
+                                       samples=np.concatenate([np.exp(z[..., :1]), z[..., 1:]], -1),
+                                       names=["k", "c", "d"], units=["1/s", "", "m"],
+                                       log_scale=[True, False, False])
+
+
+def test_posterior_plots(posterior):
+    truth = {"k": 0.14, "c": 0.0}
+    for fig in (plotting.plot_marginals(posterior, truth=truth),
+                plotting.plot_marginals({"a": posterior, "b": posterior}, internal=True, rule="scott"),
+                plotting.plot_pair(posterior, truth=truth, internal=True, n_grid=30),
+                plotting.plot_trace(posterior),
+                plotting.plot_autocorrelation(posterior, max_lag=20)):
+        assert len(fig.axes) > 0
+        plt.close(fig)
+    with pytest.raises(ValueError, match=r"truth: expected 3 values \(k, c, d\)"):
+        plotting.plot_marginals(posterior, truth=[1.0, 2.0])
