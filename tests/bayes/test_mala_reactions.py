@@ -63,6 +63,7 @@ def test_observing_a_only_leaves_kac_poorly_determined(runs):
     assert a_only.sd[1] >= 5 * full.sd[1]  # also in physical units
 
 
+@pytest.mark.slow  # ~35 s of compilation; test_mala.py covers -inf/NaN regions analytically
 def test_solver_failures_in_part_of_the_box_are_rejected():
     """With a step budget of 43 the solve fails for ~20 % of the points within 0.1 (log
     units) of the truth and for fast kinetics (large rates): the log posterior is -inf
