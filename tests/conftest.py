@@ -4,10 +4,20 @@ the shared four_substance_reactions fixtures."""
 import os
 import pathlib
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
+_CACHE = os.environ.get("JCALIB_JAX_CACHE",
+                        str(pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"))
+# diffrax solves hold equinox's runtime-error callbacks, and JAX never writes programs with host
+# callbacks to its persistent cache; "nan" mode drops the callbacks (a failed check gives NaN, and
+# jcalib reports failed solves through SolveStatus anyway), so every compiled solve is cached and
+# shared by the xdist workers, notebook kernels and subprocesses (they inherit these variables).
+os.environ.setdefault("EQX_ON_ERROR", "nan")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 # Simulations, sensitivities and estimators are float64 by contract (DESIGN.md).
 jax.config.update("jax_enable_x64", True)
@@ -15,8 +25,6 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Compile once per machine: reruns and subprocess tests reuse compiled solvers.
-_CACHE = os.environ.get("JCALIB_JAX_CACHE",
-                        str(pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"))
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
