@@ -41,3 +41,15 @@ class LinearModel(eqx.Module):
 
     def simulate(self, theta):
         return jnp.einsum("kij,j->ki", jnp.asarray(self.matrix), theta)
+
+
+def load_script(relative):
+    """Import a script of the repository (e.g. ``"experiments/demo.py"``) as a module."""
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], root / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

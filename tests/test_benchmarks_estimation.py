@@ -1,23 +1,14 @@
 """benchmarks/least_squares.py runs end to end in quick mode (four_substance_reactions, not the
 14-parameter thermal office of the full run) and writes what it promises."""
 
-import importlib.util
 import json
-import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _load(relative):
-    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], ROOT / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_script
 
 
 def test_least_squares_benchmark_quick(tmp_path):
     out = tmp_path / "least_squares.json"
-    report = _load("benchmarks/least_squares.py").main(["--quick", "--repeats", "3", "--out", str(out)])
+    report = load_script("benchmarks/least_squares.py").main(["--quick", "--repeats", "3", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["case"] == "four_substance_reactions" and report["quick"]
     jc, fd = report["jcalib"], report["scipy"]

@@ -1,23 +1,14 @@
 """The demo and the benchmark run end to end at small size and write what they promise."""
 
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _load(relative):
-    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], ROOT / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_script
 
 
 def test_demo_writes_metrics_and_figures(tmp_path):
-    metrics = _load("experiments/demo.py").main(["--out", str(tmp_path), "--quick"])
+    metrics = load_script("experiments/demo.py").main(["--out", str(tmp_path), "--quick"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved == json.loads(json.dumps(metrics))
     for name in ("recipe1_fit.png", "singular_values.png", "data_recipe1.csv"):
@@ -39,7 +30,7 @@ def test_demo_writes_metrics_and_figures(tmp_path):
 @pytest.mark.parametrize("case", ["four_substance_reactions", "radical_polymerization_real_qss"])
 def test_benchmark_quick(tmp_path, case):
     out = tmp_path / "bench.json"
-    report = _load("benchmarks/simulate_batch.py").main(["--quick", "--cases", case,
+    report = load_script("benchmarks/simulate_batch.py").main(["--quick", "--cases", case,
                                                           "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     (result,) = report["results"]
@@ -49,7 +40,7 @@ def test_benchmark_quick(tmp_path, case):
 
 
 def test_winding_identifiability_quick(tmp_path):
-    metrics = _load("experiments/winding_identifiability.py").main(["--out", str(tmp_path),
+    metrics = load_script("experiments/winding_identifiability.py").main(["--out", str(tmp_path),
                                                                     "--quick"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved == json.loads(json.dumps(metrics))
@@ -73,7 +64,7 @@ def test_winding_identifiability_quick(tmp_path):
 
 def test_sobol_benchmark_quick(tmp_path):
     out = tmp_path / "sobol.json"
-    report = _load("benchmarks/sobol.py").main(["--quick", "--cases", "four_substance_reactions",
+    report = load_script("benchmarks/sobol.py").main(["--quick", "--cases", "four_substance_reactions",
                                                 "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     (result,) = report["results"]
@@ -85,7 +76,7 @@ def test_sobol_benchmark_quick(tmp_path):
 
 
 def test_cabin_sensitivity_quick(tmp_path):
-    metrics = _load("experiments/cabin_sensitivity.py").main(["--out", str(tmp_path), "--quick"])
+    metrics = load_script("experiments/cabin_sensitivity.py").main(["--out", str(tmp_path), "--quick"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved == json.loads(json.dumps(metrics))
     for name in saved["figures"]:

@@ -1,21 +1,12 @@
 """The classical-estimation experiments run with --quick and keep the papers' structure."""
 
-import importlib.util
 import json
-import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _load(relative):
-    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], ROOT / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_script
 
 
 def test_reactions_classical_quick(tmp_path):
-    metrics = _load("experiments/reactions_classical.py").main(["--out", str(tmp_path), "--quick"])
+    metrics = load_script("experiments/reactions_classical.py").main(["--out", str(tmp_path), "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     for name in ("fit_A_sigma0.1.png", "fit_ABCD_sigma0.1.png", "fit_ABCD_sigma0.03.png",
                  "profile_kac_ABCD_sigma0.1.png"):
@@ -40,7 +31,7 @@ def test_reactions_classical_quick(tmp_path):
 
 
 def test_polymerization_classical_quick(tmp_path):
-    metrics = _load("experiments/polymerization_classical.py").main(["--out", str(tmp_path),
+    metrics = load_script("experiments/polymerization_classical.py").main(["--out", str(tmp_path),
                                                                      "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     assert (tmp_path / "fits.png").stat().st_size > 0
@@ -59,7 +50,7 @@ def test_polymerization_classical_quick(tmp_path):
 
 
 def test_winding_bottom_up_quick(tmp_path):
-    metrics = _load("experiments/winding_bottom_up.py").main(["--out", str(tmp_path), "--quick"])
+    metrics = load_script("experiments/winding_bottom_up.py").main(["--out", str(tmp_path), "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     for name in ("cost_versus_parameters.png", "validation.png"):
         assert (tmp_path / name).stat().st_size > 0
