@@ -1,5 +1,5 @@
 """`jcalib` command line: list models, show parameter tables, simulate and plot, analyse
-sensitivity and identifiability, calibrate."""
+sensitivity and identifiability, calibrate, sample posteriors."""
 
 from __future__ import annotations
 
@@ -219,6 +219,27 @@ def sensitivity(
     typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
 
 
+def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, start: list[str] | None,
+             **problem_options):
+    """CalibrationProblem from the CLI options, and the start {name: value} (default nominal).
+
+    Raises ValueError (bad CSV, names or values) or OSError (unreadable file)."""
+    from jcalib.data import Measurements
+    from jcalib.problem import CalibrationProblem
+
+    measurements = Measurements.from_csv(data)
+    fixed = {k: float(v) for k, v in _parse_assignments(fix, "--fix").items()}
+    problem = CalibrationProblem(m, measurements, fixed=fixed,
+                                 free=None if free is None else [f.strip() for f in free.split(",")],
+                                 **problem_options)
+    theta0 = {k: float(v) for k, v in _parse_assignments(start, "--start").items()}
+    free = problem.model_free_names
+    unknown = sorted(set(theta0) - set(free))
+    if unknown:
+        raise ValueError(f"--start: {', '.join(unknown)} not free; free: {', '.join(free)}")
+    return problem, {n: theta0.get(n, m.parameters[n].nominal) for n in free}
+
+
 CALIBRATION_METHODS = ("gauss-newton", "trf", "de", "multistart")
 
 
@@ -244,24 +265,14 @@ def calibrate(
     import json
 
     from jcalib import estimation, plotting
-    from jcalib.data import Measurements
     from jcalib.jsonable import to_jsonable
-    from jcalib.problem import CalibrationProblem
 
     if method not in CALIBRATION_METHODS:
         raise typer.BadParameter(f"--method must be one of {', '.join(CALIBRATION_METHODS)}; "
                                  f"got {method!r}")
     m = _build(name, option)
     try:
-        measurements = Measurements.from_csv(data)
-        fixed = {k: float(v) for k, v in _parse_assignments(fix, "--fix").items()}
-        problem = CalibrationProblem(m, measurements, weighting=weighting, fixed=fixed,
-                                     free=None if free is None else [f.strip() for f in free.split(",")])
-        theta0 = {k: float(v) for k, v in _parse_assignments(start, "--start").items()}
-        unknown = sorted(set(theta0) - set(problem.free_names))
-        if unknown:
-            raise ValueError(f"--start: {', '.join(unknown)} not free; free: {', '.join(problem.free_names)}")
-        theta0 = {n: theta0.get(n, m.parameters[n].nominal) for n in problem.free_names}
+        problem, theta0 = _problem(m, data, free, fix, start, weighting=weighting)
         key = jax.random.key(seed)
         if method == "gauss-newton":
             result = estimation.gauss_newton(problem, theta0, progress=True)
@@ -276,8 +287,8 @@ def calibrate(
         raise typer.BadParameter(str(err)) from None
     out = out or pathlib.Path("results") / "calibrate" / f"{name}_{method}"
     out.mkdir(parents=True, exist_ok=True)
-    metrics = {"model": name, "data": str(data), "weighting": weighting, "fixed": fixed,
-               "start": theta0, "result": result.to_dict()}
+    metrics = {"model": name, "data": str(data), "weighting": weighting,
+               "fixed": problem.fixed, "start": theta0, "result": result.to_dict()}
     figures = {"fit.png": plotting.plot_fit(problem, result, title=f"{name}: {method}"),
                "residuals.png": plotting.plot_residuals(problem, result)}
     if method == "multistart":
@@ -293,6 +304,101 @@ def calibrate(
                f"{result.n_essential_directions} of {len(result.names)}; {result.n_simulations} "
                f"simulations + {result.n_jacobians} Jacobians; {result.reason}")
     typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
+
+
+LIKELIHOOD_WEIGHTING = {"relative": "relative", "absolute": "absolute", "lognormal": "relative"}
+
+
+@app.command()
+def sample(
+    name: str,
+    data: Annotated[pathlib.Path, typer.Option(help="measurements CSV (as for `jcalib calibrate`)")],
+    sigma: Annotated[float | None, typer.Option(help="fixed noise level of every output (relative "
+                                                     "for relative/lognormal); default: the CSV's "
+                                                     "sigma columns")] = None,
+    sample_sigma: Annotated[bool, typer.Option("--sample-sigma", help="sample one noise level per "
+                                               "output (log-uniform prior) instead of fixing it")] = False,
+    likelihood: Annotated[str, typer.Option(help="relative | absolute | lognormal")] = "relative",
+    steps: Annotated[int, typer.Option(help="recorded steps per chain")] = 6000,
+    burn: Annotated[int, typer.Option(help="steps discarded after warm-up")] = 1000,
+    chains: Annotated[int, typer.Option(help="chains, run in parallel")] = 4,
+    thin: Annotated[int, typer.Option(help="keep every THIN-th step")] = 1,
+    warmup: Annotated[int, typer.Option(help="steps adapting a global step factor towards "
+                                             "--target-acceptance; 0: the paper's prescaling only")] = 500,
+    target_acceptance: Annotated[float, typer.Option(help="warm-up target")] = 0.6,
+    fraction: Annotated[float, typer.Option(help="prescaling step length, fraction of each "
+                                                 "parameter's range")] = 0.02,
+    free: Annotated[str | None, typer.Option(help="comma-separated free parameters "
+                                                  "(default: all not fixed)")] = None,
+    fix: Annotated[list[str] | None, typer.Option(help="fixed parameter name=value")] = None,
+    start: Annotated[list[str] | None, typer.Option(help="start value name=value (default nominal)")] = None,
+    gauss_newton: Annotated[bool, typer.Option(help="start the chains at the Gauss-Newton "
+                                                    "estimate from --start")] = True,
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    out: Annotated[pathlib.Path | None, typer.Option(
+        help="output folder (default results/sample/NAME)")] = None,
+    option: Annotated[list[str] | None, typer.Option(help="factory option name=value")] = None,
+):
+    """Sample the posterior by prescaled MALA (Wulkow et al. 2021); writes posterior.npz,
+    metrics.json, KDE marginals, pair, trace and 90 % band plots."""
+    import json
+
+    import jax.numpy as jnp
+
+    from jcalib import estimation, plotting
+    from jcalib.bayes import mala, predictive
+    from jcalib.bayes.likelihoods import LIKELIHOODS
+    from jcalib.jsonable import to_jsonable
+
+    if likelihood not in LIKELIHOOD_WEIGHTING:
+        raise typer.BadParameter(f"--likelihood must be one of {', '.join(LIKELIHOOD_WEIGHTING)}; "
+                                 f"got {likelihood!r}")
+    if sigma is not None and sample_sigma:
+        raise typer.BadParameter("give either --sigma (fixed noise) or --sample-sigma, not both")
+    m = _build(name, option)
+    try:
+        lik = LIKELIHOODS[likelihood](sigma)
+        problem, theta0 = _problem(m, data, free, fix, start, weighting=LIKELIHOOD_WEIGHTING[likelihood],
+                                   likelihood=lik, noise_parameters=True if sample_sigma else None)
+        if not problem.sigma_available:
+            raise ValueError("no noise level: give --sigma, sigma_<output> columns in the CSV, or "
+                             "--sample-sigma")
+        z0 = problem.to_internal(jnp.concatenate([
+            jnp.asarray([theta0[n] for n in problem.model_free_names]),
+            problem.to_physical(problem.initial_internal())[problem.n_model_free:]]))
+        fit = None
+        if gauss_newton:
+            fit = estimation.gauss_newton(problem.without_noise_parameters(), theta0, progress=True)
+            z0 = z0.at[:problem.n_model_free].set(jnp.asarray(fit.theta_internal))
+        result = mala.sample(jax.random.key(seed), problem, z0, steps, n_chains=chains, burn_in=burn,
+                             thin=thin, fraction=fraction, warmup=warmup,
+                             target_acceptance=target_acceptance, progress=True)
+    except (ValueError, OSError) as err:
+        raise typer.BadParameter(str(err)) from None
+    out = out or pathlib.Path("results") / "sample" / name
+    out.mkdir(parents=True, exist_ok=True)
+    result.save(out / "posterior.npz")
+    bands = predictive.predictive_bands(problem, result.samples_internal[:, :: max(1, result.n_draws // 250)])
+    metrics = {"model": name, "data": str(data), "likelihood": likelihood, "sigma": sigma,
+               "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
+               "gauss_newton": None if fit is None else fit.to_dict(), "posterior": result.to_dict(),
+               "bands_90": bands.to_dict(), "band_coverage_of_data": bands.coverage(problem.measurements)}
+    (out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
+    figures = {"marginals.png": plotting.plot_marginals(result, title=f"{name}: KDE marginals"),
+               "trace.png": plotting.plot_trace(result),
+               "bands.png": plotting.plot_bands(bands, problem.measurements, title=f"{name}: 90 % band")}
+    if result.n_params > 1:
+        figures["pair.png"] = plotting.plot_pair(result)
+    for fname, fig in figures.items():
+        fig.savefig(out / fname, dpi=110)
+    lo, hi = result.interval(0.9)
+    typer.echo(f"{'parameter':24s} {'mean':>12s} {'sd':>12s} {'5 %':>12s} {'95 %':>12s} {'ESS':>8s} {'R-hat':>6s}")
+    for i, pname in enumerate(result.names):
+        typer.echo(f"{pname:24s} {result.mean[i]:12.5g} {result.sd[i]:12.5g} {lo[i]:12.5g} {hi[i]:12.5g} "
+                   f"{result.ess_bulk[i]:8.0f} {result.rhat[i]:6.3f}")
+    typer.echo(f"acceptance {result.acceptance:.1%}; {result.n_chains} chains x {result.n_draws} draws; "
+               f"{result.wall_time_s:.1f} s")
+    typer.echo(f"wrote {out}/posterior.npz, metrics.json and {', '.join(figures)}")
 
 
 def main():  # pragma: no cover - console entry

@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 
 import jcalib
 import jcalib.plotting
+from jcalib.bayes import PosteriorResult
 from jcalib.cli import app
 from jcalib.data import Measurements
 
@@ -146,3 +147,39 @@ def test_calibrate_bad_input(tmp_path, reactions_csv):
     missing = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data",
                                   str(tmp_path / "nope.csv")])
     assert missing.exit_code != 0 and "nope.csv" in missing.output
+
+
+def test_sample_writes_posterior_metrics_and_figures(tmp_path, reactions_csv):
+    # noise-free data at the nominal point: the chains start at the Gauss-Newton estimate (the
+    # truth) and the 90 % intervals must contain it
+    result = runner.invoke(app, ["sample", "four_substance_reactions", "--data", str(reactions_csv),
+                                 "--sigma", "0.05", "--steps", "300", "--burn", "50", "--chains", "2",
+                                 "--warmup", "100", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    posterior = PosteriorResult.load(tmp_path / "posterior.npz")
+    assert posterior.samples.shape == (2, 300, 3) and np.all(np.isfinite(posterior.samples))
+    assert metrics["posterior"]["names"] == ["kab", "kac", "kad"]
+    assert 0.3 < metrics["posterior"]["acceptance"] < 0.9
+    nominal = jcalib.models.get("four_substance_reactions").parameters.nominal
+    lo, hi = posterior.interval(0.9)
+    assert np.all((lo < nominal) & (nominal < hi)), (lo, nominal, hi)
+    assert metrics["gauss_newton"]["converged"]
+    assert metrics["band_coverage_of_data"] > 0.8
+    for name in ("marginals.png", "trace.png", "bands.png", "pair.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "no noise level"),
+    (["--sigma", "0.1", "--sample-sigma"], "not both"),
+    (["--sigma", "0.1", "--likelihood", "poisson"], "--likelihood must be one of"),
+    (["--sigma", "0.1", "--free", "kab,kxy"], "unknown parameter 'kxy'"),
+    (["--sigma", "-1"], "sigma must be positive"),
+    (["--sigma", "0.1", "--chains", "0"], "n_chains must be a positive integer"),
+])
+def test_sample_bad_input(reactions_csv, args, message):
+    result = runner.invoke(app, ["sample", "four_substance_reactions", "--data", str(reactions_csv),
+                                 "--no-gauss-newton", *args])
+    assert result.exit_code != 0
+    assert message in json.dumps(result.output)
