@@ -30,6 +30,17 @@ NaN, or its gradient is not finite (a failed ODE solve), is rejected: the accept
 probability is 0 and neither the value nor the gradient enters the chain (NaN gradients
 are replaced through `jnp.where`, so they cannot leak into later arithmetic).
 
+**Dense preconditioner** (optional, not in the paper): with a symmetric positive definite
+matrix C = L Lᵀ (e.g. the Gauss-Newton covariance at the estimate,
+`jcalib.estimation.uncertainty.parameter_covariance`), `sample` proposes
+
+    θ' = θ + h C ∇log π(θ) + √(2h) L r,
+
+which is plain MALA with step size h on u = L⁻¹(θ - θ̄), a linear change of variables with
+a constant Jacobian (so the chain targets the same π). A diagonal P cannot follow a
+posterior ridge (strongly correlated parameters); C can. With C = diag(p) and h = 1 the
+chain is the prescaled one, draw for draw.
+
 **Warm-up** (optional, not in the paper): a global factor s on P (P = s P_0) is adapted by
 dual averaging (blackjax's `dual_averaging_adaptation`, Hoffman & Gelman 2014) towards a
 target acceptance rate, using the mean acceptance probability over chains; then s is
@@ -87,6 +98,7 @@ __all__ = [
 
 BACKENDS = ("jcalib", "blackjax")
 _N_PRESCALING_DRAWS = 100  # Wulkow 2021, Appendix A.2 step 2: "we always used n = 100"
+_DENSE_STEP = 1.65**2 / 2  # h n^(1/3): √(2h) = 1.65 n^(-1/6), optimal MALA scale (Roberts & Rosenthal 1998)
 
 
 class MALAState(NamedTuple):
@@ -396,6 +408,7 @@ def sample(
     step_sizes: str | Prescaling | float | Float[ArrayLike, " n_params"] = "prescaled",
     fraction: float | Float[ArrayLike, " n_params"] = 0.02,
     bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | None = None,
+    preconditioner: Float[ArrayLike, "n_params n_params"] | None = None,
     warmup: int = 0,
     target_acceptance: float = 0.6,
     to_physical: ParameterSpace | Callable | None = None,
@@ -431,6 +444,12 @@ def sample(
             only; the paper used 1/50 and 1/200).
         bounds: ``(lower, upper)`` in internal coordinates for the prescaling draws;
             default: the box of the problem or of ``to_physical`` (a `ParameterSpace`).
+        preconditioner: None (the diagonal P above) or a symmetric positive definite
+            ``(n_params, n_params)`` matrix C, e.g. a covariance estimate in internal
+            coordinates (module doc). Then ``step_sizes`` is the scalar h of the proposal
+            θ + h C ∇log π + √(2h) L r; ``"prescaled"`` means h = 1.65²/(2 n^(1/3)), the
+            optimal MALA scale for a Gaussian target of covariance C (Roberts &
+            Rosenthal 1998); combine with ``warmup`` to adapt it.
         warmup: steps adapting a global factor on P towards ``target_acceptance`` (dual
             averaging), discarded; 0 keeps P as given (the paper's procedure).
         target_acceptance: in (0, 1); the paper calls 50-70 % ideal.
@@ -450,7 +469,8 @@ def sample(
     Raises:
         ValueError: float64 not enabled; bad sizes, ``theta0_internal`` shape or a start
             with a non-finite log density or gradient; bad ``step_sizes``, ``fraction``,
-            ``bounds``, ``target_acceptance``, ``backend``, ``names`` or ``to_physical``.
+            ``bounds``, ``preconditioner``, ``target_acceptance``, ``backend``, ``names`` or
+            ``to_physical``.
     """
     start_time = time.perf_counter()
     if not jax.config.jax_enable_x64:
@@ -490,7 +510,23 @@ def sample(
     key_pre, key_warm, key_draw = jax.random.split(key, 3)
     n_evaluations = int(n_chains)
     pre = None
-    if isinstance(step_sizes, str):
+    dense = None
+    if preconditioner is not None:  # run plain MALA on u = L^-1 (θ - θ̄) (module doc)
+        dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), _cholesky(preconditioner, n))
+        theta0, logdensity_fn = dense.to_u(theta0), dense
+        if isinstance(step_sizes, Prescaling):
+            raise ValueError("sample: with a preconditioner, step_sizes is the scalar h (or 'prescaled'), not a "
+                             "Prescaling")
+        if isinstance(step_sizes, str) and step_sizes != "prescaled":
+            raise ValueError(
+                f"sample: step_sizes must be 'prescaled' or a positive number; got {step_sizes!r}")
+        if not isinstance(step_sizes, str) and np.ndim(step_sizes) != 0:
+            raise ValueError("sample: with a preconditioner, step_sizes must be one positive number h (the "
+                             f"preconditioner carries the per-parameter scales); got shape {np.shape(step_sizes)}")
+        h = _DENSE_STEP * n ** (-1.0 / 3.0) if isinstance(step_sizes, str) else step_sizes
+        p0 = jnp.asarray(_positive(h, n, "sample", "step_sizes"))
+        start_valid = _evaluate_batch(logdensity_fn, theta0)[2]
+    elif isinstance(step_sizes, str):
         if step_sizes != "prescaled":
             raise ValueError(
                 f"sample: step_sizes must be 'prescaled', a Prescaling or positive numbers; got {step_sizes!r}")
@@ -551,6 +587,8 @@ def sample(
                 rate = np.sum([t[2].sum() for t in traces]) / ((c * chunk + keep) * thin * n_chains)
                 bar.set_postfix(acceptance=f"{rate:.2f}")
     pos, lp, accepted, p_accept, invalid = (np.concatenate([t[i] for t in traces]) for i in range(5))
+    if dense is not None:
+        pos = np.asarray(dense.to_theta(jnp.asarray(pos)))
     n_evaluations += (int(burn_in) + n_chunks * (chunk * int(thin) + 1)) * int(n_chains)
     samples_internal = np.swapaxes(pos, 0, 1)  # (n_chains, n_draws, n)
     logdensity = np.swapaxes(lp, 0, 1)
@@ -562,6 +600,9 @@ def sample(
              "step_size_factor": factor, "mean_acceptance_probability": mean_p_accept,
              "invalid_proposal_rate": invalid.sum(axis=0) / n_kept_steps,
              "warmup_acceptance_mean": float(np.mean(warmup_acceptance)) if warmup else None}
+    if dense is not None:
+        extra.update({"preconditioner": np.asarray(dense.chol @ dense.chol.T), "step_size_h": float(p[0])})
+        p = p * jnp.diagonal(dense.chol @ dense.chol.T)  # the diagonal of h C
     if pre is not None:
         extra.update({"tau": np.asarray(pre.tau), "mean_abs_grad": np.asarray(pre.mean_abs_grad),
                       "prescaling_n_valid": int(pre.n_valid), "step_sizes_prescaled": np.asarray(pre.step_sizes)})
@@ -569,7 +610,7 @@ def sample(
         samples_internal, logdensity, acceptance, samples=samples, names=names,
         units=space.units if space is not None else None,
         log_scale=tuple(bool(b) for b in space.log_scale) if space is not None else None,
-        step_sizes=np.asarray(p), method=f"prescaled-mala ({backend})", n_steps=int(n_steps),
+        step_sizes=np.asarray(p), method=f"{'preconditioned' if dense is not None else 'prescaled'}-mala ({backend})", n_steps=int(n_steps),
         burn_in=int(burn_in), thin=int(thin), warmup=int(warmup),
         n_logdensity_evaluations=n_evaluations, wall_time_s=time.perf_counter() - start_time, extra=extra,
     )
@@ -667,6 +708,39 @@ def _segment(logdensity_fn, backend: str, key, positions, p, n_burn, start, thin
 
     states, trace = jax.lax.scan(outer, _init_all(logdensity_fn, positions), jnp.arange(n_records))
     return states.position, trace
+
+
+class _Preconditioned(eqx.Module):
+    """log π(θ̄ + L u) as a function of u (a pytree, so a new matrix does not recompile)."""
+
+    logdensity_fn: Callable
+    shift: Float[Array, " n"]
+    chol: Float[Array, "n n"]
+
+    def __call__(self, u: Float[Array, " n"]) -> Float[Array, ""]:
+        return self.logdensity_fn(self.shift + self.chol @ u)
+
+    def to_u(self, theta: Float[Array, "... n"]) -> Float[Array, "... n"]:
+        flat = theta.reshape(-1, self.shift.shape[0]) - self.shift[None, :]
+        u = jax.scipy.linalg.solve_triangular(self.chol, flat.T, lower=True).T
+        return u.reshape(theta.shape)
+
+    def to_theta(self, u: Float[Array, "... n"]) -> Float[Array, "... n"]:
+        flat = u.reshape(-1, self.shift.shape[0]) @ self.chol.T + self.shift[None, :]
+        return flat.reshape(u.shape)
+
+
+def _cholesky(matrix, n: int) -> Array:
+    c = np.asarray(matrix, dtype=np.float64)
+    if c.shape != (n, n):
+        raise ValueError(f"sample: preconditioner must have shape ({n}, {n}); got shape {c.shape}")
+    if not np.all(np.isfinite(c)) or not np.allclose(c, c.T, rtol=1e-10, atol=0.0):
+        raise ValueError("sample: preconditioner must be a finite symmetric matrix")
+    try:
+        return jnp.asarray(np.linalg.cholesky(c))
+    except np.linalg.LinAlgError:
+        raise ValueError("sample: preconditioner must be positive definite (its Cholesky factorization "
+                         f"failed; eigenvalues {np.linalg.eigvalsh(c).tolist()})") from None
 
 
 # --- argument handling -----------------------------------------------------------------------

@@ -4,6 +4,7 @@ results (save/load, dict, ArviZ) and bad inputs."""
 
 import json
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -236,6 +237,67 @@ def test_sample_backends_agree_and_chunks_do_not_change_draws():
     other = mala.sample(jax.random.key(2), _banana, x0, 200, **kwargs)
     assert not np.array_equal(other.samples, ours.samples)
     assert ours.samples.shape == (2, 100, 3) and ours.thin == 2 and ours.burn_in == 10
+
+
+def test_diagonal_preconditioner_gives_the_prescaled_chain():
+    """C = diag(p) with h = 1 is the prescaled proposal, draw for draw (module doc)."""
+    p = jnp.array([0.3, 0.05, 2.0])
+    x0 = jnp.array([0.5, -0.2, 1.0])
+    ours = mala.sample(jax.random.key(1), _banana, x0, 200, n_chains=2, step_sizes=p)
+    dense = mala.sample(jax.random.key(1), _banana, x0, 200, n_chains=2, step_sizes=1.0,
+                        preconditioner=np.diag(np.asarray(p)))
+    np.testing.assert_allclose(dense.samples, ours.samples, rtol=1e-8, atol=1e-8)
+    np.testing.assert_array_equal(dense.acceptance_rate, ours.acceptance_rate)
+    np.testing.assert_allclose(dense.step_sizes, p, rtol=1e-12)
+    assert dense.method.startswith("preconditioned-mala")
+
+
+def test_dense_preconditioner_on_the_linear_gaussian(linear_run):
+    """With the posterior covariance as C the chain follows the correlations: the analytic
+    moments within ~5 MCSE and a far larger ESS per draw than the diagonal sampler."""
+    prior, diagonal = linear_run
+    mean, cov = _analytic(prior)
+    result = mala.sample(jax.random.key(12), _logdensity(prior), jnp.asarray(THETA_TRUE), 1000,
+                         n_chains=N_CHAINS, warmup=WARMUP, preconditioner=cov)
+    assert np.all(result.rhat < 1.05)
+    np.testing.assert_array_less(np.abs(result.mean - mean), 5 * result.mcse_mean)
+    np.testing.assert_array_less(np.abs(result.sd - np.sqrt(np.diag(cov))), 5 * result.mcse_sd)
+    per_draw = result.ess_bulk / (result.n_chains * result.n_draws)
+    per_draw_diagonal = diagonal.ess_bulk / (diagonal.n_chains * diagonal.n_draws)
+    assert np.all(per_draw > 0.2) and np.all(per_draw > per_draw_diagonal), (per_draw, per_draw_diagonal)
+    assert 0.45 < result.acceptance < 0.75
+    np.testing.assert_allclose(result.extra["preconditioner"], cov, rtol=1e-12)
+
+
+def _ridge(x):  # a Gaussian with correlation 0.995 and scales 1 and 10
+    return -0.5 * x @ jnp.asarray(np.linalg.inv(RIDGE_COV)) @ x
+
+
+RIDGE_COV = np.array([[1.0, 9.95], [9.95, 100.0]])
+
+
+def test_dense_preconditioner_follows_a_ridge():
+    """A diagonal P must take steps of the ridge's width (about 0.1 sd along it); the dense
+    preconditioner moves along it: > 20x the ESS of the (warmed-up) diagonal sampler."""
+    bounds = (jnp.full(2, -1e3), jnp.full(2, 1e3))
+    kwargs = dict(n_chains=4, warmup=300)
+    diagonal = mala.sample(jax.random.key(1), _ridge, jnp.zeros(2), 2000, bounds=bounds, fraction=0.001, **kwargs)
+    dense = mala.sample(jax.random.key(1), _ridge, jnp.zeros(2), 2000, preconditioner=RIDGE_COV, **kwargs)
+    assert np.all(dense.ess_bulk > 20 * diagonal.ess_bulk), (dense.ess_bulk, diagonal.ess_bulk)
+    np.testing.assert_array_less(np.abs(dense.mean), 5 * dense.mcse_mean)
+    np.testing.assert_allclose(np.cov(dense.flat_samples(), rowvar=False), RIDGE_COV, rtol=0.1)
+
+
+@pytest.mark.parametrize("matrix, step, message", [
+    (np.eye(2), "prescaled", "shape (3, 3)"),
+    (np.array([[1.0, 0.5, 0], [0, 1, 0], [0, 0, 1]]), "prescaled", "symmetric"),
+    (np.diag([1.0, -1.0, 1.0]), "prescaled", "positive definite"),
+    (np.eye(3), np.ones(3), "one positive number h"),
+    (np.eye(3), "adaptive", "'prescaled' or a positive number"),
+])
+def test_preconditioner_bad_input(matrix, step, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        mala.sample(jax.random.key(0), _banana, jnp.zeros(3), 10, preconditioner=matrix, step_sizes=step)
 
 
 # --- the prescaling rule (Appendix A.2) ----------------------------------------------------------
