@@ -2,7 +2,10 @@
 
 import json
 
+import numpy as np
 import pytest
+
+from jcalib.bayes import PosteriorResult
 
 from tests.helpers import load_script
 
@@ -11,7 +14,8 @@ def test_demo_writes_metrics_and_figures(tmp_path):
     metrics = load_script("experiments/demo.py").main(["--out", str(tmp_path), "--quick"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved == json.loads(json.dumps(metrics))
-    for name in ("recipe1_fit.png", "singular_values.png", "data_recipe1.csv"):
+    for name in ("recipe1_fit.png", "singular_values.png", "data_recipe1.csv", "marginals.png", "pair.png",
+                 "trace.png", "recipe2_bands.png", "report.md", "posterior.npz"):
         assert (tmp_path / name).stat().st_size > 0
     spectra = saved["simple_model_jacobian"]["spectra"]
     # Wulkow 2021 structure: [M] alone leaves f/ktc correlated, Mw breaks it
@@ -25,6 +29,21 @@ def test_demo_writes_metrics_and_figures(tmp_path):
     assert fits["M+Mw"]["n_essential_directions"] == 2
     assert fits["M+Mw"]["condition_number"] * 10 <= fits["M"]["condition_number"]
     assert fits["M"]["converged"] and fits["M+Mw"]["converged"]
+    # Bayesian step: the Gauss-Newton-preconditioned chains mix (even in --quick's 2 x 300 draws),
+    # the posterior brackets the Gauss-Newton estimate of the same data
+    bayes = saved["bayesian"]
+    posterior = PosteriorResult.load(tmp_path / "posterior.npz")
+    assert np.all(posterior.ess_bulk > 100) and np.all(posterior.rhat < 1.1), (posterior.ess_bulk, posterior.rhat)
+    assert 0.4 < posterior.acceptance < 0.8
+    lo, hi = posterior.interval(0.9)
+    start = np.array([bayes["gauss_newton_start"][n] for n in posterior.names])
+    assert np.all((lo < start) & (start < hi))
+    # recipe 2 was not fitted: the simple model's band misses the real model's [M] (Wulkow 2021
+    # §3.2.2) by more than it misses Mw
+    misses = bayes["recipe2_misses"]
+    assert misses["M"]["max_miss_of_range"] > 0.02
+    assert misses["M"]["max_miss_of_range"] > 2 * misses["Mw"]["max_miss_of_range"]
+    assert "Recipe 2" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.parametrize("case", ["four_substance_reactions", "radical_polymerization_real_qss"])
