@@ -1,0 +1,157 @@
+"""Building blocks of jcalib's networks: MLPs, LSTM/GRU sequence encoders and scalers.
+
+Networks are flax nnx modules built with ``rngs=nnx.Rngs(seed)`` and run in float32 (inputs
+are cast, so float64 callers need no conversion).
+Scalers are frozen pytrees holding their statistics, so they are saved with the weights
+(``to_dict`` / ``from_dict``) and a reloaded network reproduces its predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, ArrayLike, Float
+
+__all__ = ["CELLS", "MLP", "MinMaxScaler", "SequenceEncoder", "Standardizer"]
+
+CELLS = ("lstm", "gru")
+
+
+class MLP(nnx.Module):
+    """Fully connected network: ``in_features -> hidden[0] -> ... -> out_features``, the
+    activation after every hidden layer, a linear output layer.
+
+    Example:
+        >>> net = MLP(3, (64, 64), 2, rngs=nnx.Rngs(0))
+        >>> net(jnp.ones((5, 3))).shape
+        (5, 2)
+    """
+
+    def __init__(self, in_features: int, hidden: Sequence[int], out_features: int, *,
+                 activation: Callable[[Array], Array] = nnx.relu, rngs: nnx.Rngs):
+        sizes = [int(in_features), *(int(h) for h in hidden), int(out_features)]
+        if min(sizes) < 1:
+            raise ValueError(f"MLP: layer sizes must be positive; got {sizes}")
+        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
+        self.activation = activation
+
+    def __call__(self, x: Float[Array, "... in_features"]) -> Float[Array, "... out_features"]:
+        x = jnp.asarray(x, jnp.float32)  # networks run in float32 (DESIGN.md), whatever the caller's dtype
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.layers[-1](x)
+
+
+class SequenceEncoder(nnx.Module):
+    """Stacked LSTM or GRU layers over time; returns the last layer's final hidden state.
+
+    Input ``(..., n_times, in_features)``, output ``(..., hidden_features)``.
+
+    Example:
+        >>> enc = SequenceEncoder(2, 16, cell="gru", n_layers=2, rngs=nnx.Rngs(0))
+        >>> enc(jnp.ones((4, 50, 2))).shape
+        (4, 16)
+    """
+
+    def __init__(self, in_features: int, hidden_features: int, *, cell: str = "lstm", n_layers: int = 1,
+                 rngs: nnx.Rngs):
+        if cell not in CELLS:
+            raise ValueError(f"SequenceEncoder: cell must be one of {CELLS}; got {cell!r}")
+        if n_layers < 1 or hidden_features < 1:
+            raise ValueError("SequenceEncoder: n_layers and hidden_features must be positive")
+        make = nnx.OptimizedLSTMCell if cell == "lstm" else nnx.GRUCell
+        sizes = [int(in_features)] + [int(hidden_features)] * n_layers
+        self.cells = nnx.List([make(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
+        self.cell = cell
+        self.hidden_features = int(hidden_features)
+
+    def __call__(self, x: Float[Array, "... n_times in_features"]) -> Float[Array, "... hidden_features"]:
+        batch = x.shape[:-2]
+        seq = jnp.moveaxis(jnp.asarray(x, jnp.float32), -2, 0)  # time-major for the scan
+        for cell in self.cells:
+            zeros = jnp.zeros((*batch, self.hidden_features), seq.dtype)
+            carry = (zeros, zeros) if self.cell == "lstm" else zeros
+            carry, seq = jax.lax.scan(lambda c, xt, cell=cell: cell(c, xt), carry, seq)
+        return seq[-1]
+
+
+class Standardizer(eqx.Module):
+    """z = (x - mean) / std per feature (statistics over the sample axes)."""
+
+    mean: Float[Array, "..."]
+    std: Float[Array, "..."]
+
+    @classmethod
+    def fit(cls, x: Float[ArrayLike, "n ..."], axis: int | Sequence[int] = 0, min_std: float = 1e-8) -> Standardizer:
+        """Statistics of ``x`` over ``axis`` (constant features get std 1)."""
+        x = np.asarray(x, dtype=np.float64)
+        _check_finite(x, "Standardizer.fit")
+        std = x.std(axis=axis)
+        return cls(jnp.asarray(x.mean(axis=axis), jnp.float32),
+                   jnp.asarray(np.where(std > min_std, std, 1.0), jnp.float32))
+
+    def __call__(self, x):
+        return (x - _lead(self.mean, x)) / _lead(self.std, x)
+
+    def inverse(self, z):
+        return z * _lead(self.std, z) + _lead(self.mean, z)
+
+    def to_dict(self) -> dict:
+        return {"kind": "standard", "mean": np.asarray(self.mean), "std": np.asarray(self.std)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Standardizer:
+        return cls(jnp.asarray(d["mean"], jnp.float32), jnp.asarray(d["std"], jnp.float32))
+
+
+class MinMaxScaler(eqx.Module):
+    """z = (x - low) / (high - low) per feature: the training data map to [0, 1]
+    (min-max normalisation from the training data, IMPU paper)."""
+
+    low: Float[Array, "..."]
+    high: Float[Array, "..."]
+
+    @classmethod
+    def fit(cls, x: Float[ArrayLike, "n ..."], axis: int | Sequence[int] = 0) -> MinMaxScaler:
+        """Range of ``x`` over ``axis`` (constant features get a range of 1)."""
+        x = np.asarray(x, dtype=np.float64)
+        _check_finite(x, "MinMaxScaler.fit")
+        low, high = x.min(axis=axis), x.max(axis=axis)
+        return cls(jnp.asarray(low, jnp.float32), jnp.asarray(np.where(high > low, high, low + 1.0), jnp.float32))
+
+    def __call__(self, x):
+        return (x - _lead(self.low, x)) / _lead(self.high - self.low, x)
+
+    def inverse(self, z):
+        return z * _lead(self.high - self.low, z) + _lead(self.low, z)
+
+    def outside(self, x, margin: float = 0.0):
+        """Per sample (leading axis): whether any feature leaves [low, high] widened by
+        ``margin`` times the range."""
+        z = self(x)
+        bad = (z < -margin) | (z > 1.0 + margin)
+        return jnp.any(bad.reshape(bad.shape[0], -1), axis=1) if bad.ndim > self.low.ndim else jnp.any(bad)
+
+    def to_dict(self) -> dict:
+        return {"kind": "minmax", "low": np.asarray(self.low), "high": np.asarray(self.high)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> MinMaxScaler:
+        return cls(jnp.asarray(d["low"], jnp.float32), jnp.asarray(d["high"], jnp.float32))
+
+
+def _lead(stat: Array, x) -> Array:
+    """``stat`` with leading unit axes to broadcast against ``x`` (explicit rank promotion)."""
+    return jnp.reshape(stat, (1,) * (jnp.ndim(x) - stat.ndim) + stat.shape)
+
+
+def _check_finite(x: np.ndarray, where: str) -> None:
+    if x.size == 0:
+        raise ValueError(f"{where}: no data")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{where}: data contain NaN or inf")

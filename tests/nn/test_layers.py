@@ -1,0 +1,54 @@
+"""Layers and scalers: the sequence encoder against flax's RNN, scaler round trips."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jcalib.nn import MLP, MinMaxScaler, SequenceEncoder, Standardizer
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_sequence_encoder_matches_flax_rnn(cell):
+    enc = SequenceEncoder(3, 8, cell=cell, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(1), (5, 20, 3), dtype=jnp.float32)
+    reference = nnx.RNN(enc.cells[0])(x, rngs=nnx.Rngs(2))[:, -1]  # flax scans the same cell
+    np.testing.assert_allclose(np.asarray(enc(x)), np.asarray(reference), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(enc(x[2])), np.asarray(enc(x)[2]), rtol=1e-5, atol=1e-6)  # unbatched
+
+
+def test_stacked_encoder_and_mlp_shapes_and_jit():
+    enc = SequenceEncoder(2, 16, n_layers=2, rngs=nnx.Rngs(0))
+    x = jnp.ones((4, 30, 2))
+    assert enc(x).shape == (4, 16)
+    np.testing.assert_allclose(np.asarray(nnx.jit(lambda m, x: m(x))(enc, x)), np.asarray(enc(x)), rtol=1e-6)
+    net = MLP(3, (8,), 2, rngs=nnx.Rngs(0))
+    assert net(jnp.ones((7, 3))).shape == (7, 2) and net(jnp.ones(3)).shape == (2,)
+    with pytest.raises(ValueError, match="cell"):
+        SequenceEncoder(2, 4, cell="rnn", rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="positive"):
+        MLP(3, (0,), 2, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("scaler_type", [Standardizer, MinMaxScaler])
+def test_scalers_round_trip(scaler_type):
+    rng = np.random.default_rng(0)
+    x = rng.normal(3.0, 5.0, size=(100, 4)).astype(np.float32)
+    x[:, 2] = 7.0  # a constant feature must not divide by zero
+    scaler = scaler_type.fit(x)
+    z = np.asarray(scaler(x))
+    assert np.all(np.isfinite(z))
+    if scaler_type is Standardizer:
+        np.testing.assert_allclose(z[:, [0, 1, 3]].mean(0), 0, atol=1e-5)
+        np.testing.assert_allclose(z[:, [0, 1, 3]].std(0), 1, rtol=1e-4)
+    else:
+        np.testing.assert_allclose(z[:, [0, 1, 3]].min(0), 0, atol=1e-6)
+        np.testing.assert_allclose(z[:, [0, 1, 3]].max(0), 1, atol=1e-6)
+        assert not np.any(np.asarray(scaler.outside(x)))
+        assert np.asarray(scaler.outside(x + 100.0)).all()
+    np.testing.assert_allclose(np.asarray(scaler.inverse(scaler(x))), x, rtol=1e-5, atol=1e-4)
+    again = scaler_type.from_dict(scaler.to_dict())
+    np.testing.assert_array_equal(np.asarray(again(x)), z)
+    with pytest.raises(ValueError, match="NaN"):
+        scaler_type.fit(np.array([[1.0], [np.nan]]))
