@@ -334,8 +334,8 @@ def sample(
     start: Annotated[list[str] | None, typer.Option(help="start value name=value (default nominal)")] = None,
     gauss_newton: Annotated[bool, typer.Option(help="start the chains at the Gauss-Newton "
                                                     "estimate from --start")] = True,
-    preconditioner: Annotated[str, typer.Option(help="diagonal (the paper's prescaling) | gauss-newton "
-                                                     "(dense: the Gauss-Newton covariance; follows "
+    preconditioner: Annotated[str, typer.Option(help="diagonal (the paper's prescaling) | laplace "
+                                                     "(dense: the inverse Hessian at the start; follows "
                                                      "correlated parameters)")] = "diagonal",
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     out: Annotated[pathlib.Path | None, typer.Option(
@@ -358,10 +358,8 @@ def sample(
                                  f"got {likelihood!r}")
     if sigma is not None and sample_sigma:
         raise typer.BadParameter("give either --sigma (fixed noise) or --sample-sigma, not both")
-    if preconditioner not in ("diagonal", "gauss-newton"):
-        raise typer.BadParameter(f"--preconditioner must be diagonal or gauss-newton; got {preconditioner!r}")
-    if preconditioner == "gauss-newton" and (sample_sigma or not gauss_newton):
-        raise typer.BadParameter("--preconditioner gauss-newton needs the Gauss-Newton start and a fixed sigma")
+    if preconditioner not in ("diagonal", "laplace"):
+        raise typer.BadParameter(f"--preconditioner must be diagonal or laplace; got {preconditioner!r}")
     m = _build(name, option)
     try:
         lik = LIKELIHOODS[likelihood](sigma)
@@ -373,17 +371,13 @@ def sample(
         z0 = problem.to_internal(jnp.concatenate([
             jnp.asarray([theta0[n] for n in problem.model_free_names]),
             problem.to_physical(problem.initial_internal())[problem.n_model_free:]]))
-        fit, covariance = None, None
+        fit = None
         if gauss_newton:
             fit = estimation.gauss_newton(problem.without_noise_parameters(), theta0, progress=True)
             z0 = z0.at[:problem.n_model_free].set(jnp.asarray(fit.theta_internal))
-        if preconditioner == "gauss-newton":
-            unc = estimation.parameter_covariance(problem.without_noise_parameters(), fit, sigma=sigma)
-            if unc.singular:
-                raise ValueError(f"--preconditioner gauss-newton: {unc.note}; use --preconditioner diagonal")
-            covariance = unc.covariance_internal
         result = mala.sample(jax.random.key(seed), problem, z0, steps, n_chains=chains, burn_in=burn,
-                             thin=thin, fraction=fraction, warmup=warmup, preconditioner=covariance,
+                             thin=thin, fraction=fraction, warmup=warmup,
+                             preconditioner=None if preconditioner == "diagonal" else preconditioner,
                              target_acceptance=target_acceptance, progress=True)
     except (ValueError, OSError) as err:
         raise typer.BadParameter(str(err)) from None

@@ -31,6 +31,7 @@ from jcalib.bayes.mala import (
     sample,
     step_sizes,
 )
+from jcalib.bayes.preconditioning import laplace_covariance
 from jcalib.bayes.predictive import PredictiveBands, expand_draws, prediction_bands, predictive_bands
 from jcalib.bayes.priors import HalfNormal, LogNormal, LogUniform, Normal, Uniform, bind_priors
 from jcalib.bayes.result import PosteriorResult
@@ -41,7 +42,7 @@ __all__ = [
     "predictive_bands",
     "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
     "acceptance_rate", "autocorrelation", "blackjax_mala", "build_kernel", "chain_diagnostics",
-    "default_grid", "ess", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance", "log_acceptance_ratio",
+    "default_grid", "ess", "laplace_covariance", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance", "log_acceptance_ratio",
     "mcse", "prescaled_mala", "prescaling", "proposal_log_density", "rhat", "sample", "step_sizes", "summary",
     "to_inference_data",
 ]

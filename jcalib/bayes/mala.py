@@ -76,6 +76,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from jcalib.bayes.preconditioning import laplace_covariance
 from jcalib.bayes.result import PosteriorResult
 from jcalib.parameters import ParameterSpace
 from jcalib.problem import CalibrationProblem
@@ -408,7 +409,7 @@ def sample(
     step_sizes: str | Prescaling | float | Float[ArrayLike, " n_params"] = "prescaled",
     fraction: float | Float[ArrayLike, " n_params"] = 0.02,
     bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | None = None,
-    preconditioner: Float[ArrayLike, "n_params n_params"] | None = None,
+    preconditioner: str | Float[ArrayLike, "n_params n_params"] | None = None,
     warmup: int = 0,
     target_acceptance: float = 0.6,
     to_physical: ParameterSpace | Callable | None = None,
@@ -444,9 +445,11 @@ def sample(
             only; the paper used 1/50 and 1/200).
         bounds: ``(lower, upper)`` in internal coordinates for the prescaling draws;
             default: the box of the problem or of ``to_physical`` (a `ParameterSpace`).
-        preconditioner: None (the diagonal P above) or a symmetric positive definite
+        preconditioner: None (the diagonal P above), a symmetric positive definite
             ``(n_params, n_params)`` matrix C, e.g. a covariance estimate in internal
-            coordinates (module doc). Then ``step_sizes`` is the scalar h of the proposal
+            coordinates (module doc), or ``"laplace"``: C from
+            `jcalib.bayes.preconditioning.laplace_covariance` at the mean start (start at
+            an estimate, e.g. Gauss-Newton's). Then ``step_sizes`` is the scalar h of the proposal
             θ + h C ∇log π + √(2h) L r; ``"prescaled"`` means h = 1.65²/(2 n^(1/3)), the
             optimal MALA scale for a Gaussian target of covariance C (Roberts &
             Rosenthal 1998); combine with ``warmup`` to adapt it.
@@ -511,6 +514,12 @@ def sample(
     n_evaluations = int(n_chains)
     pre = None
     dense = None
+    if isinstance(preconditioner, str):
+        if preconditioner != "laplace":
+            raise ValueError(f"sample: preconditioner must be None, a matrix or 'laplace'; got {preconditioner!r}")
+        box = _resolve_bounds(bounds, space, "sample") if (bounds is not None or space is not None) else None
+        preconditioner = laplace_covariance(logdensity_fn, jnp.mean(theta0, axis=0), bounds=box)
+        n_evaluations += 2 * n
     if preconditioner is not None:  # run plain MALA on u = L^-1 (θ - θ̄) (module doc)
         dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), _cholesky(preconditioner, n))
         theta0, logdensity_fn = dense.to_u(theta0), dense

@@ -1,0 +1,44 @@
+"""The Laplace preconditioner: the analytic covariance of a Gaussian posterior, the floor on
+flat directions, and use through sample(preconditioner="laplace")."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jcalib.bayes import laplace_covariance, mala
+from tests.bayes.test_mala import RIDGE_COV, _analytic, _logdensity, _ridge
+
+
+@pytest.mark.parametrize("prior", ["uniform", "gaussian"])
+def test_equals_the_analytic_posterior_covariance(prior):
+    mean, cov = _analytic(prior)
+    got = laplace_covariance(_logdensity(prior), jnp.asarray(mean), bounds=(mean - 100.0, mean + 100.0))
+    np.testing.assert_allclose(got, cov, rtol=1e-6, atol=1e-12 * np.abs(cov).max())
+
+
+def test_flat_directions_get_the_largest_allowed_sd():
+    def flat(x):  # depends on x0 + x1 only: x0 - x1 is flat
+        return -0.5 * (x[0] + x[1]) ** 2 / 0.01
+
+    cov = laplace_covariance(flat, jnp.zeros(2), bounds=(-jnp.ones(2) * 5, jnp.ones(2) * 5))
+    v_flat, v_data = np.array([1.0, -1.0]) / np.sqrt(2), np.array([1.0, 1.0]) / np.sqrt(2)
+    assert v_flat @ cov @ v_flat == pytest.approx(1.0**2, rel=1e-6)  # max_sd = width/10 = 1
+    assert v_data @ cov @ v_data == pytest.approx(0.01 / 2, rel=1e-6)
+    assert np.all(np.linalg.eigvalsh(cov) > 0)
+
+
+def test_sample_with_the_laplace_preconditioner():
+    result = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 1000, n_chains=2, warmup=200,
+                         preconditioner="laplace", bounds=(jnp.full(2, -1e3), jnp.full(2, 1e3)))
+    np.testing.assert_allclose(result.extra["preconditioner"], RIDGE_COV, rtol=1e-5)
+    assert np.all(result.ess_bulk > 500)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="not finite"):
+        laplace_covariance(lambda x: -0.5 * x @ x + jnp.sqrt(5e-5 - x[0]), jnp.zeros(2))  # NaN at x0 = +h
+    with pytest.raises(ValueError, match="1-D"):
+        laplace_covariance(lambda x: -0.5 * jnp.sum(x**2), jnp.zeros((2, 2)))
+    with pytest.raises(ValueError, match="'laplace'"):
+        mala.sample(jax.random.key(0), _ridge, jnp.zeros(2), 10, preconditioner="hessian")
