@@ -60,7 +60,8 @@ from tqdm.auto import tqdm
 
 from jcalib.jsonable import to_jsonable
 
-__all__ = ["SCHEDULES", "TrainingConfig", "TrainingResult", "fit", "load_model", "make_optimizer", "save_model"]
+__all__ = ["SCHEDULES", "TrainingConfig", "TrainingResult", "fit", "load_model", "make_optimizer", "read_model_extra",
+           "save_model"]
 
 SCHEDULES = ("constant", "multistep", "exponential")
 _FORMAT = "jcalib-training-checkpoint-1"
@@ -324,6 +325,12 @@ def load_model(path: str | os.PathLike, model: nnx.Module) -> dict:
     payload = _read(pathlib.Path(path), _MODEL_FORMAT)
     nnx.update(model, _unflat(nnx.state(model, nnx.Param), payload["params"], "weights"))
     return payload["extra"]
+
+
+def read_model_extra(path: str | os.PathLike) -> dict:
+    """The ``extra`` of a `save_model` file without loading weights (e.g. the configuration
+    to build the network before `load_model`)."""
+    return _read(pathlib.Path(path), _MODEL_FORMAT)["extra"]
 
 
 # --- helpers ---------------------------------------------------------------------------------
