@@ -39,6 +39,11 @@ The 11 states span 12 decades, so the solver works on scaled states ``x / scale`
 are solved explicitly with Tsit5: 1,000 real-model solves take 0.2 s instead of 4 s (2-core
 CPU), and the outputs deviate from the full model by < 2e-4 relative on the measured
 entries (the radicals need ~1 s to reach quasi-steady state, so Mw at t = 1 s is off ~8 %).
+Limit of ``qss`` for the *simple* model: without cage or primary termination its
+quasi-steady R = 2 f kd I/(kp M) makes initiation consume monomer at the rate 2 f kd I
+however small M is, so once the monomer is used up (recipe 2 after about 2000 s) [M] turns
+negative (down to about -0.2 % of M0) where the full model decays to 0; use the full model
+(``qss=False``) to predict beyond full conversion.
 
 The termination factor a_t and the recipes are the spec's (a_t = 1/2 for the real model was
 determined numerically against the paper's data table). The paper's Test 4 also fits the full
