@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 __all__ = ["plot_bands",
            "plot_cost_versus_parameters", "plot_fit", "plot_multistart_waterfall", "plot_profile",
            "plot_residuals",
+           "plot_mae_versus_training_size", "plot_reconstructions", "plot_training_history",
            "plot_autocorrelation", "plot_marginals", "plot_pair", "plot_trace",
            "plot_sensitivity_functions", "plot_sigma_min_spectrum", "plot_simulation",
            "plot_singular_values", "plot_sobol_over_time", "plot_sorted_indices"]
@@ -574,5 +575,175 @@ def plot_autocorrelation(result, *, max_lag=50, internal=False, title=""):
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(title or f"autocorrelation (thin = {result.thin})")
+    fig.tight_layout()
+    return fig
+
+
+# --- neural surrogates (jcalib.nn) -------------------------------------------------------------
+def plot_training_history(history, *, metrics=("loss",), log=True, title=""):
+    """Training curves of a `jcalib.nn.training.TrainingResult` (or its ``history`` dict):
+    ``train_<metric>`` solid and ``val_<metric>`` dashed per epoch, one colour per metric,
+    the learning rate on a second axis (dotted, grey) and the best validation epoch marked.
+
+    Args:
+        history: a `TrainingResult` or its ``history`` (per-epoch lists).
+        metrics: names without the ``train_``/``val_`` prefix (``"loss"``, and for a PELS-VAE
+            ``"reconstruction"``, ``"kl"``, ``"student"``, ``"generation"``).
+        log: logarithmic loss axis (used only when every plotted value is positive).
+        title: axes title.
+
+    Returns:
+        The figure.
+    """
+    best_epoch = getattr(history, "best_epoch", None)
+    history = getattr(history, "history", history)
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    plotted = []
+    for c, name in enumerate(metrics):
+        found = False
+        for split, style in (("train", "-"), ("val", "--")):
+            values = history.get(f"{split}_{name}")
+            if values is None:
+                continue
+            values = np.asarray(values, dtype=float)
+            ax.plot(np.arange(1, values.size + 1), values, style, color=f"C{c}", lw=1.3,
+                    label=f"{split} {name}")
+            plotted.append(values)
+            found = True
+        if not found:
+            known = sorted({k.split("_", 1)[1] for k in history if k.startswith(("train_", "val_"))})
+            raise ValueError(f"plot_training_history: no train_{name} or val_{name} in the history; "
+                             f"known metrics: {', '.join(known)}")
+    if best_epoch:
+        ax.axvline(best_epoch, color="k", ls=":", lw=1, label=f"best epoch {best_epoch}")
+    if log and all(np.all(v[np.isfinite(v)] > 0) for v in plotted):
+        ax.set_yscale("log")
+    ax.set(xlabel="epoch", ylabel="loss", title=title or f"training, {len(plotted[0])} epochs")
+    ax.grid(alpha=0.3, which="both")
+    if "learning_rate" in history:
+        lr_ax = ax.twinx()
+        lr = np.asarray(history["learning_rate"], dtype=float)
+        lr_ax.plot(np.arange(1, lr.size + 1), lr, ":", color="gray", lw=1.2)
+        lr_ax.set_yscale("log")
+        lr_ax.set_ylabel("learning rate", color="gray")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_reconstructions(ts, truth, predicted, output_names, *, samples=4,
+                         labels=("simulation", "surrogate"), units=None, time_unit="", title=""):
+    """A surrogate against the simulated model for a few parameter sets (Zhang & Mikelsons
+    2023, Fig. 5; Aka et al. 2023, Fig. 8): one panel per output (at most 4 per row), each
+    shown sample in its own colour, ``truth`` solid and ``predicted`` dashed. Each panel's
+    title gives the MAE of that output over all samples passed.
+
+    Args:
+        ts: times, ``(n_times,)``.
+        truth: simulated trajectories, ``(n, n_times, n_outputs)`` (or one, ``(n_times,
+            n_outputs)``).
+        predicted: the surrogate's trajectories of the same parameter sets, same shape.
+        output_names: labels of the last axis.
+        samples: how many samples to draw (the first ones), or their indices.
+        labels: legend names of the two line styles.
+        units, time_unit, title: labels.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: ``truth`` and ``predicted`` of other shapes, or not matching ``ts`` and
+            ``output_names``.
+    """
+    truth = np.asarray(truth, dtype=float)
+    predicted = np.asarray(predicted, dtype=float)
+    truth = truth[None] if truth.ndim == 2 else truth
+    predicted = predicted[None] if predicted.ndim == 2 else predicted
+    ts = np.asarray(ts)
+    n_out = len(output_names)
+    expected = (ts.size, n_out)
+    if truth.ndim != 3 or truth.shape[1:] != expected or predicted.shape != truth.shape:
+        raise ValueError(f"plot_reconstructions: truth and predicted must both have shape (n, n_times={ts.size}, "
+                         f"n_outputs={n_out}); got {truth.shape} and {predicted.shape}")
+    index = np.arange(min(int(samples), truth.shape[0])) if np.ndim(samples) == 0 else np.asarray(samples, int)
+    mae = np.mean(np.abs(predicted - truth), axis=(0, 1))
+    n_cols = min(n_out, 4)
+    n_rows = -(-n_out // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 3.4 * n_rows), squeeze=False)
+    for ax in axes.flat[n_out:]:
+        ax.set_visible(False)
+    for j, (ax, name) in enumerate(zip(axes.flat, output_names)):
+        for c, i in enumerate(index):
+            ax.plot(ts, truth[i, :, j], "-", color=f"C{c % 10}", lw=1.5)
+            ax.plot(ts, predicted[i, :, j], "--", color=f"C{c % 10}", lw=1.5)
+        unit = f" [{units[j]}]" if units else ""
+        ax.set(xlabel=f"t [{time_unit}]" if time_unit else "t", ylabel=f"{name}{unit}",
+               title=f"{name}: MAE {mae[j]:.3g}{unit}")
+        ax.grid(alpha=0.3)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="k", ls="-", label=labels[0]),
+               Line2D([], [], color="k", ls="--", label=labels[1])]
+    axes[0][0].legend(handles=handles, fontsize=8)
+    fig.suptitle(title or f"{labels[1]} versus {labels[0]}, {index.size} of {truth.shape[0]} samples")
+    fig.tight_layout()
+    return fig
+
+
+def plot_mae_versus_training_size(sizes, maes, *, labels=None, mark_best=None, log=True,
+                                  ylabel="MAE", title=""):
+    """Test error against the number of training samples (Aka et al. 2023, Fig. 6): one
+    curve per network configuration (or per test set, or per error measure).
+
+    Args:
+        sizes: training-set sizes, ``(n_sizes,)``.
+        maes: errors, ``(n_sizes,)`` for one curve, ``(n_curves, n_sizes)``, or
+            ``{label: (n_sizes,)}``; NaN leaves a gap (a size not trained).
+        labels: curve labels when ``maes`` is an array.
+        mark_best: star the smallest error at each size (as the paper marks the best
+            hyperparameters); default: when there are several curves.
+        log: logarithmic axes (base 2 for the sizes).
+        ylabel, title: labels.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: a curve whose length differs from ``sizes``, or labels of another count.
+    """
+    sizes = np.asarray(sizes, dtype=float)
+    if isinstance(maes, dict):
+        curves = {str(k): np.asarray(v, dtype=float) for k, v in maes.items()}
+    else:
+        values = np.atleast_2d(np.asarray(maes, dtype=float))
+        if labels is None:
+            labels = [None] if values.shape[0] == 1 else [f"curve {i}" for i in range(values.shape[0])]
+        if len(labels) != values.shape[0]:
+            raise ValueError(f"plot_mae_versus_training_size: {values.shape[0]} curves but {len(labels)} labels")
+        curves = dict(zip(labels, values))
+    for label, v in curves.items():
+        if v.shape != sizes.shape:
+            raise ValueError(f"plot_mae_versus_training_size: every curve needs one value per size "
+                             f"({sizes.size}); curve {label!r} has shape {v.shape}")
+    fig, ax = plt.subplots(figsize=(5.4, 3.8))
+    for c, (label, v) in enumerate(curves.items()):
+        ax.plot(sizes, v, "o-", ms=4, color=f"C{c % 10}", label=label)
+    if mark_best is None:
+        mark_best = len(curves) > 1
+    if mark_best:
+        stacked = np.stack(list(curves.values()))
+        has = np.any(np.isfinite(stacked), axis=0)
+        best = np.full(sizes.shape, np.nan)
+        best[has] = np.nanmin(stacked[:, has], axis=0)
+        ax.plot(sizes, best, "*", ms=13, mfc="none", mec="k", label="best")
+    if log:
+        ax.set_xscale("log", base=2)
+        if all(np.all(v[np.isfinite(v)] > 0) for v in curves.values()):
+            ax.set_yscale("log")
+    ax.set_xticks(sizes, [f"{s:g}" for s in sizes])
+    ax.set(xlabel="training samples", ylabel=ylabel, title=title or f"{ylabel} versus training-set size")
+    if any(label is not None for label in curves) or mark_best:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig
