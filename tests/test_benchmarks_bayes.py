@@ -4,12 +4,14 @@ polymerization Test-2 posterior) and writes what it promises; no timing assertio
 import json
 
 import numpy as np
+import pytest
 
 from tests.helpers import load_script
 
 METHODS = ("jcalib", "jcalib_laplace", "fd", "nuts")
 
 
+@pytest.mark.slow  # ~90 s: compiles four samplers (jcalib x2, NUTS, scipy loop)
 def test_mala_benchmark_quick(tmp_path):
     out = tmp_path / "mala.json"
     report = load_script("benchmarks/mala.py").main(["--quick", "--out", str(out)])

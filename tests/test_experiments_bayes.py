@@ -6,6 +6,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jcalib
 from jcalib.bayes.result import PosteriorResult
@@ -52,6 +53,7 @@ def test_reactions_bayesian_quick(tmp_path):
     assert cases["ABCD, sigma=0.1"]["band_D"]["prediction"]["fraction_inside"] >= 0.6
 
 
+@pytest.mark.slow  # ~100 s CPU: three compiled samplers of the stiff model
 def test_polymerization_bayesian_quick(tmp_path):
     metrics = load_script("experiments/polymerization_bayesian.py").main(["--out", str(tmp_path), "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
