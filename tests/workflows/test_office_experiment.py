@@ -1,0 +1,41 @@
+"""experiments/office_surrogate_calibration.py --quick: both tables of Aka et al. 2023 are written,
+counted consistently and carry the paper's numbers (a smoke test: tiny networks and budgets)."""
+
+import json
+
+from tests.helpers import load_script
+
+
+def test_office_surrogate_calibration_quick(tmp_path):
+    script = load_script("experiments/office_surrogate_calibration.py")
+    metrics = script.main(["--out", str(tmp_path), "--quick"])
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert (tmp_path / "polish.png").stat().st_size > 0
+    tables = (tmp_path / "tables.md").read_text()
+    assert "## Table 3" in tables and "## Table 4" in tables
+
+    rows = {r["method"].split(" (")[0]: r for r in metrics["table3"]}
+    assert set(rows) == {"LS-TRF with initial guess", "SLSQP with initial guess", "Nelder-Mead with initial guess",
+                         "Powell with initial guess", "LS-TRF with 2 starts", "Diff. Evolution"}
+    for r in rows.values():
+        assert r["n_simulations"] > 0 and r["fd_calls"] == r["n_simulations"] + 14 * r["n_jacobians"]
+        assert r["mse"] is not None and r["paper_model_calls"] is not None or r["method"].endswith("2 starts")
+    assert rows["LS-TRF with initial guess"]["paper_model_calls"] == 261
+    assert rows["Nelder-Mead with initial guess"]["n_jacobians"] == 0
+    assert rows["Nelder-Mead with initial guess"]["n_simulations"] <= 41  # the quick budget (40) + final point
+    # the multistart's first start is the initial guess: two starts cost more and fit no worse
+    one, two = rows["LS-TRF with initial guess"], rows["LS-TRF with 2 starts"]
+    assert two["n_simulations"] > one["n_simulations"] and two["mse"] <= one["mse"]
+    assert rows["Diff. Evolution"]["n_simulations"] == 20 * 3  # population 20, 2 generations
+
+    table4 = metrics["table4"]
+    assert [r["n_train"] for r in table4] == [32, 64]
+    for r in table4:
+        assert r["n_total"] == r["n_train"] + r["n_opt_simulations"]
+        assert r["gap"] == r["mse_model_at_surrogate_optimum"] - r["mse_surrogate_de"]
+        assert r["test_mae_K"] > 0 and r["paper"]["n_total"] in (260, 188)
+        # the polish on the true model lowers the MSE at the surrogate optimum to a good fit
+        assert r["mse_after_polish"] < r["mse_model_at_surrogate_optimum"]
+        assert r["mse_after_polish"] < 0.05  # K²; the noise floor is ~0.01
+        assert r["n_surrogate_evaluations"] == 20 * (1 + r["de_generations"])
+    assert metrics["setup"]["n_times"] == 63 and metrics["quick"] is True
