@@ -4,10 +4,12 @@ samples, 128 generated trajectories) and writes what it promises; no timing asse
 import json
 
 import numpy as np
+import pytest
 
 from tests.helpers import load_script
 
 
+@pytest.mark.slow  # ~30 s of training and compiles
 def test_pelsvae_benchmark_quick(tmp_path):
     out = tmp_path / "pelsvae.json"
     report = load_script("benchmarks/pelsvae.py").main(["--quick", "--out", str(out)])

@@ -149,7 +149,8 @@ def test_calibrate_bad_input(tmp_path, reactions_csv):
     assert missing.exit_code != 0 and "nope.csv" in missing.output
 
 
-@pytest.mark.parametrize("preconditioner", ["diagonal", "laplace"])
+@pytest.mark.parametrize("preconditioner", [
+    "diagonal", pytest.param("laplace", marks=pytest.mark.slow)])  # laplace: another ~40 s of compiles
 def test_sample_writes_posterior_metrics_and_figures(tmp_path, reactions_csv, preconditioner):
     # noise-free data at the nominal point: the chains start at the Gauss-Newton estimate (the
     # truth) and the 90 % intervals must contain it

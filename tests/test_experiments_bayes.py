@@ -30,6 +30,7 @@ def test_unused_outputs_leave_the_a_only_posterior():
     np.testing.assert_allclose(difference, difference[0], atol=1e-8)
 
 
+@pytest.mark.slow  # ~70 s: three posteriors; tests/bayes and the CLI cover the sampler by default
 def test_reactions_bayesian_quick(tmp_path):
     metrics = load_script("experiments/reactions_bayesian.py").main(["--out", str(tmp_path), "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics

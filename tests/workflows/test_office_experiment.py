@@ -3,9 +3,12 @@ counted consistently and carry the paper's numbers (a smoke test: tiny networks 
 
 import json
 
+import pytest
+
 from tests.helpers import load_script
 
 
+@pytest.mark.slow  # ~50 s: trains PELS-VAEs and runs every direct method
 def test_office_surrogate_calibration_quick(tmp_path):
     script = load_script("experiments/office_surrogate_calibration.py")
     metrics = script.main(["--out", str(tmp_path), "--quick"])

@@ -50,6 +50,10 @@ from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import ParameterSpace
 from jcalib.workflows import SurrogateCalibrationResult, surrogate_calibration, surrogate_problem
 
+# ~85 s cold: trains a PELS-VAE on the office model and runs multistart TRF; notebook 04 runs the
+# workflow end to end in the default suite
+pytestmark = pytest.mark.slow
+
 STRIDE = 16  # every 16th observation time: 63 points, every 8 h over the 21 days
 SIGMA = 0.1  # K, additive measurement noise
 N_TRAIN = 128
