@@ -132,16 +132,22 @@ class TrainingConfig:
 
 def make_optimizer(config: TrainingConfig, steps_per_epoch: int) -> optax.GradientTransformation:
     """Adam(W) with the configured learning-rate schedule (steps counted in minibatches)."""
-    lr = config.learning_rate
-    if config.schedule == "multistep":
-        lr = optax.piecewise_constant_schedule(
-            lr, {m * steps_per_epoch: config.decay for m in config.milestones})
-    elif config.schedule == "exponential":
-        lr = optax.exponential_decay(lr, transition_steps=steps_per_epoch, decay_rate=config.decay)
+    lr = _schedule(config, steps_per_epoch)
     opt = optax.adamw(lr, weight_decay=config.weight_decay) if config.weight_decay else optax.adam(lr)
     if config.clip_norm is not None:
         opt = optax.chain(optax.clip_by_global_norm(config.clip_norm), opt)
     return opt
+
+
+def _schedule(config: TrainingConfig, steps_per_epoch: int) -> optax.Schedule:
+    """The learning rate as a function of the minibatch step (also recorded in the history)."""
+    if config.schedule == "multistep":
+        return optax.piecewise_constant_schedule(
+            config.learning_rate, {m * steps_per_epoch: config.decay for m in config.milestones})
+    if config.schedule == "exponential":
+        return optax.exponential_decay(config.learning_rate, transition_steps=steps_per_epoch,
+                                       decay_rate=config.decay)
+    return optax.constant_schedule(config.learning_rate)
 
 
 class TrainingResult(eqx.Module):
@@ -257,7 +263,7 @@ def fit(
         return p, o, jnp.mean(losses), jax.tree_util.tree_map(jnp.mean, metrics)
 
     evaluate = jax.jit(loss_of)
-    schedule = _schedule_fn(config, n_batches)
+    schedule = _schedule(config, n_batches)
     base_key = jax.random.key(config.seed)
     history = state["history"]
     p, o = state["params"], state["opt_state"]
@@ -277,7 +283,9 @@ def fit(
             elapsed = time.perf_counter() - t
             if epoch > first_epoch:  # the first epoch of a call includes compilation
                 timed_epochs, timed_s = timed_epochs + 1, timed_s + elapsed
-            row |= {"learning_rate": float(schedule((epoch - 1) * n_batches)), "epoch_time_s": elapsed}
+            with jax.numpy_dtype_promotion("standard"):  # optax schedules mix Python floats and ints
+                lr = float(schedule((epoch - 1) * n_batches))
+            row |= {"learning_rate": lr, "epoch_time_s": elapsed}
             for k, v in row.items():
                 history.setdefault(k, []).append(v)
             monitored = row["val_loss" if val is not None else "train_loss"]
@@ -334,15 +342,6 @@ def read_model_extra(path: str | os.PathLike) -> dict:
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def _schedule_fn(config: TrainingConfig, steps_per_epoch: int) -> Callable[[int], float]:
-    if config.schedule == "multistep":
-        return lambda step: config.learning_rate * config.decay ** sum(step >= m * steps_per_epoch
-                                                                        for m in config.milestones)
-    if config.schedule == "exponential":
-        return lambda step: config.learning_rate * config.decay ** (step / steps_per_epoch)
-    return lambda step: config.learning_rate
-
-
 def _as_float32(data, what: str):
     def cast(x):
         x = jnp.asarray(x)
