@@ -511,7 +511,7 @@ def sample(
     phys_fn = _physical_fn(to_physical, space)
 
     key_pre, key_warm, key_draw = jax.random.split(key, 3)
-    n_evaluations = int(n_chains)
+    n_evaluations = 0
     pre = None
     dense = None
     if isinstance(preconditioner, str):
@@ -534,7 +534,7 @@ def sample(
                              f"preconditioner carries the per-parameter scales); got shape {np.shape(step_sizes)}")
         h = _DENSE_STEP * n ** (-1.0 / 3.0) if isinstance(step_sizes, str) else step_sizes
         p0 = jnp.asarray(_positive(h, n, "sample", "step_sizes"))
-        start_valid = _evaluate_batch(logdensity_fn, theta0)[2]
+        start_valid = None  # checked by the first sampling chunk (one compiled program)
     elif isinstance(step_sizes, str):
         if step_sizes != "prescaled":
             raise ValueError(
@@ -548,53 +548,51 @@ def sample(
         pre, start_valid = _prescaling(key_pre, logdensity_fn, bounds, space, fraction, _N_PRESCALING_DRAWS,
                                        None, 0.1, extra_points=theta0)
         p0 = pre.step_sizes
-        n_evaluations += int(pre.draws.shape[0])
+        n_evaluations += int(pre.draws.shape[0]) + int(n_chains)  # the draws and the starts
     else:
         if isinstance(step_sizes, Prescaling):
             pre = step_sizes
             p0 = jnp.asarray(pre.step_sizes)
         else:
             p0 = jnp.asarray(_positive(step_sizes, n, "sample", "step_sizes"))
-        start_valid = _evaluate_batch(logdensity_fn, theta0)[2]
+        start_valid = None  # checked by the first sampling chunk (one compiled program)
     if p0.shape != (n,):
         raise ValueError(f"sample: step_sizes must have shape ({n},); got shape {p0.shape}")
-    bad = ~np.asarray(start_valid)
-    if np.any(bad):
-        raise ValueError(
-            f"sample: the log density or its gradient is not finite at theta0_internal (chain(s) "
-            f"{np.flatnonzero(bad).tolist()}); start inside the support, e.g. at problem.initial_internal() or "
-            "an estimate"
-        )
+    if start_valid is not None:
+        _check_start(start_valid)
 
+    # warm-up, burn-in and draws run in one compiled program (the kernel, with the model solve
+    # and its gradient, is compiled once); the warm-up runs inside the first chunk
     positions = theta0
-    factor = 1.0
-    warmup_acceptance = np.zeros(0)
-    if warmup:
-        positions, factor_j, acc = _warmup(logdensity_fn, backend, key_warm, positions, p0, int(warmup),
-                                           float(target_acceptance))
-        factor, warmup_acceptance = float(factor_j), np.asarray(acc)
-        n_evaluations += int(warmup) * int(n_chains) + int(n_chains)
-    p = p0 * factor
-
+    da = _initial_dual_averaging(p0.dtype)
+    warm_rate_sum = jnp.zeros((), p0.dtype)
     n_draws = int(n_steps) // int(thin)
     if chunk_size is None:
         chunk_size = -(-n_draws // 20) if progress else n_draws
     chunk = min(int(chunk_size), n_draws)
     n_chunks = -(-n_draws // chunk)
     traces = []
-    with tqdm(total=int(burn_in) + n_draws * int(thin), desc="prescaled MALA", unit="step",
+    with tqdm(total=int(warmup) + int(burn_in) + n_draws * int(thin), desc="prescaled MALA", unit="step",
               disable=not progress) as bar:
         for c in range(n_chunks):
-            n_burn = int(burn_in) if c == 0 else 0
+            n_warm, n_burn = (int(warmup), int(burn_in)) if c == 0 else (0, 0)
             start = 0 if c == 0 else int(burn_in) + c * chunk * int(thin)
-            positions, trace = _segment(logdensity_fn, backend, key_draw, positions, p, jnp.asarray(n_burn),
-                                        jnp.asarray(start), jnp.asarray(thin), chunk)
+            positions, da, warm_rate_sum, valid0, trace = _segment(
+                logdensity_fn, backend, key_warm, key_draw, positions, p0, da, warm_rate_sum,
+                jnp.asarray(n_warm), jnp.asarray(n_burn), jnp.asarray(start), jnp.asarray(thin), chunk,
+                jnp.asarray(float(target_acceptance), p0.dtype))
+            if c == 0 and start_valid is None:
+                _check_start(valid0)
             keep = min(chunk, n_draws - c * chunk)
             traces.append([np.asarray(x)[:keep] for x in trace])
-            bar.update(n_burn + keep * int(thin))
+            bar.update(n_warm + n_burn + keep * int(thin))
             if progress:
                 rate = np.sum([t[2].sum() for t in traces]) / ((c * chunk + keep) * thin * n_chains)
                 bar.set_postfix(acceptance=f"{rate:.2f}")
+    factor = float(jnp.exp(da.log_x_avg))
+    p = p0 * factor
+    if warmup:
+        n_evaluations += int(warmup) * int(n_chains)
     pos, lp, accepted, p_accept, invalid = (np.concatenate([t[i] for t in traces]) for i in range(5))
     if dense is not None:
         pos = np.asarray(dense.to_theta(jnp.asarray(pos)))
@@ -608,7 +606,7 @@ def sample(
     extra = {"backend": backend, "target_acceptance": float(target_acceptance),
              "step_size_factor": factor, "mean_acceptance_probability": mean_p_accept,
              "invalid_proposal_rate": invalid.sum(axis=0) / n_kept_steps,
-             "warmup_acceptance_mean": float(np.mean(warmup_acceptance)) if warmup else None}
+             "warmup_acceptance_mean": float(warm_rate_sum) / int(warmup) if warmup else None}
     if dense is not None:
         extra.update({"preconditioner": np.asarray(dense.chol @ dense.chol.T), "step_size_h": float(p[0])})
         p = p * jnp.diagonal(dense.chol @ dense.chol.T)  # the diagonal of h C
@@ -670,53 +668,71 @@ def _dual_averaging_update(da: _DualAveraging, target: float, rate) -> _DualAver
     return _DualAveraging(log_x, log_x_avg, da.step + 1.0, avg_error, da.mu)
 
 
-@eqx.filter_jit
-def _warmup(logdensity_fn, backend: str, key, positions, p0, n_warmup: int, target: float):
-    """Adapt the global factor s of P = s P_0 by dual averaging on the mean acceptance
-    probability over chains; returns the final positions, the averaged s and the rates."""
-    kernel = _kernel(backend, logdensity_fn)
-
-    def body(carry, t):
-        states, da = carry
-        states, info = _step_all(kernel, key, t, states, jnp.exp(da.log_x) * p0)
-        rate = jnp.mean(info.acceptance_rate)
-        return (states, _dual_averaging_update(da, target, rate)), rate
-
-    zero = jnp.zeros((), p0.dtype)
-    da = _DualAveraging(zero, zero, zero + 1.0, zero, zero + math.log(10.0))
-    (states, da), rates = jax.lax.scan(body, (_init_all(logdensity_fn, positions), da), jnp.arange(n_warmup))
-    return states.position, jnp.exp(da.log_x_avg), rates
+def _initial_dual_averaging(dtype) -> _DualAveraging:
+    """s = 1 (log s = 0) and μ = log(10 s_0) with s_0 = 1."""
+    zero = jnp.zeros((), dtype)
+    return _DualAveraging(zero, zero, zero + 1.0, zero, zero + math.log(10.0))
 
 
 @eqx.filter_jit
-def _segment(logdensity_fn, backend: str, key, positions, p, n_burn, start, thin, n_records: int):
-    """From ``positions``: ``n_burn`` discarded steps, then ``n_records`` kept draws
-    ``thin`` steps apart; step t (counted from ``start``) uses ``fold_in(key, t)``. The
-    burn-in runs inside the first record's loop, so the program holds one copy of the
-    kernel (with the model solve and its gradient) and compiles once for every chunk (the
-    counts are traced). The state is re-evaluated at ``positions``, which is
-    deterministic, so chunking does not change the chain. Counts exclude burn-in steps."""
+def _segment(logdensity_fn, backend: str, key_warm, key, positions, p0, da: _DualAveraging, warm_rate_sum,
+             n_warmup, n_burn, start, thin, n_records: int, target):
+    """From ``positions``: ``n_warmup`` warm-up steps, ``n_burn`` discarded steps, then
+    ``n_records`` kept draws ``thin`` steps apart, all in one loop over the step index t.
+
+    Warm-up steps (t in [-n_warmup, 0)) use ``fold_in(key_warm, t + n_warmup)`` and the step
+    sizes ``s p0`` with s adapted by dual averaging on the chains' mean acceptance
+    probability towards ``target``; later steps (counted from ``start``) use ``fold_in(key,
+    t)`` and the averaged factor ``s̄ p0``. So the program holds one copy of the kernel (with
+    the model solve and its gradient) and compiles once for every chunk (the counts are
+    traced); later chunks pass ``n_warmup = 0`` and the adapted ``da``. The state is
+    re-evaluated at ``positions``, which is deterministic, so chunking does not change the
+    chain. Counts exclude warm-up and burn-in steps. Also returns whether the log density
+    and its gradient were finite at ``positions`` (per chain).
+    """
     kernel = _kernel(backend, logdensity_fn)
     n_chains = positions.shape[0]
     zeros_int = jnp.zeros(n_chains, jnp.int32)
     offset = start + n_burn  # first counted step
+    warm_data, draw_data = jax.random.key_data(key_warm), jax.random.key_data(key)
 
     def inner(t, carry):
-        states, accepted, p_sum, invalid = carry
-        states, info = _step_all(kernel, key, t, states, p)
+        states, da, rate_sum, accepted, p_sum, invalid = carry
+        warm = t < start
+        step_key = jax.random.wrap_key_data(jnp.where(warm, warm_data, draw_data))
+        step = jnp.where(warm, t - start + n_warmup, t)
+        factor = jnp.exp(jnp.where(warm, da.log_x, da.log_x_avg))
+        states, info = _step_all(kernel, step_key, step, states, factor * p0)
+        rate = jnp.mean(info.acceptance_rate)
+        da = jax.tree.map(lambda new, old: jnp.where(warm, new, old), _dual_averaging_update(da, target, rate), da)
         counted = t >= offset
-        return (states, accepted + (counted & info.is_accepted).astype(jnp.int32),
+        return (states, da, rate_sum + jnp.where(warm, rate, 0.0),
+                accepted + (counted & info.is_accepted).astype(jnp.int32),
                 p_sum + jnp.where(counted, info.acceptance_rate, 0.0),
                 invalid + (counted & ~info.is_valid).astype(jnp.int32))
 
-    def outer(states, r):
-        first = jnp.where(r == 0, start, offset + r * thin)
-        init = (states, zeros_int, jnp.zeros(n_chains, p.dtype), zeros_int)
-        states, accepted, p_sum, invalid = jax.lax.fori_loop(first, offset + (r + 1) * thin, inner, init)
-        return states, (states.position, states.logdensity, accepted, p_sum, invalid)
+    def outer(carry, r):
+        states, da, rate_sum = carry
+        first = jnp.where(r == 0, start - n_warmup, offset + r * thin)
+        init = (states, da, rate_sum, zeros_int, jnp.zeros(n_chains, p0.dtype), zeros_int)
+        states, da, rate_sum, accepted, p_sum, invalid = jax.lax.fori_loop(first, offset + (r + 1) * thin, inner,
+                                                                           init)
+        return (states, da, rate_sum), (states.position, states.logdensity, accepted, p_sum, invalid)
 
-    states, trace = jax.lax.scan(outer, _init_all(logdensity_fn, positions), jnp.arange(n_records))
-    return states.position, trace
+    states0 = _init_all(logdensity_fn, positions)
+    valid0 = jnp.isfinite(states0.logdensity)  # _evaluate maps invalid values to -inf
+    (states, da, warm_rate_sum), trace = jax.lax.scan(outer, (states0, da, warm_rate_sum), jnp.arange(n_records))
+    return states.position, da, warm_rate_sum, valid0, trace
+
+
+def _check_start(valid) -> None:
+    bad = ~np.asarray(valid)
+    if np.any(bad):
+        raise ValueError(
+            f"sample: the log density or its gradient is not finite at theta0_internal (chain(s) "
+            f"{np.flatnonzero(bad).tolist()}); start inside the support, e.g. at problem.initial_internal() or "
+            "an estimate"
+        )
 
 
 class _Preconditioned(eqx.Module):

@@ -111,8 +111,8 @@ def test_result_fields_and_best(linear_run):
     assert result.quantiles.shape == (3, 3)
     assert np.all(result.quantiles[0] < result.quantiles[1]) and np.all(result.quantiles[1] < result.quantiles[2])
     np.testing.assert_allclose(result.interval(0.9), result.quantiles[[0, 2]])
-    # starts, warm-up (+ its start), sampling (+ its start) and the 100 prescaling draws
-    assert result.n_logdensity_evaluations == N_CHAINS * (3 + WARMUP + N_STEPS) + 100
+    # starts (with the 100 prescaling draws), then one run: its start, warm-up and sampling
+    assert result.n_logdensity_evaluations == N_CHAINS * (2 + WARMUP + N_STEPS) + 100
     np.testing.assert_array_equal(result.extra["invalid_proposal_rate"], 0.0)
     assert result.wall_time_s > 0 and np.all(result.ess_per_second > 0)
 
