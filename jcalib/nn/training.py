@@ -200,7 +200,11 @@ def fit(
         model: a flax nnx module; its `nnx.Param` variables are trained.
         loss_fn: ``(model, batch, key) -> loss`` or ``(loss, {name: metric})``.
         train: a pytree of arrays with a common leading axis (the samples), e.g.
-            ``{"x": (n, ...), "theta": (n, ...)}``.
+            ``{"x": (n, ...), "theta": (n, ...)}``; or a callable ``epoch -> data`` (epochs
+            counted from 1) giving fresh data of one layout and size every epoch (online
+            training, e.g. new simulations). It is called once per epoch, plus once with 1
+            up front for the layout, so it should cache epoch 1; the time it takes is
+            recorded as ``data_time_s`` and left out of ``epoch_time_s`` and the throughput.
         val: validation data of the same layout, or None (then the training loss is
             monitored).
         config: `TrainingConfig`.
@@ -218,7 +222,8 @@ def fit(
             first epoch.
     """
     start_time = time.perf_counter()
-    train = _as_float32(train, "train")
+    data_fn = train if callable(train) else None
+    train = _as_float32(train(1) if data_fn is not None else train, "train")
     n_train = _n_samples(train, "train")
     if val is not None:
         val = _as_float32(val, "val")
@@ -273,6 +278,12 @@ def fit(
                disable=not config.progress)
     with bar:
         for epoch in range(state["epoch"] + 1, config.epochs + 1):
+            if data_fn is not None and epoch > 1:
+                t = time.perf_counter()
+                train = _epoch_data(data_fn, epoch, train)
+                history.setdefault("data_time_s", []).append(time.perf_counter() - t)
+            elif data_fn is not None:
+                history.setdefault("data_time_s", []).append(0.0)
             t = time.perf_counter()
             key_train, key_val = jax.random.split(jax.random.fold_in(base_key, epoch))
             p, o, train_loss, train_metrics = train_epoch(p, o, train, key_train)
@@ -351,6 +362,17 @@ def _as_float32(data, what: str):
             return x.astype(jnp.float32)
         return x
     return jax.tree_util.tree_map(cast, data)
+
+
+def _epoch_data(data_fn: Callable, epoch: int, previous):
+    """``data_fn(epoch)`` as float32, checked against the layout and size of ``previous``."""
+    data = _as_float32(data_fn(epoch), f"train (epoch {epoch})")
+    if jax.tree_util.tree_structure(data) != jax.tree_util.tree_structure(previous) or any(
+            np.shape(a) != np.shape(b) for a, b in zip(jax.tree_util.tree_leaves(data),
+                                                         jax.tree_util.tree_leaves(previous))):
+        raise ValueError(f"fit: the train callable gave data of another layout or size at epoch {epoch}; every "
+                         "epoch needs the same pytree structure and array shapes")
+    return data
 
 
 def _n_samples(data, what: str) -> int:

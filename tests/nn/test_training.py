@@ -1,7 +1,6 @@
 """The shared training loop: fitting, early stopping with best-weights restore, schedules,
 checkpoints (exact reload, resume after an interruption) and bad input."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -1,0 +1,658 @@
+"""BayesFlow: amortized posterior estimation with a summary network and a coupling flow.
+
+The network of Radev et al. (2020) as used by Zhang & Mikelsons (2023, Fig. 1) to identify
+the parameters of a simulation model from its trajectories:
+
+- **Summary network** ``h_ψ(x)``: compresses a trajectory ``x`` ``(n_times, n_outputs)``
+  into ``summary_size`` statistics. ``"lstm"`` (the paper's choice) and ``"gru"`` run a
+  recurrent layer over time and map its final state linearly; ``"conv"`` uses two 1-D
+  convolutions (kernel 5 and 3, stride 2, ReLU), mean pooling over time and a linear map;
+  ``"mlp"`` applies a ReLU MLP to every time step (its outputs and the step's position
+  ``t / (n_times - 1)``), averages over time and maps linearly.
+- **Conditional invertible network** ``f_φ(θ; h_ψ(x))``: `CouplingFlow` (affine coupling
+  blocks, standard-normal base).
+
+Both are trained jointly by maximum likelihood (eq. 6: the Monte-Carlo estimate of the
+expected KL divergence between the true and the approximate posterior, up to a constant)::
+
+    L(φ, ψ) = 1/M Σ_m [ ||f_φ(θ_m; h_ψ(x_m))||² / 2 - log|det J_f| ] + D/2 log 2π
+
+(`bayesflow_loss`: the mean negative log posterior density; the constant makes it a proper
+negative log-likelihood of the normalised parameters). The estimate of eq. 7 is the mean of
+``B`` posterior draws ``θ_b = f⁻¹(z_b; h(x))``, ``z_b ~ N(0, I)`` (`AmortizedPosterior.estimate`).
+Training uses the shared loop `jcalib.nn.training.fit` (Adam with an exponentially decaying
+learning rate, as in the paper, and validation-based early stopping).
+
+Coordinates. Users pass physical ``θ`` and trajectories in model units. Inside, ``θ`` is
+mapped to the space's internal coordinate (log for log-scale parameters) and standardised
+with the training mean and standard deviation; every output is standardised with its mean
+and standard deviation over the training samples and times. The statistics are float64,
+the networks float32; both are saved with the weights. Posterior draws are returned in
+physical units and are **not** clipped to the parameter bounds (a draw outside them signals
+a poorly trained network or data unlike the training data).
+
+The prior. The posterior is amortized over the distribution of the training ``θ``: `fit`
+learns the posterior under whatever prior the ``thetas`` were drawn from; `fit_online` draws
+them with ``model.parameters.sample`` (uniform in the internal coordinate, i.e. log-uniform
+for log-scale parameters).
+
+Example:
+    >>> from jcalib.parameters import Parameter, ParameterSpace
+    >>> space = ParameterSpace([Parameter("a", 0.0, -5.0, 5.0)])
+    >>> thetas = np.asarray(jax.random.normal(jax.random.key(0), (256, 1)))
+    >>> xs = thetas[:, None, :] + 0.5 * np.asarray(jax.random.normal(jax.random.key(1), (256, 4, 1)))
+    >>> config = BayesFlowConfig(summary="mlp", summary_size=4, summary_hidden=16, n_blocks=2,
+    ...                          coupling_hidden=(16,), training=TrainingConfig(epochs=2, progress=False))
+    >>> posterior = AmortizedPosterior(config).fit(space, thetas, xs)
+    >>> posterior.sample(jax.random.key(2), xs[0], 100).shape
+    (100, 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+from jcalib.jsonable import to_jsonable
+from jcalib.model import simulate_batch
+from jcalib.nn import training as _training
+from jcalib.nn.flows import CouplingFlow
+from jcalib.nn.layers import MLP, SequenceEncoder
+from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
+from jcalib.parameters import Parameter, ParameterSpace
+
+__all__ = ["SUMMARIES", "AmortizedPosterior", "BayesFlowConfig", "PosteriorNetwork", "SummaryNetwork",
+           "bayesflow_loss"]
+
+SUMMARIES = ("lstm", "gru", "conv", "mlp")
+COORDINATES = ("physical", "internal")
+_FORMAT = "jcalib-bayesflow-1"
+_LOG_2PI = float(np.log(2.0 * np.pi))
+_ACTNORM_INIT_SAMPLES = 1024  # samples of the data-dependent ActNorm initialisation
+_MAX_REDRAWS = 10  # fit_online: rounds of replacing failed simulations by fresh draws
+
+
+def _default_training() -> TrainingConfig:
+    # Adam with an exponentially decaying learning rate (Zhang & Mikelsons 2023, "Training"):
+    # 1e-3, times 0.97 per epoch (0.05 after 100 epochs); early stopping after 15 epochs
+    # without a better validation loss (a no-op without validation data).
+    return TrainingConfig(epochs=100, batch_size=64, learning_rate=1e-3, schedule="exponential", decay=0.97,
+                          patience=15)
+
+
+@dataclasses.dataclass(frozen=True)
+class BayesFlowConfig:
+    """Network sizes and training settings of an `AmortizedPosterior`.
+
+    Attributes:
+        summary: summary network, one of ``"lstm"``, ``"gru"``, ``"conv"``, ``"mlp"`` (see the
+            module docstring).
+        summary_size: dimension of the summary statistics (the flow's condition).
+        summary_hidden: width of the recurrent state / convolution channels / MLP layer.
+        n_blocks: coupling blocks of the flow.
+        coupling_hidden: hidden widths of every coupling MLP.
+        clamp: bound of the soft-clamped log-scales of the couplings.
+        actnorm: ActNorm in front of every block (data-initialised from the training set).
+        training: `TrainingConfig` of the shared training loop.
+        seed: initial weights (and the flow's permutations).
+    """
+
+    summary: str = "lstm"
+    summary_size: int = 32
+    summary_hidden: int = 64
+    n_blocks: int = 6
+    coupling_hidden: tuple[int, ...] = (128, 128)
+    clamp: float = 1.9
+    actnorm: bool = False
+    training: TrainingConfig = dataclasses.field(default_factory=_default_training)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.summary not in SUMMARIES:
+            raise ValueError(f"BayesFlowConfig: summary must be one of {SUMMARIES}; got {self.summary!r}")
+        for name in ("summary_size", "summary_hidden", "n_blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"BayesFlowConfig: {name} must be a positive integer; got {value!r}")
+        hidden = tuple(self.coupling_hidden)
+        if not hidden or any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1 for h in hidden):
+            raise ValueError(f"BayesFlowConfig: coupling_hidden must be a non-empty tuple of positive integers; "
+                             f"got {self.coupling_hidden!r}")
+        object.__setattr__(self, "coupling_hidden", tuple(int(h) for h in hidden))
+        if not (np.isfinite(self.clamp) and self.clamp > 0):
+            raise ValueError(f"BayesFlowConfig: clamp must be positive and finite; got {self.clamp!r}")
+        if isinstance(self.training, Mapping):
+            object.__setattr__(self, "training", _training_from_dict(self.training))
+        if not isinstance(self.training, TrainingConfig):
+            raise ValueError(f"BayesFlowConfig: training must be a TrainingConfig; got {type(self.training).__name__}")
+
+    def to_dict(self) -> dict:
+        return to_jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> BayesFlowConfig:
+        settings = dict(d)
+        settings["coupling_hidden"] = tuple(settings.get("coupling_hidden", (128, 128)))
+        if "training" in settings:
+            settings["training"] = _training_from_dict(settings["training"])
+        return cls(**settings)
+
+
+def _training_from_dict(d: Mapping) -> TrainingConfig:
+    train = dict(d)
+    train["milestones"] = tuple(train.get("milestones", ()))
+    return TrainingConfig(**train)
+
+
+class SummaryNetwork(nnx.Module):
+    """``h_ψ``: trajectories ``(..., n_times, n_outputs)`` -> statistics ``(..., size)``."""
+
+    def __init__(self, kind: str, n_times: int, n_outputs: int, hidden: int, size: int, *, rngs: nnx.Rngs):
+        if kind not in SUMMARIES:
+            raise ValueError(f"SummaryNetwork: kind must be one of {SUMMARIES}; got {kind!r}")
+        self.kind, self.n_times = kind, int(n_times)
+        if kind in ("lstm", "gru"):
+            self.body = SequenceEncoder(n_outputs, hidden, cell=kind, rngs=rngs)
+        elif kind == "conv":
+            self.body = nnx.List([nnx.Conv(n_outputs, hidden, 5, strides=2, rngs=rngs),
+                                  nnx.Conv(hidden, hidden, 3, strides=2, rngs=rngs)])
+        else:  # per-time-step MLP of (x_t, t position), mean-pooled
+            self.body = MLP(n_outputs + 1, (hidden,), hidden, rngs=rngs)
+        self.head = nnx.Linear(hidden, size, rngs=rngs)
+
+    def __call__(self, x: Float[Array, "... n_times n_outputs"]) -> Float[Array, "... size"]:
+        x = jnp.asarray(x, jnp.float32)
+        if self.kind in ("lstm", "gru"):
+            h = self.body(x)
+        elif self.kind == "conv":
+            batch = x.shape[:-2]
+            h = x.reshape(-1, *x.shape[-2:])
+            for conv in self.body:
+                h = nnx.relu(conv(h))
+            h = jnp.mean(h, axis=-2).reshape(*batch, -1)
+        else:
+            position = jnp.linspace(0.0, 1.0, x.shape[-2], dtype=jnp.float32)
+            position = jnp.broadcast_to(position.reshape(-1, 1), (*x.shape[:-1], 1))
+            h = jnp.mean(nnx.relu(self.body(jnp.concatenate([x, position], axis=-1))), axis=-2)
+        return self.head(h)
+
+
+class PosteriorNetwork(nnx.Module):
+    """Summary network and coupling flow in normalised coordinates (standardised internal
+    ``θ``, standardised trajectories); `AmortizedPosterior` wraps it in physical units.
+
+    Example:
+        >>> net = PosteriorNetwork(2, 10, 3, BayesFlowConfig(summary="gru", n_blocks=2), rngs=nnx.Rngs(0))
+        >>> net.log_prob(jnp.zeros((4, 2)), jnp.ones((4, 10, 3))).shape
+        (4,)
+    """
+
+    def __init__(self, n_params: int, n_times: int, n_outputs: int, config: BayesFlowConfig, *, rngs: nnx.Rngs):
+        self.summary = SummaryNetwork(config.summary, n_times, n_outputs, config.summary_hidden,
+                                      config.summary_size, rngs=rngs)
+        self.flow = CouplingFlow(n_params, config.summary_size, n_blocks=config.n_blocks,
+                                 hidden=config.coupling_hidden, clamp=config.clamp, actnorm=config.actnorm,
+                                 permutation_seed=config.seed, rngs=rngs)
+        self.n_params, self.n_times, self.n_outputs = int(n_params), int(n_times), int(n_outputs)
+
+    def summarize(self, x: Float[Array, "... n_times n_outputs"]) -> Float[Array, "... summary_size"]:
+        """Summary statistics ``h_ψ(x)``."""
+        return self.summary(x)
+
+    def log_prob(self, theta: Float[Array, "... n_params"], x: Float[Array, "... n_times n_outputs"]
+                 ) -> Float[Array, "..."]:
+        """``log p(θ | x)`` of normalised ``θ`` (batch axes of ``θ`` and ``x`` broadcast)."""
+        return self.flow.log_prob(theta, self.summarize(x))
+
+
+def bayesflow_loss(network: PosteriorNetwork, batch: Mapping[str, Array], key: PRNGKeyArray | None = None):
+    """Eq. 6 of Zhang & Mikelsons (2023) on a normalised minibatch, for `training.fit`.
+
+    Args:
+        network: the `PosteriorNetwork`.
+        batch: ``{"theta": (b, n_params), "x": (b, n_times, n_outputs)}`` (normalised, float32).
+        key: unused (the loss is deterministic); there for `training.fit`'s signature.
+
+    Returns:
+        ``(loss, metrics)``: the mean negative log posterior density; ``z2`` (mean of
+        ``||z||² / n_params``, 1 for a calibrated flow) and ``log_det`` (mean log-determinant).
+    """
+    del key
+    z, log_det = network.flow.forward(batch["theta"], network.summarize(batch["x"]))
+    half_z2 = 0.5 * jnp.sum(z**2, axis=-1)
+    n_params = z.shape[-1]
+    loss = jnp.mean(half_z2 - log_det) + 0.5 * n_params * _LOG_2PI
+    return loss, {"z2": jnp.mean(2.0 * half_z2) / n_params, "log_det": jnp.mean(log_det)}
+
+
+class AmortizedPosterior:
+    """Train, sample, evaluate, save and load a BayesFlow posterior (physical units outside).
+
+    Example: see the module docstring.
+    """
+
+    def __init__(self, config: BayesFlowConfig = BayesFlowConfig()):
+        if not isinstance(config, BayesFlowConfig):
+            raise ValueError(f"AmortizedPosterior: config must be a BayesFlowConfig; got {type(config).__name__}")
+        self.config = config
+        self.network: PosteriorNetwork | None = None
+        self._space: ParameterSpace | None = None
+        self._stats: dict[str, np.ndarray] | None = None  # theta_mean/std (internal), x_mean/std (float64)
+        self._training: TrainingResult | None = None
+        self._n_train: int | None = None
+        self._fns: dict[str, Callable] = {}
+
+    # --- properties ----------------------------------------------------------------------------
+    @property
+    def space(self) -> ParameterSpace:
+        self._require()
+        return self._space
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.space.names
+
+    @property
+    def training(self) -> TrainingResult | None:
+        """The `TrainingResult` of `fit` / `fit_online` (None after `load`)."""
+        return self._training
+
+    @property
+    def n_train(self) -> int | None:
+        """Training samples (per epoch for `fit_online`)."""
+        return self._n_train
+
+    @property
+    def n_times(self) -> int:
+        self._require()
+        return self.network.n_times
+
+    @property
+    def n_outputs(self) -> int:
+        self._require()
+        return self.network.n_outputs
+
+    def _require(self):
+        if self.network is None:
+            raise ValueError("AmortizedPosterior: not trained yet; call fit(...), fit_online(...) or "
+                             "AmortizedPosterior.load(path) first")
+
+    # --- training ------------------------------------------------------------------------------
+    def fit(
+        self,
+        model_or_space,
+        thetas: Float[ArrayLike, "n n_params"],
+        xs: Float[ArrayLike, "n n_times n_outputs"],
+        val: tuple[ArrayLike, ArrayLike] | None = None,
+        *,
+        checkpoint: str | os.PathLike | None = None,
+    ) -> AmortizedPosterior:
+        """Train offline on simulated ``(θ, x)`` pairs (eq. 6) with `jcalib.nn.training.fit`.
+
+        Args:
+            model_or_space: a jcalib model (its ``parameters`` are used) or a `ParameterSpace`.
+            thetas: physical parameters of the training samples, inside the bounds; their
+                distribution is the prior the posterior is amortized over.
+            xs: their (noisy) trajectories ``(n, n_times, n_outputs)``, all finite.
+            val: ``(thetas, xs)`` of a validation set (best weights, early stopping) or None.
+            checkpoint: resumable checkpoint file of the training loop.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples
+                outside the bounds.
+        """
+        space = _space_of(model_or_space, "fit")
+        thetas, xs = _check_data(space, thetas, xs, "fit")
+        if thetas.shape[0] < 2:
+            raise ValueError(f"AmortizedPosterior.fit: needs at least 2 training samples; got {thetas.shape[0]}")
+        val_pair = None
+        if val is not None:
+            if not (isinstance(val, (tuple, list)) and len(val) == 2):
+                raise ValueError("AmortizedPosterior.fit: val must be a (thetas, xs) pair or None")
+            val_pair = _check_data(space, *val, "fit (val)")
+            if val_pair[1].shape[1:] != xs.shape[1:]:
+                raise ValueError(f"AmortizedPosterior.fit: val xs have shape {val_pair[1].shape[1:]} per sample, "
+                                 f"the training xs {xs.shape[1:]}")
+        self._setup(space, thetas, xs)
+        train = self._normalised(thetas, xs)
+        val_data = None if val_pair is None else self._normalised(*val_pair)
+        self._train(train, val_data, self.config.training, checkpoint)
+        self._n_train = int(thetas.shape[0])
+        return self
+
+    def fit_online(
+        self,
+        key: PRNGKeyArray,
+        model,
+        *,
+        n_per_epoch: int,
+        n_val: int,
+        epochs: int | None = None,
+        checkpoint: str | os.PathLike | None = None,
+        sampler: str | Callable = "uniform",
+        noise: float | ArrayLike | Callable | None = None,
+        chunk_size: int | None = None,
+    ) -> AmortizedPosterior:
+        """Train on fresh simulations every epoch (online learning: no sample is seen twice).
+
+        Every epoch draws ``n_per_epoch`` parameters from the prior ``sampler``, simulates them
+        with `jcalib.simulate_batch` and adds ``noise``; failed solves are replaced by fresh
+        draws. A fixed validation set of ``n_val`` draws is made the same way. Epoch ``e``
+        uses ``jax.random.fold_in(key, e)``, so a resumed run sees the data an uninterrupted
+        one would. The normalisation statistics come from the first
+        epoch's draw.
+
+        Args:
+            key: a ``jax.random`` key.
+            model: a jcalib model (anything `simulate_batch` accepts, with ``parameters``).
+            n_per_epoch: simulations per epoch (>= 2).
+            n_val: validation simulations (0: monitor the training loss).
+            epochs: overrides ``config.training.epochs``.
+            checkpoint: resumable checkpoint file of the training loop.
+            sampler: the prior of the training parameters: ``"uniform"``, ``"lhs"`` or
+                ``"sobol"`` (`ParameterSpace.sample`, uniform in the internal coordinate), or a
+                callable ``(key, n) -> (n, n_params)`` physical draws inside the bounds (any
+                other prior).
+            noise: observation noise added to the simulations: a standard deviation (scalar
+                or per output, Gaussian, in output units) or a callable
+                ``(key, xs) -> noisy xs``; None for none.
+            chunk_size: `simulate_batch` chunk size.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: bad sizes or noise, simulations that keep failing.
+        """
+        space = _space_of(model, "fit_online")
+        for name, value, low in (("n_per_epoch", n_per_epoch, 2), ("n_val", n_val, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"AmortizedPosterior.fit_online: {name} must be an integer >= {low}; got {value!r}")
+        config = self.config.training
+        if epochs is not None:
+            config = dataclasses.replace(config, epochs=epochs)
+        add_noise = _noise_fn(noise)
+        key_val, key_train = jax.random.split(key)
+
+        def prior(k, n):
+            if callable(sampler):
+                thetas = np.array(sampler(k, n), dtype=np.float64)
+                _check_data(space, thetas, np.zeros((n, 1, 1)), "fit_online (sampler)")
+                return thetas
+            return np.array(space.sample(k, n, sampler), dtype=np.float64)
+
+        def draw(k, n):
+            k_theta, k_noise = jax.random.split(k)
+            thetas = prior(k_theta, n)
+            xs, status = simulate_batch(model, thetas, chunk_size, throw=False, return_status=True, progress=False)
+            for attempt in range(_MAX_REDRAWS):
+                failed = np.flatnonzero(status != 0)
+                if failed.size == 0:
+                    break
+                k_redraw = jax.random.fold_in(k_theta, attempt + 1)
+                thetas[failed] = prior(k_redraw, failed.size)
+                xs[failed], status[failed] = simulate_batch(model, thetas[failed], chunk_size, throw=False,
+                                                            return_status=True, progress=False)
+            if np.any(status != 0):
+                raise ValueError(f"AmortizedPosterior.fit_online: {int(np.sum(status != 0))} of {n} simulations "
+                                 f"still fail after {_MAX_REDRAWS} redraws; narrow the parameter bounds")
+            return thetas, add_noise(k_noise, xs)
+
+        first = draw(jax.random.fold_in(key_train, 1), n_per_epoch)
+        self._setup(space, *first)
+        first_data = self._normalised(*first)
+
+        def data(epoch: int) -> dict:
+            return first_data if epoch == 1 else self._normalised(*draw(jax.random.fold_in(key_train, epoch),
+                                                                        n_per_epoch))
+
+        val_data = self._normalised(*draw(key_val, n_val)) if n_val > 0 else None
+        self._train(data, val_data, config, checkpoint)
+        self._n_train = int(n_per_epoch)
+        return self
+
+    def _setup(self, space: ParameterSpace, thetas: np.ndarray, xs: np.ndarray) -> None:
+        internal = np.asarray(space.to_internal(thetas), np.float64)
+        self._space = space
+        self._stats = {"theta_mean": internal.mean(axis=0), "theta_std": _std(internal, 0),
+                       "x_mean": xs.mean(axis=(0, 1)), "x_std": _std(xs, (0, 1))}
+        self.network = PosteriorNetwork(space.n_params, xs.shape[1], xs.shape[2], self.config,
+                                        rngs=nnx.Rngs(self.config.seed))
+        self._fns = {}
+
+    def _normalised(self, thetas: np.ndarray, xs: np.ndarray) -> dict:
+        s = self._stats
+        u = (np.asarray(self._space.to_internal(thetas), np.float64) - s["theta_mean"]) / s["theta_std"]
+        return {"theta": u.astype(np.float32), "x": ((xs - s["x_mean"]) / s["x_std"]).astype(np.float32)}
+
+    def _train(self, train, val, config: TrainingConfig, checkpoint) -> None:
+        first = train(1) if callable(train) else train
+        m = min(_ACTNORM_INIT_SAMPLES, first["theta"].shape[0])
+        network = self.network
+        if self.config.actnorm:  # data-dependent initialisation needs the summaries of a first batch
+            network.flow.initialize_actnorm(first["theta"][:m], network.summarize(first["x"][:m]))
+        self._training = _training.fit(network, bayesflow_loss, train, val, config, checkpoint=checkpoint,
+                                       extra=self._extra())
+        self._fns = {}
+
+    # --- inference -----------------------------------------------------------------------------
+    def _check_x(self, x, what: str) -> tuple[Array, bool]:
+        self._require()
+        x = np.asarray(x, np.float64)
+        shape = (self.n_times, self.n_outputs)
+        if x.ndim not in (2, 3) or x.shape[-2:] != shape:
+            raise ValueError(f"AmortizedPosterior.{what}: x must have shape (n_times, n_outputs) = {shape} or "
+                             f"(n_obs, {shape[0]}, {shape[1]}); got {x.shape}")
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"AmortizedPosterior.{what}: x contains NaN or inf; the network needs complete "
+                             "trajectories")
+        return jnp.asarray(x, _float_dtype()), x.ndim == 3
+
+    def _fn(self, name: str) -> Callable:
+        """Jitted inference functions of the current weights (rebuilt after training)."""
+        if name not in self._fns:
+            graphdef, state = nnx.split(self.network)
+            stats = {k: jnp.asarray(v, _float_dtype()) for k, v in self._stats.items()}
+            space = self._space
+
+            def normalise_x(x):
+                return ((x - _lead(stats["x_mean"], x)) / _lead(stats["x_std"], x)).astype(jnp.float32)
+
+            def sample(state, key, x, n):
+                net = nnx.merge(graphdef, state)
+                u = net.flow.sample(key, net.summarize(normalise_x(x)), n).astype(x.dtype)
+                return space.to_physical(u * _lead(stats["theta_std"], u) + _lead(stats["theta_mean"], u))
+
+            def log_prob(state, theta, x, internal):
+                net = nnx.merge(graphdef, state)
+                context = net.summarize(normalise_x(x))
+                if x.ndim == 3:  # (n_obs, S) against theta (n_obs, [k,] n_params)
+                    context = context.reshape(context.shape[0], *(1,) * (theta.ndim - 2), context.shape[-1])
+                theta_int = space.to_internal(theta)
+                u = (theta_int - _lead(stats["theta_mean"], theta_int)) / _lead(stats["theta_std"], theta_int)
+                lp = net.flow.log_prob(u, context).astype(theta.dtype) - jnp.sum(jnp.log(stats["theta_std"]))
+                if not internal:  # density of θ: p(log θ) / θ for log-scale parameters
+                    log_scale = _lead(jnp.asarray(space.log_scale), theta)
+                    lp = lp - jnp.sum(jnp.where(log_scale, theta_int, jnp.zeros_like(theta_int)), axis=-1)
+                return lp
+
+            fns = {"sample": jax.jit(sample, static_argnames="n"),
+                   "log_prob": jax.jit(log_prob, static_argnames="internal")}
+            self._fns = {k: functools.partial(f, state) for k, f in fns.items()}
+        return self._fns[name]
+
+    def sample(self, key: PRNGKeyArray, x: Float[ArrayLike, "... n_times n_outputs"], n: int
+               ) -> Float[Array, "... n n_params"]:
+        """Posterior draws in physical units (one jitted, vmapped call).
+
+        Args:
+            key: a ``jax.random`` key (the same key, the same draws, also after `load`).
+            x: one trajectory ``(n_times, n_outputs)`` -> ``(n, n_params)``; a batch
+                ``(n_obs, n_times, n_outputs)`` -> ``(n_obs, n, n_params)`` (observation ``i``
+                drawn with ``jax.random.split(key, n_obs)[i]``).
+            n: draws per trajectory.
+
+        Raises:
+            ValueError: untrained, wrong shapes, NaN in ``x``, ``n`` not a positive integer.
+        """
+        x, _ = self._check_x(x, "sample")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"AmortizedPosterior.sample: n must be a positive integer; got {n!r}")
+        return self._fn("sample")(key, x, n=int(n))
+
+    def estimate(self, key: PRNGKeyArray, x: Float[ArrayLike, "... n_times n_outputs"], n: int = 1000
+                 ) -> tuple[Float[Array, "... n_params"], Float[Array, "... n_params"]]:
+        """Eq. 7: the posterior mean of ``n`` draws and their standard deviation, physical units
+        (``(n_params,)`` each for one trajectory, ``(n_obs, n_params)`` for a batch)."""
+        draws = self.sample(key, x, n)
+        return jnp.mean(draws, axis=-2), jnp.std(draws, axis=-2, ddof=1 if n > 1 else 0)
+
+    def log_prob(self, theta: Float[ArrayLike, "... n_params"], x: Float[ArrayLike, "... n_times n_outputs"],
+                 coordinate: str = "physical") -> Float[Array, "..."]:
+        """Log posterior density of ``θ`` (physical values) given ``x``.
+
+        Args:
+            theta: physical parameters: any ``(..., n_params)`` for one trajectory; for a batch
+                of ``n_obs`` trajectories ``(n_obs, n_params)`` or ``(n_obs, k, n_params)``.
+            x: ``(n_times, n_outputs)`` or ``(n_obs, n_times, n_outputs)``.
+            coordinate: ``"physical"``: the density with respect to physical ``θ`` (for a
+                log-scale parameter ``p(θ) = p(log θ) / θ``); ``"internal"``: with respect to
+                the internal coordinate (log for log-scale parameters).
+
+        Raises:
+            ValueError: untrained, bad shapes, non-positive values of log-scale parameters,
+                unknown coordinate.
+        """
+        if coordinate not in COORDINATES:
+            raise ValueError(f"AmortizedPosterior.log_prob: coordinate must be one of {COORDINATES}; "
+                             f"got {coordinate!r}")
+        x, batched = self._check_x(x, "log_prob")
+        theta = np.asarray(theta, np.float64)
+        n = self.space.n_params
+        if theta.ndim < 1 or theta.shape[-1] != n or (batched and (theta.ndim not in (2, 3)
+                                                                   or theta.shape[0] != x.shape[0])):
+            expected = f"(n_obs={x.shape[0]}, [k,] {n})" if batched else f"(..., {n})"
+            raise ValueError(f"AmortizedPosterior.log_prob: theta must have shape {expected}; got {theta.shape}")
+        if np.any(theta[..., self.space.log_scale] <= 0):
+            raise ValueError("AmortizedPosterior.log_prob: log-scale parameters must be positive")
+        return self._fn("log_prob")(jnp.asarray(theta, _float_dtype()), x, internal=coordinate == "internal")
+
+    # --- persistence ---------------------------------------------------------------------------
+    def _extra(self) -> dict:
+        return {"format": _FORMAT, "config": self.config.to_dict(), "parameters": self._space.table(),
+                "n_times": self.network.n_times, "n_outputs": self.network.n_outputs,
+                **{k: np.asarray(v, np.float64) for k, v in self._stats.items()}}
+
+    def to_dict(self) -> dict:
+        """Configuration, sizes and (after training) the training history, for JSON."""
+        d = {"config": self.config.to_dict(), "n_train": self._n_train}
+        if self.network is not None:
+            d |= {"parameters": list(self._space.names), "n_times": self.n_times, "n_outputs": self.n_outputs,
+                  "n_weights": int(sum(np.size(w) for w in jax.tree_util.tree_leaves(
+                      nnx.state(self.network, nnx.Param))))}
+        if self._training is not None:
+            d["training"] = self._training.to_dict()
+        return to_jsonable(d)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Weights, configuration, parameter space and normalisation statistics in one msgpack
+        file (`jcalib.nn.training.save_model`)."""
+        self._require()
+        save_model(path, self.network, self._extra() | {"n_train": self._n_train})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> AmortizedPosterior:
+        """An `AmortizedPosterior` from `save`; the same key gives the same draws as before."""
+        extra = _training.read_model_extra(path)
+        if extra.get("format") != _FORMAT:
+            raise ValueError(f"{path}: not a BayesFlow posterior file (format {extra.get('format')!r})")
+        posterior = cls(BayesFlowConfig.from_dict(extra["config"]))
+        space = ParameterSpace(Parameter(**p) for p in extra["parameters"])
+        posterior._space = space
+        posterior._stats = {k: np.asarray(extra[k], np.float64) for k in ("theta_mean", "theta_std", "x_mean",
+                                                                          "x_std")}
+        posterior.network = PosteriorNetwork(space.n_params, int(extra["n_times"]), int(extra["n_outputs"]),
+                                             posterior.config, rngs=nnx.Rngs(posterior.config.seed))
+        load_model(path, posterior.network)
+        posterior._n_train = extra.get("n_train")
+        return posterior
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def _float_dtype():
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
+def _lead(stat: Array, x: Array) -> Array:
+    """Per-feature ``stat`` broadcast explicitly against ``x`` (strict rank promotion)."""
+    return jnp.broadcast_to(jnp.reshape(stat, (1,) * (x.ndim - stat.ndim) + stat.shape), x.shape)
+
+
+def _std(x: np.ndarray, axis) -> np.ndarray:
+    std = x.std(axis=axis)
+    return np.where(std > 1e-12 * np.maximum(1.0, np.abs(x.mean(axis=axis))), std, 1.0)
+
+
+def _space_of(model_or_space, where: str) -> ParameterSpace:
+    if isinstance(model_or_space, ParameterSpace):
+        return model_or_space
+    space = getattr(model_or_space, "parameters", None)
+    if not isinstance(space, ParameterSpace):
+        raise ValueError(f"AmortizedPosterior.{where}: expected a jcalib model or a ParameterSpace; got "
+                         f"{type(model_or_space).__name__}")
+    return space
+
+
+def _check_data(space: ParameterSpace, thetas, xs, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 NumPy copies after checking shapes, finiteness and the bounds."""
+    thetas = np.asarray(thetas, dtype=np.float64)
+    xs = np.asarray(xs, dtype=np.float64)
+    space.check_shape(thetas, f"AmortizedPosterior.{where}: thetas", batched=True)
+    if xs.ndim != 3 or xs.shape[0] != thetas.shape[0]:
+        raise ValueError(f"AmortizedPosterior.{where}: xs must have shape (n, n_times, n_outputs) with n = "
+                         f"{thetas.shape[0]} (the rows of thetas); got {xs.shape}")
+    bad = np.flatnonzero(~np.all(np.isfinite(thetas), axis=1))
+    if bad.size:
+        raise ValueError(f"AmortizedPosterior.{where}: thetas has NaN or inf in rows {bad[:10].tolist()}")
+    bad = np.flatnonzero(~np.all(np.isfinite(xs.reshape(xs.shape[0], -1)), axis=1))
+    if bad.size:
+        raise ValueError(f"AmortizedPosterior.{where}: xs have NaN or inf in samples {bad[:10].tolist()} "
+                         f"({bad.size} of {xs.shape[0]}); drop failed simulations first")
+    outside = (thetas < space.lower) | (thetas > space.upper)
+    if outside.any():
+        row, col = np.argwhere(outside)[0]
+        p = space.parameters[col]
+        raise ValueError(f"AmortizedPosterior.{where}: {int(outside.any(axis=1).sum())} samples lie outside the "
+                         f"parameter bounds, first: row {row}, {p.name} = {thetas[row, col]} not in "
+                         f"[{p.lower}, {p.upper}]; widen the bounds (space.replace(name, lower=..., upper=...))")
+    return thetas, xs
+
+
+def _noise_fn(noise) -> Callable[[PRNGKeyArray, np.ndarray], np.ndarray]:
+    if noise is None:
+        return lambda key, xs: xs
+    if callable(noise):
+        return lambda key, xs: np.asarray(noise(key, xs), np.float64)
+    sd = np.asarray(noise, np.float64)
+    if sd.ndim > 1 or not np.all(np.isfinite(sd)) or np.any(sd < 0):
+        raise ValueError(f"AmortizedPosterior.fit_online: noise must be None, a callable or non-negative standard "
+                         f"deviations (a scalar or one per output); got {noise!r}")
+
+    def gaussian(key, xs):
+        if sd.ndim == 1 and sd.size != xs.shape[-1]:
+            raise ValueError(f"AmortizedPosterior.fit_online: noise has {sd.size} standard deviations, the model "
+                             f"{xs.shape[-1]} outputs")
+        return xs + sd * np.asarray(jax.random.normal(key, xs.shape, jnp.float64 if jax.config.jax_enable_x64
+                                                      else jnp.float32), np.float64)
+    return gaussian
