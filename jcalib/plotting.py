@@ -15,7 +15,8 @@ __all__ = ["plot_bands",
            "plot_mae_versus_training_size", "plot_reconstructions", "plot_training_history",
            "plot_autocorrelation", "plot_marginals", "plot_pair", "plot_trace",
            "plot_sensitivity_functions", "plot_sigma_min_spectrum", "plot_simulation",
-           "plot_singular_values", "plot_sobol_over_time", "plot_sorted_indices"]
+           "plot_singular_values", "plot_sobol_over_time", "plot_sorted_indices",
+           "plot_contraction", "plot_recovery", "plot_sbc"]
 
 
 def plot_simulation(ts, values, output_names, *, data=None, title="", units=None, time_unit=""):
@@ -745,5 +746,508 @@ def plot_mae_versus_training_size(sizes, maes, *, labels=None, mark_best=None, l
     if any(label is not None for label in curves) or mark_best:
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+# --- IMPU (jcalib.nn.impu, jcalib.workflows.impu_updating) ------------------------------------
+__all__ += ["plot_impu_error_histograms", "plot_impu_error_plane", "plot_impu_error_versus_training_size",
+            "plot_impu_test_zones", "plot_impu_updating"]
+
+_ZONE_COLORS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9")
+
+
+def _impu_relative_errors(errors, names, where: str) -> tuple[np.ndarray, list[str]]:
+    """``(n_test, n_params)`` relative errors (eq. 18) and the parameter names, from an array or
+    an `IMPUMetrics`-like object (``relative_errors`` or ``errors``, plus ``names``)."""
+    if not isinstance(errors, (np.ndarray, list, tuple)) and not hasattr(errors, "__array__"):
+        obj = errors
+        errors = getattr(obj, "relative_errors", None)
+        if errors is None:
+            errors = getattr(obj, "errors", None)
+        if errors is None:
+            raise ValueError(f"{where}: errors must be an (n_test, n_params) array or an IMPUMetrics with "
+                             f"relative_errors; got {type(obj).__name__}")
+        names = names if names is not None else getattr(obj, "names", None)
+    errors = np.asarray(errors, dtype=float)
+    if errors.ndim == 1:
+        errors = errors[:, None]
+    if errors.ndim != 2:
+        raise ValueError(f"{where}: errors must have shape (n_test, n_params); got {errors.shape}")
+    names = [f"p{j}" for j in range(errors.shape[1])] if names is None else [str(n) for n in names]
+    if len(names) != errors.shape[1]:
+        raise ValueError(f"{where}: {errors.shape[1]} parameters in errors but {len(names)} names {names}")
+    return errors, names
+
+
+def plot_impu_error_histograms(errors, names=None, *, bins=30, percent=True, title=""):
+    """Histograms of the relative errors of inferred parameters, one panel per parameter
+    (Kessels et al. 2023, Fig. 9). Each panel's title gives the paper's three metrics: the
+    bias μ_ε (eq. 19), the sample standard deviation σ_ε (eq. 20) and the mean absolute
+    relative error μ_|ε| (eq. 21).
+
+    Args:
+        errors: relative errors ε = (p̂ - p̄) / p̄ (eq. 18), ``(n_test, n_params)`` (fractions,
+            not percent), or an `IMPUMetrics` (its ``relative_errors`` and ``names``).
+        names: parameter names (default: the metrics' names, else p0, p1, ...).
+        bins: histogram bins (number or edges).
+        percent: show the errors in percent.
+        title: figure title.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: errors of another shape, or names of another count.
+    """
+    errors, names = _impu_relative_errors(errors, names, "plot_impu_error_histograms")
+    scale, unit = (100.0, " [%]") if percent else (1.0, "")
+    n = len(names)
+    n_cols = min(n, 4)
+    n_rows = -(-n // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.4 * n_cols, 2.9 * n_rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for j, (ax, name) in enumerate(zip(axes.flat, names)):
+        e = errors[:, j][np.isfinite(errors[:, j])] * scale
+        ax.hist(e, bins=bins, color="C0", alpha=0.8)
+        ax.axvline(0.0, color="k", lw=0.8)
+        sd = np.std(e, ddof=1) if e.size > 1 else np.nan
+        ax.set(xlabel=f"relative error of {name}{unit}", ylabel="test samples" if j % n_cols == 0 else "",
+               title=f"{name}: μ {np.mean(e):.2g}, σ {sd:.2g}, μ|ε| {np.mean(np.abs(e)):.2g}")
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or f"relative errors of the inferred parameters, {errors.shape[0]} test samples")
+    fig.tight_layout()
+    return fig
+
+
+def plot_impu_error_plane(thetas, errors, names=None, *, plane=(0, 1), training=None, zones=None,
+                          vmax=10.0, percent=True, title=""):
+    """Absolute relative error of every test sample over a plane of the parameter space
+    (Kessels et al. 2023, Figs. 10 and 16: the d1-d2 plane): one panel per inferred
+    parameter, test samples coloured by |ε|, training samples as red plus signs, optional
+    test-zone rectangles. Errors above ``vmax`` are drawn in orange (the paper's Fig. 16).
+
+    Args:
+        thetas: true parameters of the test samples, ``(n_test, n_params)`` (physical units).
+        errors: their relative errors, ``(n_test, n_params)``, or an `IMPUMetrics`.
+        names: parameter names (default: the metrics' names, else p0, p1, ...).
+        plane: the two parameters spanning the plane, as indices or names.
+        training: training parameters ``(n_train, n_params)`` to mark (None: none).
+        zones: test zones to outline: ``{zone: [(x0, x1, y0, y1), ...]}`` rectangles in the
+            plane's physical coordinates, ``zone`` a label such as 1..6.
+        vmax: top of the colour scale, in the units shown (percent by default).
+        percent: errors in percent.
+        title: figure title.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: shapes that do not match, or an unknown plane parameter.
+    """
+    where = "plot_impu_error_plane"
+    errors, names = _impu_relative_errors(errors, names, where)
+    thetas = np.asarray(thetas, dtype=float)
+    if thetas.shape != errors.shape:
+        raise ValueError(f"{where}: thetas must have the errors' shape {errors.shape} (one true parameter "
+                         f"vector per test sample); got {thetas.shape}")
+    axes_index = []
+    for p in plane:
+        if isinstance(p, str):
+            if p not in names:
+                raise ValueError(f"{where}: unknown plane parameter {p!r}; known: {', '.join(names)}")
+            p = names.index(p)
+        if not 0 <= int(p) < len(names):
+            raise ValueError(f"{where}: plane index {p} out of range for {len(names)} parameters")
+        axes_index.append(int(p))
+    if len(axes_index) != 2 or axes_index[0] == axes_index[1]:
+        raise ValueError(f"{where}: plane must name two different parameters; got {plane!r}")
+    ix, iy = axes_index
+    scale, unit = (100.0, "%") if percent else (1.0, "")
+    from matplotlib.colors import Normalize
+    from matplotlib.patches import Rectangle
+
+    cmap = plt.get_cmap("viridis").with_extremes(over="orange")
+    norm = Normalize(0.0, vmax)
+    n = len(names)
+    n_cols = min(n, 2)
+    n_rows = -(-n // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.6 * n_cols, 3.8 * n_rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for j, (ax, name) in enumerate(zip(axes.flat, names)):
+        sc = ax.scatter(thetas[:, ix], thetas[:, iy], c=np.abs(errors[:, j]) * scale, s=9, cmap=cmap, norm=norm)
+        if training is not None:
+            training = np.asarray(training, dtype=float)
+            ax.plot(training[:, ix], training[:, iy], "+", color="red", ms=4, mew=0.8, label="training")
+        for c, (zone, boxes) in enumerate((zones or {}).items()):
+            for k, (x0, x1, y0, y1) in enumerate(boxes):
+                ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, lw=1.3,
+                                       ec=_ZONE_COLORS[c % 10], label=f"zone {zone}" if k == 0 else None))
+        ax.set(xlabel=names[ix], ylabel=names[iy], title=f"|ε| of {name} [{unit}]" if unit else f"|ε| of {name}")
+        fig.colorbar(sc, ax=ax, extend="max")
+    if training is not None or zones:
+        axes[0][0].legend(fontsize=7, loc="upper left", framealpha=0.7)
+    fig.suptitle(title or f"absolute relative errors over the {names[ix]}-{names[iy]} plane")
+    fig.tight_layout()
+    return fig
+
+
+def _impu_curves(values, n_sizes: int, where: str, what: str) -> dict[str, np.ndarray]:
+    if not isinstance(values, dict):
+        raise ValueError(f"{where}: {what} must be a dict {{label: array}}; got {type(values).__name__}")
+    curves = {str(k): np.asarray(v, dtype=float) for k, v in values.items()}
+    for label, v in curves.items():
+        if v.ndim < 2 or v.shape[0] != n_sizes:
+            raise ValueError(f"{where}: {what}[{label!r}] needs one row per training size ({n_sizes}); "
+                             f"got shape {v.shape}")
+    return curves
+
+
+def plot_impu_error_versus_training_size(sizes, errors, names, *, percent=True, log=True, title=""):
+    """Mean absolute relative error μ_|ε| (eq. 21) against the number of training samples
+    n_s, one panel per parameter and one curve per feature type (Kessels et al. 2023, Fig. 15).
+
+    Args:
+        sizes: training-set sizes n_s, ``(n_sizes,)``.
+        errors: ``{feature type: (n_sizes, n_params)}`` mean absolute relative errors
+            (fractions); NaN leaves a gap.
+        names: parameter names, ``n_params``.
+        percent: show percent.
+        log: logarithmic axes.
+        title: figure title.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: curves of the wrong shape.
+    """
+    where = "plot_impu_error_versus_training_size"
+    sizes = np.asarray(sizes, dtype=float)
+    curves = _impu_curves(errors, sizes.size, where, "errors")
+    names = [str(n) for n in names]
+    for label, v in curves.items():
+        if v.shape != (sizes.size, len(names)):
+            raise ValueError(f"{where}: errors[{label!r}] must have shape (n_sizes={sizes.size}, "
+                             f"n_params={len(names)}); got {v.shape}")
+    scale, unit = (100.0, " [%]") if percent else (1.0, "")
+    n = len(names)
+    n_cols = min(n, 2)
+    n_rows = -(-n // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.6 * n_cols, 3.4 * n_rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for j, (ax, name) in enumerate(zip(axes.flat, names)):
+        for c, (label, v) in enumerate(curves.items()):
+            ax.plot(sizes, v[:, j] * scale, "o-", ms=3.5, lw=1.3, color=f"C{c % 10}", label=label)
+        if log:
+            ax.set_xscale("log")
+            if all(np.all(v[np.isfinite(v[:, j]), j] > 0) for v in curves.values()):
+                ax.set_yscale("log")
+        ax.set_xticks(sizes, [f"{s:g}" for s in sizes], minor=False)
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set(xlabel="training samples n_s", ylabel=f"μ|ε| of {name}{unit}", title=name)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title or "mean absolute relative error versus training-set size")
+    fig.tight_layout()
+    return fig
+
+
+def plot_impu_test_zones(sizes, zone_errors, names, *, zones=None, percent=True, log=True, title=""):
+    """Mean absolute relative error per test zone against n_s (Kessels et al. 2023, Fig. 17):
+    one panel per parameter, one colour per zone, one line style per feature type (solid for
+    the first, e.g. RI (FBoI), dashed for the second, e.g. RI, ...).
+
+    Args:
+        sizes: training-set sizes n_s, ``(n_sizes,)``; a single size gives a bar chart.
+        zone_errors: ``{feature type: (n_sizes, n_zones, n_params)}`` mean absolute relative
+            errors (fractions) per zone; NaN for an empty zone.
+        names: parameter names, ``n_params``.
+        zones: zone labels, ``n_zones`` (default 1, 2, ...).
+        percent: show percent.
+        log: logarithmic axes.
+        title: figure title.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: arrays of the wrong shape, or zone labels of another count.
+    """
+    where = "plot_impu_test_zones"
+    sizes = np.asarray(sizes, dtype=float)
+    curves = _impu_curves(zone_errors, sizes.size, where, "zone_errors")
+    names = [str(n) for n in names]
+    shapes = {v.shape for v in curves.values()}
+    first = next(iter(curves.values()))
+    if len(shapes) != 1 or first.ndim != 3 or first.shape[2] != len(names):
+        raise ValueError(f"{where}: every zone_errors entry must have shape (n_sizes={sizes.size}, n_zones, "
+                         f"n_params={len(names)}); got {sorted(shapes)}")
+    n_zones = first.shape[1]
+    zones = list(range(1, n_zones + 1)) if zones is None else list(zones)
+    if len(zones) != n_zones:
+        raise ValueError(f"{where}: {n_zones} zones in zone_errors but {len(zones)} zone labels")
+    scale, unit = (100.0, " [%]") if percent else (1.0, "")
+    styles = ("-", "--", ":", "-.")
+    n = len(names)
+    n_cols = min(n, 2)
+    n_rows = -(-n // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.6 * n_cols, 3.4 * n_rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    width = 0.8 / len(curves)  # bar width when there is one training size
+    for j, (ax, name) in enumerate(zip(axes.flat, names)):
+        for f, (label, v) in enumerate(curves.items()):
+            for z, zone in enumerate(zones):
+                color = _ZONE_COLORS[z % 10]
+                if sizes.size == 1:  # bars: zone groups, one bar per feature type
+                    ax.bar(z + (f - (len(curves) - 1) / 2) * width, v[0, z, j] * scale,
+                           width=width, color=color, alpha=1.0 if f == 0 else 0.5,
+                           hatch=None if f == 0 else "//", label=f"zone {zone}, {label}")
+                else:
+                    ax.plot(sizes, v[:, z, j] * scale, styles[f % 4], marker="o", ms=3, lw=1.2, color=color,
+                            label=f"zone {zone}, {label}")
+        if sizes.size == 1:
+            ax.set_xticks(range(n_zones), [f"zone {z}" for z in zones])
+            if log:
+                ax.set_yscale("log")
+        else:
+            if log:
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+            ax.set_xticks(sizes, [f"{s:g}" for s in sizes], minor=False)
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            ax.set_xlabel("training samples n_s")
+        ax.set(ylabel=f"μ|ε| of {name}{unit}", title=name)
+        ax.grid(alpha=0.3, which="both")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=_ZONE_COLORS[z % 10], lw=2, label=f"zone {zone}") for z, zone in enumerate(zones)]
+    handles += [Line2D([], [], color="k", ls=styles[f % 4], label=label) for f, label in enumerate(curves)]
+    axes[0][0].legend(handles=handles, fontsize=7, ncol=2)
+    fig.suptitle(title or "mean absolute relative error per test zone")
+    fig.tight_layout()
+    return fig
+
+
+def plot_impu_updating(result, *, truth=True, title=""):
+    """A digital-twin updating history (`jcalib.workflows.impu_updating.TwinUpdatingResult`):
+    top, each parameter over the updates (inferred estimates as dots, the twin's parameters
+    after each update as steps, the true parameters dashed when known, outside-range
+    updates marked with a red cross), normalised by the twin's initial value; bottom, the
+    twin's RMSE per output against each new measurement before and after its update.
+
+    Args:
+        result: a `TwinUpdatingResult` (or an object with its ``names``, ``output_names``,
+            ``theta_initial``, ``theta_inferred``, ``theta_after``, ``theta_true``,
+            ``outside_training_range``, ``rmse_before``, ``rmse_after``).
+        truth: draw the true parameters when the result has them.
+        title: figure title.
+
+    Returns:
+        The figure.
+    """
+    names, outputs = list(result.names), list(result.output_names)
+    ref = np.asarray(result.theta_initial, dtype=float)
+    inferred = np.asarray(result.theta_inferred, dtype=float) / ref
+    after = np.asarray(result.theta_after, dtype=float) / ref
+    flagged = np.asarray(result.outside_training_range, dtype=bool)
+    steps = np.arange(1, after.shape[0] + 1)
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(7.0, 6.4), sharex=True)
+    for j, name in enumerate(names):
+        color = f"C{j % 10}"
+        ax.step(np.concatenate([[0], steps]), np.concatenate([[1.0], after[:, j]]), where="post", color=color,
+                lw=1.5, label=f"{name} twin")
+        ax.plot(steps, inferred[:, j], "o", ms=4, color=color, mfc="none")
+        if flagged.any():
+            ax.plot(steps[flagged], inferred[flagged, j], "x", color="red", ms=7, mew=1.5,
+                    label="outside training range" if j == 0 else None)
+        if truth and getattr(result, "theta_true", None) is not None:
+            ax.plot(steps, np.asarray(result.theta_true, dtype=float)[:, j] / ref[j], "--", color=color, lw=1)
+    ax.set(ylabel="parameter / initial value", title="parameters: twin (steps), IMPU estimates (o), truth (--)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    before = np.asarray(result.rmse_before, dtype=float)
+    rmse_after = np.asarray(result.rmse_after, dtype=float)
+    for i, name in enumerate(outputs):
+        color = f"C{i % 10}"
+        bx.semilogy(steps, before[:, i], "s--", ms=4, color=color, mfc="none", label=f"{name} before update")
+        bx.semilogy(steps, rmse_after[:, i], "o-", ms=4, color=color, label=f"{name} after update")
+    bx.set(xlabel="measured experiment", ylabel="RMSE against the measurement")
+    bx.grid(alpha=0.3, which="both")
+    bx.legend(fontsize=7, ncol=2)
+    fig.suptitle(title or f"digital-twin updating, {after.shape[0]} experiments ({int(flagged.sum())} flagged)")
+    fig.tight_layout()
+    return fig
+
+
+# --- amortized inference (jcalib.nn.bayesflow, jcalib.bayes.sbc, jcalib.bayes.recovery) -------------
+def plot_sbc(result, *, hist_confidence=0.99, title=""):
+    """Simulation-based calibration (`jcalib.bayes.sbc.SBCResult`): per parameter, the rank
+    histogram with the band that ``hist_confidence`` of the bin counts of uniform ranks fall
+    into (pointwise binomial), and the ECDF difference ``ECDF(z) - z`` of the fractional
+    ranks with the simultaneous band of Säilynoja et al. (2022). Titles give the p-value.
+    """
+    import scipy.stats
+
+    ranks = np.asarray(result.ranks)
+    n_sims, n_params = ranks.shape
+    n_draws, n_bins = int(result.n_draws), int(result.n_bins)
+    edges = np.floor(np.linspace(0, n_draws + 1, n_bins + 1) + 1e-9)
+    probability = np.diff(edges) / (n_draws + 1)
+    alpha = 0.5 * (1.0 - hist_confidence)
+    low = scipy.stats.binom.ppf(alpha, n_sims, probability)
+    high = scipy.stats.binom.ppf(1.0 - alpha, n_sims, probability)
+    band = result.band
+    fig, axes = plt.subplots(2, n_params, figsize=(3.4 * n_params + 0.6, 5.8), squeeze=False)
+    for j, name in enumerate(result.names):
+        ax, bx = axes[0, j], axes[1, j]
+        counts = np.histogram(ranks[:, j], bins=edges)[0]
+        ax.fill_between(edges, np.append(low, low[-1]), np.append(high, high[-1]), step="post", color="0.85",
+                        label=f"{hist_confidence:.0%} uniform band")
+        ax.stairs(counts, edges, color=f"C{j % 10}", lw=1.5)
+        ax.set(title=f"{name}: p = {float(result.p_values[j]):.3g} ({result.method})", xlabel="rank",
+               ylabel="count" if j == 0 else None)
+        bx.fill_between(band.z, band.lower - band.z, band.upper - band.z, color="0.85",
+                        label=f"{band.confidence:.0%} simultaneous band")
+        bx.plot(band.z, np.asarray(result.ecdf)[j] - band.z, color=f"C{j % 10}", lw=1.5)
+        bx.axhline(0.0, color="k", lw=0.6)
+        inside = "inside" if bool(np.asarray(result.in_band)[j]) else "OUTSIDE"
+        bx.set(title=f"ECDF difference ({inside} band)", xlabel="fractional rank",
+               ylabel="ECDF - uniform" if j == 0 else None)
+        if j == 0:
+            ax.legend(fontsize=7)
+            bx.legend(fontsize=7)
+    fig.suptitle(title or f"simulation-based calibration: {n_sims} simulations, {n_draws} draws each")
+    fig.tight_layout()
+    return fig
+
+
+def plot_recovery(truths, estimates=None, sds=None, names=None, *, units=None, max_points=500, title=""):
+    """Estimated (posterior mean ± sd) against true parameters, one panel per parameter, with
+    the identity line; titles give R² and NRMSE (Zhang & Mikelsons 2023, Fig. 14).
+
+    ``truths`` may be a `jcalib.bayes.recovery.RecoveryResult` (then the other arguments come
+    from it); otherwise arrays ``(n_sims, n_params)``. NRMSE divides the RMSE by the range of
+    the truths unless a `RecoveryResult` supplies its value range.
+    """
+    if hasattr(truths, "estimates"):
+        result = truths
+        truths, estimates, sds, names = result.truths, result.estimates, result.sds, result.names
+        value_range = np.asarray(result.value_range, float)
+    else:
+        value_range = None
+    truths = np.asarray(truths, float)
+    estimates = np.asarray(estimates, float)
+    if truths.ndim != 2 or estimates.shape != truths.shape:
+        raise ValueError(f"plot_recovery: truths and estimates must be (n_sims, n_params) arrays of one shape; got "
+                         f"{truths.shape} and {estimates.shape}")
+    n_params = truths.shape[1]
+    names = [f"theta{j}" for j in range(n_params)] if names is None else list(names)
+    if len(names) != n_params:
+        raise ValueError(f"plot_recovery: {len(names)} names for {n_params} parameters")
+    sds = None if sds is None else np.asarray(sds, float)
+    if value_range is None:
+        value_range = truths.max(axis=0) - truths.min(axis=0)
+    err = estimates - truths
+    rmse = np.sqrt(np.mean(err**2, axis=0))
+    r2 = 1.0 - np.sum(err**2, axis=0) / np.sum((truths - truths.mean(axis=0)) ** 2, axis=0)
+    shown = np.arange(truths.shape[0])[: int(max_points)]
+    fig, axes = _grid_axes(n_params, 3.4, 3.2)
+    for j, ax in enumerate(axes.flat[:n_params]):
+        ax.errorbar(truths[shown, j], estimates[shown, j], yerr=None if sds is None else sds[shown, j], fmt="o",
+                    ms=3, alpha=0.6, elinewidth=0.8, color=f"C{j % 10}")
+        lo = min(truths[:, j].min(), estimates[:, j].min())
+        hi = max(truths[:, j].max(), estimates[:, j].max())
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        unit = f" [{units[j]}]" if units and units[j] else ""
+        ax.set(title=f"{names[j]}: R² = {r2[j]:.3f}, NRMSE = {rmse[j] / value_range[j]:.3f}",
+               xlabel=f"true{unit}", ylabel=f"estimate{unit}")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or f"parameter recovery ({truths.shape[0]} validation simulations)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_contraction(result, *, title=""):
+    """Posterior z-score ``(estimate - truth) / sd`` against posterior contraction
+    ``1 - sd² / prior variance`` per simulation (Schad et al. 2021), one panel per parameter,
+    from a `jcalib.bayes.recovery.RecoveryResult`. Good recovery sits at high contraction and
+    |z| below about 2."""
+    z, c = np.asarray(result.z_scores), np.asarray(result.contractions)
+    n_params = z.shape[1]
+    fig, axes = _grid_axes(n_params, 3.4, 3.0)
+    for j, ax in enumerate(axes.flat[:n_params]):
+        ax.scatter(c[:, j], z[:, j], s=8, alpha=0.5, color=f"C{j % 10}")
+        ax.axhspan(-2.0, 2.0, color="0.9", zorder=0)
+        ax.set(xlim=(min(0.0, c[:, j].min()), 1.0), title=f"{result.names[j]}: mean contraction "
+               f"{float(result.contraction[j]):.2f}", xlabel="posterior contraction", ylabel="posterior z-score")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or "posterior z-score against contraction")
+    fig.tight_layout()
+    return fig
+
+
+# iterative identification --------------------------------------------------------------------
+__all__ += ["plot_identification", "plot_identification_recovery"]
+
+
+def plot_identification(result, *, title: str = ""):
+    """An `IdentificationResult` (`jcalib.workflows.iterative_identification`): every
+    parameter on its normalised range (the paper's Fig. 13 in one panel): the interval (bar),
+    the estimate (dot) and the truth (cross), coloured by step; names in red where the
+    interval misses the truth. Returns the figure."""
+    names = result.names
+    lo_b = np.asarray(result.bounds)[:, 0]
+    hi_b = np.asarray(result.bounds)[:, 1]
+    scale = lambda v: (np.asarray(v) - lo_b) / (hi_b - lo_b)  # noqa: E731
+    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(names) + 1.4))
+    y = np.arange(len(names))[::-1]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, group in enumerate(result.groups):
+        idx = [names.index(n) for n in group]
+        c = colors[k % len(colors)]
+        ax.hlines(y[idx], scale(result.lower)[idx], scale(result.upper)[idx], color=c, lw=4, alpha=0.45)
+        ax.plot(scale(result.estimate)[idx], y[idx], "o", color=c, ms=5, label=f"step {k + 1}")
+    if result.truth is not None:
+        ax.plot(scale(result.truth), y, "kx", ms=6, label="truth")
+    ax.set_yticks(y)
+    ax.set_yticklabels(names, fontsize=8)
+    if result.covered is not None:
+        for tick, ok in zip(ax.get_yticklabels(), result.covered):
+            tick.set_color("black" if ok else "red")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("position in the parameter range")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    extra = "" if result.mean_relative_error is None else (
+        f" (mean ER {result.mean_relative_error:.2f} %, {result.n_covered}/{len(names)} covered)")
+    ax.set_title(title or f"{result.method} identification{extra}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_identification_recovery(result, *, max_points: int = 400, title: str = ""):
+    """An `IdentificationResult`'s validation posterior means against the true parameters, one panel per parameter, with
+    R² and NRMSE (the paper's Fig. 14). Returns the figure."""
+    panels = [(step, j, name) for step in result.steps for j, name in enumerate(step.kept)]
+    n_cols = min(5, len(panels))
+    n_rows = -(-len(panels) // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(2.6 * n_cols, 2.5 * n_rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (step, j, name) in zip(axes.flat, panels):
+        t, e = step.val_truth[:max_points, j], step.val_estimate[:max_points, j]
+        ax.plot(t, e, ".", ms=2.5, alpha=0.6)
+        lo, hi = np.asarray(result.bounds)[result.names.index(name)]
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        v = step.validation.get(name, {})
+        ax.set_title(f"{name} (step {step.index})\nR² {v.get('r2', np.nan):.3f}, NRMSE {v.get('nrmse', np.nan):.3f}",
+                     fontsize=7)
+        ax.tick_params(labelsize=6)
+    fig.suptitle(title or f"{result.method}: validation recovery", fontsize=10)
     fig.tight_layout()
     return fig
