@@ -1,5 +1,6 @@
 """Bayesian estimation: likelihoods and priors, prescaled MALA (Wulkow et al. 2021), posterior
-results, MCMC diagnostics (ArviZ), kernel density estimates of marginals and predictive bands.
+results, MCMC diagnostics (ArviZ), kernel density estimates of marginals and predictive bands;
+simulation-based calibration and recovery metrics of amortized posteriors.
 
 The log-normal *likelihood* is `jcalib.bayes.likelihoods.LogNormal` (or ``likelihood="lognormal"``);
 `LogNormal` here is the prior."""
@@ -34,7 +35,9 @@ from jcalib.bayes.mala import (
 from jcalib.bayes.preconditioning import laplace_covariance
 from jcalib.bayes.predictive import PredictiveBands, expand_draws, prediction_bands, predictive_bands
 from jcalib.bayes.priors import HalfNormal, LogNormal, LogUniform, Normal, Uniform, bind_priors
+from jcalib.bayes.recovery import RecoveryResult, recovery_metrics
 from jcalib.bayes.result import PosteriorResult
+from jcalib.bayes.sbc import ECDFBand, SBCResult, ecdf_band, run_sbc, sbc_ranks, sbc_uniformity
 
 __all__ = [
     "AbsoluteGaussian", "HalfNormal", "LogNormal", "LogUniform", "Normal", "PredictiveBands",
@@ -42,7 +45,10 @@ __all__ = [
     "predictive_bands",
     "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
     "acceptance_rate", "autocorrelation", "blackjax_mala", "build_kernel", "chain_diagnostics",
-    "default_grid", "ess", "laplace_covariance", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance", "log_acceptance_ratio",
+    "default_grid", "ess", "laplace_covariance", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance",
+    "log_acceptance_ratio",
     "mcse", "prescaled_mala", "prescaling", "proposal_log_density", "rhat", "sample", "step_sizes", "summary",
     "to_inference_data",
+    "ECDFBand", "RecoveryResult", "SBCResult", "ecdf_band", "recovery_metrics", "run_sbc", "sbc_ranks",
+    "sbc_uniformity",
 ]

@@ -1,11 +1,19 @@
-"""Neural networks: the shared training loop, layers and scalers, and the PELS-VAE surrogate
-(flows and IMPU build on the same pieces)."""
+"""Neural networks: the shared training loop, layers and scalers, the PELS-VAE surrogate, the
+coupling-flow amortized posterior (BayesFlow) and inverse mapping parameter updating (IMPU)."""
 
+from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig, PosteriorNetwork, SummaryNetwork, bayesflow_loss
+from jcalib.nn.features import (FEATURE_TYPES, FeatureExtractor, fft_magnitude_phase, fft_real_imaginary,
+                                frequency_bins_of_interest, time_extrema, time_samples)
+from jcalib.nn.flows import CouplingFlow
+from jcalib.nn.impu import IMPUEstimate, IMPUMetrics, InverseMapping
 from jcalib.nn.layers import MLP, MinMaxScaler, SequenceEncoder, Standardizer
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig, PELSVAENetwork, Surrogate, pelsvae_loss
 from jcalib.nn.training import (TrainingConfig, TrainingResult, fit, load_model, make_optimizer, read_model_extra,
                                 save_model)
 
-__all__ = ["MLP", "MinMaxScaler", "PELSVAE", "PELSVAEConfig", "PELSVAENetwork", "SequenceEncoder", "Standardizer",
-           "Surrogate", "TrainingConfig", "TrainingResult", "fit", "load_model", "make_optimizer", "pelsvae_loss",
-           "read_model_extra", "save_model"]
+__all__ = ["FEATURE_TYPES", "MLP", "PELSVAE", "AmortizedPosterior", "BayesFlowConfig", "CouplingFlow",
+           "FeatureExtractor", "IMPUEstimate", "IMPUMetrics", "InverseMapping", "MinMaxScaler", "PELSVAEConfig",
+           "PELSVAENetwork", "PosteriorNetwork", "SequenceEncoder", "Standardizer", "SummaryNetwork", "Surrogate",
+           "TrainingConfig", "TrainingResult", "bayesflow_loss", "fft_magnitude_phase", "fft_real_imaginary", "fit",
+           "frequency_bins_of_interest", "load_model", "make_optimizer", "pelsvae_loss", "read_model_extra",
+           "save_model", "time_extrema", "time_samples"]

@@ -1,0 +1,256 @@
+"""Algorithm 3 of Zhang & Mikelsons (2023) on a small problem with a weak parameter.
+
+The model ``y(t) = a exp(-b t) + w c sin(4 pi t)`` (32 times on [0, 2], w = 0.01) has two
+strong parameters and a weak one: over the prior box, ``a`` and ``b`` move the output by
+O(1), ``c`` by at most 1 %, so its averaged first-order Sobol' index is ~1e-4 and one
+network for all three parameters (at these small sizes) learns ``a`` and ``b`` but leaves
+``c`` near its prior. Once ``a`` and ``b`` are fixed, the generated data vary through ``c``
+alone and a network of the same size identifies it. The test sample follows the paper's
+protocol (``regenerate_observation``: the observation of a later step is the generator's
+output at the truth with the identified parameters at their estimates); the data come from
+the model itself (``generator="model"``), noise-free, as in the paper.
+"""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jcalib.data import Measurements
+from jcalib.model import Experiment
+from jcalib.nn.bayesflow import BayesFlowConfig
+from jcalib.nn.training import TrainingConfig
+from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.plotting import plot_identification, plot_identification_recovery
+from jcalib.workflows.iterative_identification import (IdentificationConfig, IdentificationResult,
+                                                       iterative_identification, one_shot_identification)
+
+WEIGHT = 0.01  # the weak parameter's share of the output
+TRUTH = np.array([1.1, 1.3, 0.7])
+
+
+class WeakParameterModel(eqx.Module):
+    """``y(t) = a exp(-b t) + w c sin(4 pi t)``: a model-like object for `simulate_batch`."""
+
+    experiment: Experiment
+    weight: float = eqx.field(static=True)
+    parameters: ParameterSpace = eqx.field(static=True)
+    output_names: tuple[str, ...] = eqx.field(static=True)
+
+    def __init__(self, weight=WEIGHT, n_times=32):
+        self.experiment = Experiment(np.linspace(0.0, 2.0, n_times), name="weak")
+        self.weight = weight
+        self.parameters = ParameterSpace([Parameter("a", 1.0, 0.5, 1.5), Parameter("b", 1.0, 0.5, 2.0),
+                                          Parameter("c", 0.5, 0.0, 1.0)])
+        self.output_names = ("y",)
+
+    @property
+    def ts(self):
+        return self.experiment.ts
+
+    @property
+    def n_outputs(self):
+        return 1
+
+    def simulate_with_status(self, theta):
+        t = self.experiment.ts
+        y = theta[0] * jnp.exp(-theta[1] * t) + self.weight * theta[2] * jnp.sin(4.0 * jnp.pi * t)
+        return y[:, None], jnp.asarray(0, dtype=jnp.int32)
+
+    def simulate(self, theta):
+        return self.simulate_with_status(theta)[0]
+
+
+def small_config(**changes) -> IdentificationConfig:
+    posterior = BayesFlowConfig(summary="gru", summary_size=8, summary_hidden=16, n_blocks=2,
+                                coupling_hidden=(32, 32),
+                                training=TrainingConfig(epochs=40, batch_size=32, learning_rate=3e-3, progress=False))
+    settings = dict(posterior=posterior, generator="model", n_sobol=32, n_samples=500, n_val_samples=50,
+                    regenerate_observation=True, progress=False)
+    return IdentificationConfig(**settings | changes)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    model = WeakParameterModel()
+    return model, np.asarray(model.simulate(jnp.asarray(TRUTH)))
+
+
+@pytest.fixture(scope="module")
+def results(problem):
+    model, observation = problem
+    config = small_config()
+    kwargs = dict(n_train=256, n_val=200, truth=TRUTH, config=config)
+    iterative = iterative_identification(jax.random.key(0), model, observation, **kwargs)
+    one_shot = one_shot_identification(jax.random.key(0), model, observation, **kwargs)
+    return iterative, one_shot
+
+
+def test_all_parameters_recovered(results):
+    iterative, _ = results
+    assert iterative.names == ("a", "b", "c")
+    assert set(sum(iterative.groups, ())) == {"a", "b", "c"}
+    # stated accuracy: every estimate within 2 % of its truth (measured: 0.2-0.9 %), c within 0.02 (2 % of its range)
+    assert np.all(iterative.relative_error < 2.0), iterative.summary()
+    assert abs(iterative.estimate[2] - TRUTH[2]) < 0.02, iterative.summary()
+    assert iterative.n_covered >= 2, iterative.summary()
+    assert iterative.mean_relative_error == pytest.approx(float(np.mean(iterative.relative_error)))
+    # the weak parameter is identified after the strong ones, by a network that learned it
+    steps = {name: k for k, group in enumerate(iterative.groups) for name in group}
+    assert steps["c"] > max(steps["a"], steps["b"])
+    last = iterative.steps[steps["c"]]
+    assert last.validation["c"]["r2"] > 0.95
+    assert set(last.fixed) == {"a", "b"}
+    assert last.generator == "model"
+
+
+def test_better_than_one_shot(results):
+    iterative, one_shot = results
+    error_iterative = abs(iterative.estimate[2] - TRUTH[2])
+    error_one_shot = abs(one_shot.estimate[2] - TRUTH[2])
+    # one network for all three leaves c at its prior (validation R² measured -0.06, posterior sd 0.31 of
+    # the range); the iterative workflow identifies it (R² ~1, sd 0.008 of the range)
+    r2_one_shot = one_shot.steps[0].validation["c"]["r2"]
+    r2_iterative = next(s.validation["c"]["r2"] for s in iterative.steps if "c" in s.kept)
+    assert r2_one_shot < 0.6 < 0.95 < r2_iterative
+    assert iterative.normalized_sd[2] < 0.25 * one_shot.normalized_sd[2]
+    assert error_iterative < 0.5 * error_one_shot or error_iterative < 0.01
+    assert iterative.mean_relative_error < one_shot.mean_relative_error
+
+
+def test_first_step_follows_algorithm_1(results):
+    iterative, _ = results
+    first = iterative.steps[0]
+    assert first.selection_reason == "sobol" and first.generator == "model" and first.fixed == {}
+    # c's averaged first-order index is far below a's and b's: Algorithm 1 leaves it out
+    assert "c" not in first.candidates
+    assert first.selection.sorted_names[-1] == "c"
+    s = np.asarray(first.selection.sorted_indices)
+    assert s[-1] < 0.01 * s[0]
+    # the kept parameters passed the trial (or are the fallback)
+    for name in first.kept:
+        assert first.trial_r2.get(name, 1.0) >= 0.7 or first.fallback
+    assert first.n_generated == 32 * (3 + 2)  # the Sobol' design of 3 parameters, no regenerated data
+
+
+def test_result_records_and_json(results, tmp_path):
+    iterative, one_shot = results
+    assert one_shot.method == "one-shot" and len(one_shot.steps) == 1 and one_shot.groups == (("a", "b", "c"),)
+    for result in results:
+        assert np.all(result.lower <= result.estimate) and np.all(result.estimate <= result.upper)
+        np.testing.assert_allclose(result.normalized_sd, result.sd / (result.bounds[:, 1] - result.bounds[:, 0]))
+        assert np.isfinite(result.output_mae)
+        assert result.durations["total_s"] >= result.durations["steps_s"] > 0
+    assert iterative.output_mae < 0.01  # the model at the estimate vs the observation (measured 0.002)
+    # data: 256 + 200 simulations, the output check, then the Sobol' designs, regenerated sets and observations
+    n_regenerated = sum(s.n_generated for s in iterative.steps)
+    assert iterative.n_model_simulations == 256 + 200 + 1 + n_regenerated + len(iterative.steps) - 1
+    path = tmp_path / "result.json"
+    iterative.save(path)
+    saved = json.loads(path.read_text())
+    assert saved == json.loads(json.dumps(iterative.to_dict()))
+    assert saved["parameters"]["c"]["step"] == len(iterative.steps)
+    assert saved["n_covered"] == iterative.n_covered
+    assert "a" in iterative.summary() and "mean ER" in iterative.summary()
+    assert plot_identification(iterative).axes and plot_identification_recovery(iterative).axes
+
+
+def test_measurements_are_accepted(problem):
+    model, observation = problem
+    ok = Measurements(np.asarray(model.ts), observation, output_names=("y",))
+    from jcalib.workflows.iterative_identification import _observation
+
+    np.testing.assert_array_equal(_observation(model, ok, "test"), observation)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(observation=np.zeros((31, 1))), r"observation must have shape \(n_times, n_outputs\) = \(32, 1\)"),
+    (dict(observation=np.full((32, 1), np.nan)), "observation contains NaN"),
+    (dict(truth=[1.0, 1.0]), r"truth must have shape \(3,\)"),
+    (dict(truth=[1.0, 1.0, 2.0]), r"outside: \['c'\]"),
+    (dict(truth={"a": 1.0}), "truth must name every parameter"),
+    (dict(config=IdentificationConfig(regenerate_observation=True)), "needs its truth"),
+    (dict(data=(np.ones((4, 2)), np.ones((4, 32, 1)))), r"data thetas must have shape \(n, 3\)"),
+    (dict(data=(np.ones((4, 3)), np.ones((4, 31, 1)))), r"data trajectories must have shape \(4, 32, 1\)"),
+    (dict(data=(np.full((4, 3), 9.0), np.ones((4, 32, 1)))), "outside the parameter bounds"),
+    (dict(n_train=1), "n_train must be an integer >= 2"),
+    (dict(config="fast"), "config must be an IdentificationConfig"),
+])
+def test_bad_input(problem, kwargs, message):
+    model, observation = problem
+    kwargs = {"observation": observation, "config": small_config(regenerate_observation=False)} | kwargs
+    obs = kwargs.pop("observation")
+    with pytest.raises(ValueError, match=message):
+        iterative_identification(jax.random.key(0), model, obs, **kwargs)
+
+
+def test_bad_measurements(problem):
+    model, observation = problem
+    shifted = Measurements(np.asarray(model.ts) + 1.0, observation)
+    with pytest.raises(ValueError, match="use model.with_times"):
+        iterative_identification(jax.random.key(0), model, shifted, config=small_config())
+    mask = np.ones((32, 1), bool)
+    mask[3] = False
+    gappy = Measurements(np.asarray(model.ts), observation, mask=mask)
+    with pytest.raises(ValueError, match="miss 1 entries"):
+        iterative_identification(jax.random.key(0), model, gappy, config=small_config())
+
+
+def test_surrogate_with_model_generator_is_refused(problem):
+    model, observation = problem
+    with pytest.raises(ValueError, match="config.generator is 'model'"):
+        iterative_identification(jax.random.key(0), model, observation, n_train=4, n_val=4, surrogate=object(),
+                                 config=small_config(regenerate_observation=False))
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(generator="vae"), "generator must be one of"),
+    (dict(r2_threshold=1.5), "r2_threshold must be a number <= 1"),
+    (dict(level=1.0), r"level must lie in \(0, 1\)"),
+    (dict(delta=0.0), "delta must be a positive number"),
+    (dict(n_sobol=1), "n_sobol must be an integer >= 2"),
+    (dict(max_steps=0), "max_steps must be an integer >= 1"),
+    (dict(trial_epochs=0), "trial_epochs must be an integer >= 1"),
+    (dict(noise_sigma=-1.0), "noise_sigma must be None, a positive number"),
+    (dict(posterior="lstm"), "posterior must be a BayesFlowConfig"),
+])
+def test_bad_config(changes, message):
+    with pytest.raises(ValueError, match=message):
+        IdentificationConfig(**changes)
+
+
+def test_trial_epochs_default_to_a_quarter():
+    config = small_config()
+    assert config.trial.training.epochs == 10
+    assert small_config(trial_epochs=3).trial.training.epochs == 3
+    assert config.trial.n_blocks == config.posterior.n_blocks
+
+
+@pytest.mark.slow  # ~10 s of compilation for a one-epoch network
+def test_max_steps_guard_identifies_the_rest_at_once(problem):
+    model, observation = problem
+    config = small_config(max_steps=1, posterior=BayesFlowConfig(
+        summary="mlp", summary_size=4, summary_hidden=8, n_blocks=1, coupling_hidden=(8,),
+        training=TrainingConfig(epochs=1, batch_size=32, progress=False)), n_samples=20, n_val_samples=4)
+    result = iterative_identification(jax.random.key(1), model, observation, n_train=64, n_val=16, truth=TRUTH,
+                                      config=config)
+    (step,) = result.steps
+    assert step.selection_reason == "max_steps" and step.kept == ("a", "b", "c") and step.trial_r2 == {}
+    assert isinstance(result, IdentificationResult) and np.all(np.isfinite(result.estimate))
+
+
+@pytest.mark.slow  # ~2 min: a PELS-VAE generates the data of later steps, as in the paper
+def test_surrogate_generator(problem):
+    from jcalib.nn.pelsvae import PELSVAEConfig
+
+    model, observation = problem
+    surrogate = PELSVAEConfig(latent_size=4, hidden_size=32, n_passes=4, training=TrainingConfig(
+        epochs=150, batch_size=32, learning_rate=3e-3, progress=False))
+    result = iterative_identification(jax.random.key(0), model, observation, n_train=512, n_val=200, truth=TRUTH,
+                                      config=small_config(generator="surrogate", surrogate=surrogate))
+    assert [s.generator for s in result.steps][1:] == ["surrogate"] * (len(result.steps) - 1)
+    assert result.n_surrogate_evaluations > 0
+    assert np.all(result.relative_error[:2] < 2.0), result.summary()
