@@ -1,0 +1,70 @@
+"""`jcalib amortize` and `jcalib identify` at tiny sizes, and their errors for bad input."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from jcalib.cli import app
+from jcalib.nn.bayesflow import AmortizedPosterior
+
+runner = CliRunner()
+TINY = ["--epochs", "2", "--summary", "mlp", "--n-blocks", "1", "--hidden", "8", "--batch-size", "16"]
+
+
+def test_amortize_writes_posterior_and_metrics(tmp_path):
+    out = tmp_path / "amortize"
+    result = runner.invoke(app, ["amortize", "four_substance_reactions", "--n-train", "64", "--n-val", "16",
+                                 "--n-samples", "10", "--out", str(out), *TINY])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["n_train"] == 64 and metrics["recovery"]["names"] == ["kab", "kac", "kad"]
+    assert (out / "recovery.png").stat().st_size > 0
+    posterior = AmortizedPosterior.load(out / "posterior.msgpack")
+    assert posterior.names == ("kab", "kac", "kad")
+    for name in ("kab", "kac", "kad"):
+        assert 0.0 <= metrics["recovery"]["coverage"][name] <= 1.0 and metrics["recovery"]["rmse"][name] >= 0
+
+
+@pytest.mark.slow  # ~30 s: Sobol' selection and two posterior networks per step
+def test_identify_on_simulated_data(tmp_path):
+    csv = tmp_path / "data.csv"
+    assert runner.invoke(app, ["simulate", "four_substance_reactions", "--csv", str(csv)]).exit_code == 0
+    out = tmp_path / "identify"
+    result = runner.invoke(app, ["identify", "four_substance_reactions", "--data", str(csv), "--n-train", "64",
+                                 "--n-val", "16", "--generator", "model", "--n-sobol", "4", "--max-steps", "2",
+                                 "--out", str(out), *TINY])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["names"] == ["kab", "kac", "kad"] and metrics["n_covered"] is None  # no truth for measured data
+    assert sorted(sum(metrics["groups"], [])) == ["kab", "kac", "kad"]
+    lines = (out / "estimates.csv").read_text().splitlines()
+    assert lines[0].startswith("parameter,estimate,sd") and len(lines) == 4
+    assert all(np.isfinite(float(line.split(",")[1])) for line in lines[1:])
+    for name in ("identification.png", "recovery.png", "fit.png"):
+        assert (out / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["amortize", "nope"], "unknown model 'nope'"),
+    (["amortize", "four_substance_reactions", "--summary", "transformer"], "--summary must be one of"),
+    (["amortize", "four_substance_reactions", "--n-train", "1"], "--n-train must be at least 2"),
+    (["amortize", "four_substance_reactions", "--epochs", "0"], "--epochs must be a positive integer"),
+    (["identify", "four_substance_reactions", "--data", "missing.csv"], "No such file"),
+    (["identify", "four_substance_reactions", "--data", "x.csv", "--generator", "vae"], "--generator must be one of"),
+])
+def test_bad_input_gives_clear_error(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0
+    assert message in json.dumps(result.output)
+
+
+def test_identify_refuses_data_at_other_times(tmp_path):
+    csv = tmp_path / "data.csv"
+    assert runner.invoke(app, ["simulate", "four_substance_reactions", "--times", "0,10,100",
+                               "--csv", str(csv)]).exit_code == 0
+    result = runner.invoke(app, ["identify", "four_substance_reactions", "--data", str(csv), "--n-train", "8",
+                                 "--n-val", "4"])
+    assert result.exit_code != 0
+    assert "model.with_times" in json.dumps(result.output)
