@@ -36,7 +36,8 @@ Four samplers in the same run:
 Per method: compile time, run time (compiled code), minimum bulk ESS over the parameters,
 ESS/s = min ESS / run time, acceptance, gradient evaluations, posterior mean and sd by
 parameter; ratios of ESS/s (``jcalib_laplace_vs_fd`` compares with the prescaled fd loop, what
-a user of the paper's method would run). ``jcalib_chain_scaling`` repeats the jcalib run with more chains (``--scaling``):
+a user of the paper's method would run). ``jcalib_chain_scaling`` repeats the jcalib run with more chains
+(``--scaling``):
 vmapped chains share each compiled step, so ESS/s grows with the chain count until the CPU is
 saturated; the fd loop runs one chain at a time. The scipy log posterior is checked against
 jcalib's log density at a few of its draws (max abs difference) and, in full runs, the
@@ -458,7 +459,8 @@ def main(argv=None):
         "jcalib_vs_nuts": jc["ess_per_second"] / nuts["ess_per_second"],
         "jcalib_vs_fd_time_per_chain_step": fd_s_per_step / jc["s_per_chain_step"],
         "jcalib_laplace_vs_fd": lap["ess_per_second"] / fd["ess_per_second"],
-        "jcalib_laplace_vs_fd_at_jcalib_ess_per_step": lap["ess_per_second"] / fd["ess_per_second_at_jcalib_ess_per_step"],
+        "jcalib_laplace_vs_fd_at_jcalib_ess_per_step":
+            lap["ess_per_second"] / fd["ess_per_second_at_jcalib_ess_per_step"],
         "jcalib_laplace_vs_nuts": lap["ess_per_second"] / nuts["ess_per_second"],
     }
     ratios["target_100x_vs_fd_met"] = {

@@ -145,7 +145,8 @@ def write_report(path, metrics, posterior):
         lines.append(f"| {name} | {m['fraction_outside']:.0%} | {m['max_miss_of_range']:.1%} | {m['at_time_s']:.0f} | "
                      f"{m['real']:.4g} | {m['band'][0]:.4g} - {m['band'][1]:.4g} |")
     lines += ["", f"Wall time of the whole demo: {metrics['wall_time_s']:.0f} s.", "",
-              "Figures: recipe1_fit.png, singular_values.png, marginals.png, pair.png, trace.png, recipe2_bands.png.", ""]
+              "Figures: recipe1_fit.png, singular_values.png, marginals.png, pair.png, trace.png, "
+              "recipe2_bands.png.", ""]
     path.write_text("\n".join(lines))
 
 
@@ -330,7 +331,8 @@ def main(argv=None):
         print(f"posterior {name}: mean {posterior.mean[i]:.4g}, 90 % [{lo[i]:.4g}, {hi[i]:.4g}], "
               f"ESS {posterior.ess_bulk[i]:.0f}, R-hat {posterior.rhat[i]:.3f}")
     print(f"MALA acceptance {posterior.acceptance:.1%}; recipe 2, [M] outside the band at "
-          f"{misses['M']['fraction_outside']:.0%} of the times (largest miss {misses['M']['max_miss_of_range']:.1%} of its maximum, "
+          f"{misses['M']['fraction_outside']:.0%} of the times (largest miss "
+          f"{misses['M']['max_miss_of_range']:.1%} of its maximum, "
           f"t = {misses['M']['at_time_s']:.0f} s)")
     print(f"wrote {args.out}: metrics.json, report.md, posterior.npz, data_recipe1.csv, recipe1_fit.png, "
           f"singular_values.png, {', '.join(figures)} ({metrics['wall_time_s']:.0f} s)")

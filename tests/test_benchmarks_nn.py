@@ -35,3 +35,59 @@ def test_pelsvae_benchmark_quick(tmp_path):
     assert r["speedup_vs_model_simulate_batch"] > 0 and r["paper_gpu_s_over_ours_2000"] > 0
     assert isinstance(r["target_met"], bool)
     assert report["network"]["n_weights"] > 0 and report["machine"]["cpu_count"] > 0
+
+
+def _check_bayesflow_side(side, n_train, epochs, n_obs, n_samples):
+    tr, sa = side["training"], side["sampling"]
+    assert tr["n_train"] == n_train and tr["epochs"] == epochs and len(tr["epoch_time_s"]) == epochs
+    assert np.all(np.isfinite(tr["loss"])) and tr["samples_per_second"] > 0
+    # the throughput leaves out the first (compiling) epoch: n_train (epochs - 1) / their seconds
+    assert np.isclose(tr["samples_per_second"], n_train * (epochs - 1) / sum(tr["epoch_time_s"][1:]), rtol=1e-6)
+    assert len(tr["epoch_cpu_s"]) == epochs and min(tr["epoch_cpu_s"]) > 0 and tr["samples_per_cpu_second"] > 0
+    assert tr["samples_per_second_best_epoch"] >= tr["samples_per_second_median_epoch"] > 0
+    assert sa["n_obs"] == n_obs and sa["n_samples"] == n_samples and sa["all_finite"]
+    assert sa["first_call_s"] > 0 and sa["median_s"] > 0 and sa["compile_s_estimate"] >= 0
+    sbc = side["sbc"]
+    names = ["omega", "zeta", "amplitude", "phase"]
+    assert sbc["ranks_shape"] == [n_obs, 4] and sbc["n_sims"] == n_obs and sbc["n_draws"] == n_samples
+    assert list(sbc["p_values"]) == names and all(0.0 <= p <= 1.0 for p in sbc["p_values"].values())
+    assert np.all(np.sum(sbc["rank_histogram"], axis=1) == n_obs)  # every rank lands in one bin
+    assert sbc["all_passed"] == all(sbc["passed"].values())
+
+
+def test_bayesflow_benchmark_quick_jcalib_side(tmp_path):
+    """benchmarks/bayesflow.py --quick --no-reference: jcalib's side only (nothing installed)."""
+    out = tmp_path / "bayesflow.json"
+    report = load_script("benchmarks/bayesflow.py").main(["--quick", "--no-reference", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["benchmark"] == "bayesflow" and report["quick"]
+    p = report["problem"]
+    assert (p["n_params"], p["n_times"], p["n_outputs"], p["n_train"], p["n_obs"]) == (4, 20, 2, 256, 32)
+    _check_bayesflow_side(report["jcalib"], 256, 3, 32, 100)
+    assert report["bayesflow"] == {"skipped": "--no-reference"}
+    assert set(report["ratios"]) == {"target_training_throughput_ratio"}
+    assert report["machine"]["cpu_count"] > 0
+
+
+@pytest.mark.parametrize("args, match", [(["--epochs", "1"], "need --epochs >= 2"),
+                                         (["--n-train", "10"], "--n-train must be at least the batch size")])
+def test_bayesflow_benchmark_bad_arguments(tmp_path, args, match):
+    with pytest.raises(ValueError, match=match):
+        load_script("benchmarks/bayesflow.py").main(["--quick", "--no-reference", "--out", str(tmp_path / "x.json"),
+                                                     *args])
+
+
+@pytest.mark.slow  # installs bayesflow into results/benchmarks/bayesflow-venv (PyPI) on its first run, ~2-3 min
+def test_bayesflow_benchmark_quick_with_reference(tmp_path):
+    out = tmp_path / "bayesflow.json"
+    report = load_script("benchmarks/bayesflow.py").main(["--quick", "--out", str(out)])
+    ref = report["bayesflow"]
+    assert "error" not in ref, ref.get("error")
+    assert ref["keras_backend"] == "jax" and ref["versions"]["bayesflow"].startswith("2.")
+    assert ref["versions"]["jax"] == report["machine"]["jax"]  # the same XLA on both sides
+    for side in (report["jcalib"], ref):
+        _check_bayesflow_side(side, 256, 3, 32, 100)
+    r = report["ratios"]
+    assert np.isclose(r["training_throughput_jcalib_over_bayesflow"],
+                      report["jcalib"]["training"]["samples_per_second"] / ref["training"]["samples_per_second"])
+    assert r["sampling_time_bayesflow_over_jcalib"] > 0 and isinstance(r["target_met"], bool)

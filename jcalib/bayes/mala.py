@@ -617,7 +617,8 @@ def sample(
         samples_internal, logdensity, acceptance, samples=samples, names=names,
         units=space.units if space is not None else None,
         log_scale=tuple(bool(b) for b in space.log_scale) if space is not None else None,
-        step_sizes=np.asarray(p), method=f"{'preconditioned' if dense is not None else 'prescaled'}-mala ({backend})", n_steps=int(n_steps),
+        step_sizes=np.asarray(p), n_steps=int(n_steps),
+        method=f"{'preconditioned' if dense is not None else 'prescaled'}-mala ({backend})",
         burn_in=int(burn_in), thin=int(thin), warmup=int(warmup),
         n_logdensity_evaluations=n_evaluations, wall_time_s=time.perf_counter() - start_time, extra=extra,
     )
