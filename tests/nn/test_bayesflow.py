@@ -20,7 +20,7 @@ SIGMA = 0.8
 A = np.random.default_rng(0).normal(size=(T * M, D)) * 0.5
 SPACE = ParameterSpace([Parameter(f"p{j}", 0.0, -10.0, 10.0) for j in range(D)])  # wide: N(0, 1) prior inside
 COV = np.linalg.inv(np.eye(D) + A.T @ A / SIGMA**2)  # analytic posterior covariance (prior N(0, I))
-N_TRAIN = 4096
+N_TRAIN = 65536  # the amortization error of the mean falls with the training set (see below)
 
 
 def simulate(key, n):
@@ -38,7 +38,7 @@ def analytic(x):
 
 def quick_config(**changes):
     settings = dict(summary="lstm", summary_size=8, summary_hidden=32, n_blocks=2, coupling_hidden=(32, 32),
-                    training=TrainingConfig(epochs=30, batch_size=128, learning_rate=3e-3, schedule="exponential",
+                    training=TrainingConfig(epochs=30, batch_size=256, learning_rate=3e-3, schedule="exponential",
                                             decay=0.9, progress=False))
     return BayesFlowConfig(**(settings | changes))
 
@@ -63,12 +63,12 @@ def test_matches_the_analytic_posterior(trained, test_set):
     mean_error = np.sqrt(np.mean(((mean - mu) / sd) ** 2, axis=0))  # RMS over 200 observations, in posterior sds
     sd_error = np.sqrt(np.mean((spread / sd - 1.0) ** 2, axis=0))  # RMS relative error of the sd
     print("posterior mean error / sd:", mean_error, "sd relative error:", sd_error)
-    # Monte Carlo error of 4000 draws: 0.016 sd for the mean, 1.1 % for the sd.
-    # Measured: mean 0.18 / 0.22 sd, sd 6 % / 4 % (this quick training: 960 Adam steps); longer
-    # training (800,000 online samples, 4 blocks of 64) still gave 0.14 sd: the 10 % target for
-    # the mean is not met, the sd one is.
+    # Monte Carlo error of 4000 draws: 0.016 sd for the mean, 1.1 % for the sd. The mean's error is
+    # the network's amortization error and falls with the training set: 0.18 / 0.22 posterior sd
+    # with 4,096 samples, 0.13 / 0.10 with 16,384, 0.067 / 0.060 with 65,536 (three data seeds:
+    # 0.058-0.076); the sd error 1.4-1.8 %.
     assert np.all(sd_error < 0.10)
-    assert np.all(mean_error < 0.25)
+    assert np.all(mean_error < 0.10)
     # far better than the prior (mean 0, sd 1): the posterior contracts as analytically
     assert np.all(np.sqrt(np.mean(mu**2, axis=0)) / sd > 4 * mean_error)
     # the density too: log q(θ|x) against the analytic log posterior at the true θ
