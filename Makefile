@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/python experiments/demo.py
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)

@@ -58,11 +58,3 @@ def _close_figures():
 
     plt.close("all")
 
-
-def pytest_collection_modifyitems(config, items):
-    """xdist (``make test`` runs ``--dist loadgroup``): a test module's tests stay on one worker, so
-    its module-scoped fixtures (trained networks, compiled solves) are built once; each
-    notebook is a group of its own, so the notebooks spread over the workers."""
-    for item in items:
-        group = item.nodeid if item.nodeid.startswith("tests/test_notebooks.py") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))

@@ -1,5 +1,7 @@
 """Shared test helpers: analytic references and finite differences."""
 
+import pathlib
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
@@ -53,3 +55,19 @@ def load_script(relative):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def execute_notebook(name, tmp_path):
+    """Run ``notebooks/<name>`` top to bottom in a fresh kernel (working directory ``tmp_path``);
+    it must be committed without outputs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code"), \
+        "commit notebooks without outputs"
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -1,0 +1,7 @@
+"""notebooks/06_digital_twin_impu.ipynb runs top to bottom (one file per notebook: the xdist workers share them out)."""
+
+from tests.helpers import execute_notebook
+
+
+def test_notebook_executes(tmp_path):
+    execute_notebook("06_digital_twin_impu.ipynb", tmp_path)
