@@ -1135,6 +1135,8 @@ def plot_recovery(truths, estimates=None, sds=None, names=None, *, units=None, m
     from it); otherwise arrays ``(n_sims, n_params)``. NRMSE divides the RMSE by the range of
     the truths unless a `RecoveryResult` supplies its value range.
     """
+    from jcalib.bayes.recovery import estimate_errors
+
     if hasattr(truths, "estimates"):
         result = truths
         truths, estimates, sds, names = result.truths, result.estimates, result.sds, result.names
@@ -1151,11 +1153,7 @@ def plot_recovery(truths, estimates=None, sds=None, names=None, *, units=None, m
     if len(names) != n_params:
         raise ValueError(f"plot_recovery: {len(names)} names for {n_params} parameters")
     sds = None if sds is None else np.asarray(sds, float)
-    if value_range is None:
-        value_range = truths.max(axis=0) - truths.min(axis=0)
-    err = estimates - truths
-    rmse = np.sqrt(np.mean(err**2, axis=0))
-    r2 = 1.0 - np.sum(err**2, axis=0) / np.sum((truths - truths.mean(axis=0)) ** 2, axis=0)
+    _, r2, nrmse = estimate_errors(truths, estimates, value_range)
     shown = np.arange(truths.shape[0])[: int(max_points)]
     fig, axes = _grid_axes(n_params, 3.4, 3.2)
     for j, ax in enumerate(axes.flat[:n_params]):
@@ -1165,7 +1163,7 @@ def plot_recovery(truths, estimates=None, sds=None, names=None, *, units=None, m
         hi = max(truths[:, j].max(), estimates[:, j].max())
         ax.plot([lo, hi], [lo, hi], "k--", lw=1)
         unit = f" [{units[j]}]" if units and units[j] else ""
-        ax.set(title=f"{names[j]}: R² = {r2[j]:.3f}, NRMSE = {rmse[j] / value_range[j]:.3f}",
+        ax.set(title=f"{names[j]}: R² = {r2[j]:.3f}, NRMSE = {nrmse[j]:.3f}",
                xlabel=f"true{unit}", ylabel=f"estimate{unit}")
         ax.grid(alpha=0.3)
     fig.suptitle(title or f"parameter recovery ({truths.shape[0]} validation simulations)")

@@ -38,12 +38,12 @@ from collections.abc import Sequence
 import equinox as eqx
 import numpy as np
 import scipy.stats
-from jaxtyping import ArrayLike
+from jaxtyping import ArrayLike, Float
 
 from jcalib.jsonable import to_jsonable
 from jcalib.parameters import ParameterSpace
 
-__all__ = ["RecoveryResult", "recovery_metrics", "space_prior_variance"]
+__all__ = ["RecoveryResult", "estimate_errors", "recovery_metrics", "space_prior_variance"]
 
 _PER_PARAMETER = ("relative_error", "sd_normalised", "coverage", "r2", "rmse", "nrmse", "contraction")
 
@@ -212,16 +212,31 @@ def recovery_metrics(
     err = means - truths
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(truths != 0, np.abs(err) / np.abs(truths), np.nan)
-    rmse = np.sqrt(np.mean(err**2, axis=0))
-    ss_tot = np.sum((truths - truths.mean(axis=0)) ** 2, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r2 = 1.0 - np.sum(err**2, axis=0) / ss_tot
-        nrmse = rmse / value_range
+    rmse, r2, nrmse = estimate_errors(truths, means, value_range)
     return RecoveryResult(
         names=names, truths=truths, estimates=means, sds=sds, lower=lower, upper=upper, level=float(level),
         relative_error=np.mean(relative, axis=0), sd_normalised=np.mean(sds, axis=0) / value_range,
         coverage=np.mean((truths >= lower) & (truths <= upper), axis=0), r2=r2, rmse=rmse, nrmse=nrmse,
         contraction=1.0 - np.mean(sds**2, axis=0) / prior_var, value_range=value_range, prior_variance=prior_var)
+
+
+def estimate_errors(
+    truths: Float[ArrayLike, "n_sims n_params"],
+    estimates: Float[ArrayLike, "n_sims n_params"],
+    value_range: Float[ArrayLike, " n_params"] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """RMSE, R² = 1 − SS_res/SS_tot and NRMSE = RMSE / ``value_range`` (default: the range of
+    the truths) per column (Zhang & Mikelsons 2023, Fig. 14); R² is NaN for a constant column."""
+    truths, estimates = np.asarray(truths, np.float64), np.asarray(estimates, np.float64)
+    if value_range is None:
+        value_range = truths.max(axis=0) - truths.min(axis=0)
+    err = estimates - truths
+    rmse = np.sqrt(np.mean(err**2, axis=0))
+    ss_tot = np.sum((truths - truths.mean(axis=0)) ** 2, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r2 = np.where(ss_tot > 0, 1.0 - np.sum(err**2, axis=0) / ss_tot, np.nan)
+        nrmse = rmse / np.asarray(value_range, np.float64)
+    return rmse, r2, nrmse
 
 
 def _finite(x: np.ndarray, name: str) -> None:

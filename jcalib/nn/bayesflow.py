@@ -130,7 +130,7 @@ class BayesFlowConfig:
         if not (np.isfinite(self.clamp) and self.clamp > 0):
             raise ValueError(f"BayesFlowConfig: clamp must be positive and finite; got {self.clamp!r}")
         if isinstance(self.training, Mapping):
-            object.__setattr__(self, "training", _training_from_dict(self.training))
+            object.__setattr__(self, "training", TrainingConfig.from_dict(self.training))
         if not isinstance(self.training, TrainingConfig):
             raise ValueError(f"BayesFlowConfig: training must be a TrainingConfig; got {type(self.training).__name__}")
 
@@ -142,14 +142,8 @@ class BayesFlowConfig:
         settings = dict(d)
         settings["coupling_hidden"] = tuple(settings.get("coupling_hidden", (128, 128)))
         if "training" in settings:
-            settings["training"] = _training_from_dict(settings["training"])
+            settings["training"] = TrainingConfig.from_dict(settings["training"])
         return cls(**settings)
-
-
-def _training_from_dict(d: Mapping) -> TrainingConfig:
-    train = dict(d)
-    train["milestones"] = tuple(train.get("milestones", ()))
-    return TrainingConfig(**train)
 
 
 class SummaryNetwork(nnx.Module):

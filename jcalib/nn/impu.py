@@ -625,11 +625,10 @@ class InverseMapping:
             raise ValueError(f"InverseMapping.load: the model ({model.parameters.names}, outputs "
                              f"{tuple(model.output_names)}) does not match the saved mapping ({space.names}, outputs "
                              f"{names})")
-        train = dict(extra["training"])
-        train["milestones"] = tuple(train.get("milestones", ()))
         noise = extra["noise"]
         impu = cls(model, extra["feature"], hidden=tuple(int(h) for h in extra["hidden"]),
-                   training=TrainingConfig(**train), noise=list(noise["std"]), relative_noise=bool(noise["relative"]),
+                   training=TrainingConfig.from_dict(extra["training"]), noise=list(noise["std"]),
+                   relative_noise=bool(noise["relative"]),
                    seed=int(extra["seed"]), feature_options=extra.get("feature_options") or None,
                    feature_margin=float(extra["feature_margin"]), theta_margin=float(extra["theta_margin"]),
                    space=space, ts=np.asarray(extra["ts"]), output_names=names)

@@ -144,7 +144,7 @@ class PELSVAEConfig:
         if not (np.isfinite(self.beta) and self.beta >= 0):
             raise ValueError(f"PELSVAEConfig: beta must be finite and >= 0; got {self.beta!r}")
         if isinstance(self.training, Mapping):
-            object.__setattr__(self, "training", TrainingConfig(**self.training))
+            object.__setattr__(self, "training", TrainingConfig.from_dict(self.training))
         if not isinstance(self.training, TrainingConfig):
             raise ValueError(f"PELSVAEConfig: training must be a TrainingConfig; got {type(self.training).__name__}")
 
@@ -154,9 +154,8 @@ class PELSVAEConfig:
     @classmethod
     def from_dict(cls, d: Mapping) -> PELSVAEConfig:
         settings = dict(d)
-        train = dict(settings.pop("training"))
-        train["milestones"] = tuple(train.get("milestones", ()))
-        return cls(**settings, training=TrainingConfig(**train))
+        settings["training"] = TrainingConfig.from_dict(settings["training"])
+        return cls(**settings)
 
 
 class PELSVAENetwork(nnx.Module):

@@ -129,6 +129,13 @@ class TrainingConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: Mapping) -> TrainingConfig:
+        """The inverse of `to_dict` (also after a JSON round trip, which turns tuples into lists)."""
+        settings = dict(d)
+        settings["milestones"] = tuple(settings.get("milestones", ()))
+        return cls(**settings)
+
 
 def make_optimizer(config: TrainingConfig, steps_per_epoch: int) -> optax.GradientTransformation:
     """Adam(W) with the configured learning-rate schedule (steps counted in minibatches)."""

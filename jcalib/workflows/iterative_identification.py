@@ -71,7 +71,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, PRNGKeyArray
 from tqdm.auto import tqdm
 
-from jcalib.bayes.recovery import recovery_metrics
+from jcalib.bayes.recovery import estimate_errors, recovery_metrics
 from jcalib.jsonable import to_jsonable
 from jcalib.model import SolveStatus, simulate_batch
 from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig
@@ -631,7 +631,7 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
         trial = _train(config.trial, space, candidates, train_thetas, train_xs)
         cols = [space.index(n) for n in candidates]
         mean, _ = _val_estimate(trial, k_trial, val_xs, config.n_val_samples)
-        r2 = _r2(val_thetas[:, cols], mean)
+        r2 = estimate_errors(val_thetas[:, cols], mean)[1]
         trial_r2 = {n: float(v) for n, v in zip(candidates, r2)}
         kept = tuple(n for n, v in zip(candidates, r2) if v >= config.r2_threshold)
         if not kept:
@@ -713,14 +713,6 @@ def _train(bf_config: BayesFlowConfig, space: ParameterSpace, names, thetas, xs)
 def _val_estimate(posterior, key, xs, n):
     mean, sd = posterior.estimate(key, jnp.asarray(xs), n)
     return np.asarray(mean, np.float64).reshape(xs.shape[0], -1), np.asarray(sd, np.float64).reshape(xs.shape[0], -1)
-
-
-def _r2(truth: np.ndarray, estimate: np.ndarray) -> np.ndarray:
-    """Coefficient of determination per column, ``1 - SS_res / SS_tot`` (the paper's Fig. 14)."""
-    ss_res = np.sum((truth - estimate) ** 2, axis=0)
-    ss_tot = np.sum((truth - truth.mean(axis=0)) ** 2, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ss_tot > 0, 1.0 - ss_res / ss_tot, np.nan)
 
 
 def _fix(space: ParameterSpace, thetas: np.ndarray, fixed: Mapping[str, float]) -> np.ndarray:
