@@ -7,12 +7,14 @@ The log-normal *likelihood* is `jcalib.bayes.likelihoods.LogNormal` (or ``likeli
 
 from jcalib.bayes.diagnostics import (
     ChainDiagnostics,
+    SamplingWarning,
     acceptance_rate,
     autocorrelation,
     chain_diagnostics,
     ess,
     mcse,
     rhat,
+    sampling_warnings,
     summary,
     to_inference_data,
 )
@@ -43,7 +45,7 @@ __all__ = [
     "AbsoluteGaussian", "HalfNormal", "LogNormal", "LogUniform", "Normal", "PredictiveBands",
     "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "prediction_bands",
     "predictive_bands",
-    "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
+    "ChainDiagnostics", "MALAInfo", "SamplingWarning", "sampling_warnings", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
     "acceptance_rate", "autocorrelation", "blackjax_mala", "build_kernel", "chain_diagnostics",
     "default_grid", "ess", "laplace_covariance", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance",
     "log_acceptance_ratio",

@@ -8,6 +8,10 @@ ArviZ's: rank-normalised split R-hat and bulk/tail ESS (Vehtari et al. 2021), MC
 mean and sd. An R-hat above 1.01 or a bulk ESS below ~100 per chain signal that the chains
 have not mixed (Vehtari et al. 2021, §4).
 
+`sampling_warnings` turns the numbers into one-line warnings (acceptance below 5 %, R-hat
+above 1.05, bulk ESS below 100); every `jcalib.bayes.result.PosteriorResult` built from
+chains records them (``result.warnings``) and emits them as `SamplingWarning`.
+
 Example:
     >>> import numpy as np
     >>> draws = np.random.default_rng(0).normal(size=(4, 500, 2))
@@ -18,6 +22,9 @@ Example:
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -28,16 +35,102 @@ if TYPE_CHECKING:
     import arviz as az
 
 __all__ = [
+    "MAX_RHAT",
+    "MIN_ACCEPTANCE",
+    "MIN_ESS_BULK",
     "ChainDiagnostics",
+    "SamplingWarning",
     "acceptance_rate",
     "autocorrelation",
     "chain_diagnostics",
     "ess",
     "mcse",
     "rhat",
+    "sampling_warnings",
     "summary",
     "to_inference_data",
 ]
+
+
+MIN_ACCEPTANCE = 0.05
+"""Acceptance below this (per chain) means the chain barely moves: its draws are a handful of
+points (the issue's stalled run accepted 0 of 2000 proposals per chain)."""
+MAX_RHAT = 1.05
+"""R-hat above this means the chains disagree (not mixed). Vehtari et al. 2021, §4 recommend
+1.01 for final results; 1.05 flags only clear failures, so short exploratory runs stay quiet."""
+MIN_ESS_BULK = 100
+"""Bulk ESS below this makes means, sds and intervals unreliable (Vehtari et al. 2021, §4)."""
+_HINT = "use warmup=500 (adapts the step sizes), preconditioner='laplace' or more draws (n_steps)"
+
+
+class SamplingWarning(UserWarning):
+    """A sampler's diagnostics say its draws are not a reliable picture of the posterior
+    (stalled chains, chains that disagree, too few effective draws); see `sampling_warnings`."""
+
+
+def _warn_user(message: str, category: type[Warning]) -> None:
+    """`warnings.warn` attributed to the first caller outside the jcalib package."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of _warn_user
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _listing(labels: Sequence[str], values: np.ndarray, fmt: str) -> str:
+    return ", ".join(f"{label} ({format(float(v), fmt)})" for label, v in zip(labels, values))
+
+
+def sampling_warnings(
+    names: Sequence[str],
+    acceptance_rate: Float[ArrayLike, " n_chains"],
+    rhat: Float[ArrayLike, " n_params"],
+    ess_bulk: Float[ArrayLike, " n_params"],
+) -> tuple[str, ...]:
+    """One-line warnings about a sampling run; empty when it looks healthy.
+
+    A run is healthy when every chain accepts at least `MIN_ACCEPTANCE` of its proposals
+    and every parameter has R-hat <= `MAX_RHAT` and bulk ESS >= `MIN_ESS_BULK`. R-hat is
+    only checked with two or more chains (a single chain's split R-hat compares its halves,
+    which says little); NaN R-hat or ESS (chains stuck at one value, fewer than 4 draws)
+    count as failures. Each message names the chains or parameters, their values, the
+    threshold and what to try.
+
+    Args:
+        names: parameter names, ``(n_params,)``.
+        acceptance_rate: accepted fraction per chain, ``(n_chains,)``.
+        rhat: R-hat per parameter.
+        ess_bulk: bulk ESS per parameter.
+
+    Returns:
+        A tuple of strings (at most three: acceptance, R-hat, ESS).
+
+    Example:
+        >>> sampling_warnings(["k"], np.zeros(2), np.array([2.0]), np.array([400.0]))[0][:48]
+        'sampling: acceptance below 5 % in chain 0 (0.0 %'
+    """
+    acc = np.asarray(acceptance_rate, dtype=np.float64).reshape(-1)
+    r = np.asarray(rhat, dtype=np.float64).reshape(-1)
+    e = np.asarray(ess_bulk, dtype=np.float64).reshape(-1)
+    names = [str(n) for n in names]
+    out = []
+    low = ~(acc >= MIN_ACCEPTANCE)
+    if np.any(low):
+        chains = [f"chain {i}" for i in np.flatnonzero(low)]
+        listing = ", ".join(f"{c} ({100 * a:.1f} %)" for c, a in zip(chains, acc[low]))
+        out.append(f"sampling: acceptance below {100 * MIN_ACCEPTANCE:.0f} % in {listing}; the chains barely "
+                   f"move (step sizes too large for the posterior): {_HINT}")
+    bad = ~(r <= MAX_RHAT)
+    if acc.size > 1 and np.any(bad):
+        out.append(f"sampling: R-hat above {MAX_RHAT} (or undefined) for "
+                   f"{_listing([names[i] for i in np.flatnonzero(bad)], r[bad], '.4g')}; the chains disagree "
+                   f"(not mixed): {_HINT}, or start the chains near an estimate")
+    bad = ~(e >= MIN_ESS_BULK)
+    if np.any(bad):
+        out.append(f"sampling: bulk ESS below {MIN_ESS_BULK} for "
+                   f"{_listing([names[i] for i in np.flatnonzero(bad)], e[bad], '.1f')}; too few independent "
+                   f"draws for reliable means and intervals: {_HINT}")
+    return tuple(out)
 
 
 class ChainDiagnostics(NamedTuple):
@@ -155,13 +248,14 @@ def chain_diagnostics(samples: Float[ArrayLike, "n_chains n_draws n_params"]) ->
     arr = _check(samples, "chain_diagnostics")
     names = _names(None, arr.shape[2], "chain_diagnostics")
     idata = to_inference_data(arr)
-    return ChainDiagnostics(
-        ess_bulk=_per_parameter(az.ess(idata, method="bulk"), names),
-        ess_tail=_per_parameter(az.ess(idata, method="tail"), names),
-        rhat=_per_parameter(az.rhat(idata), names),
-        mcse_mean=_per_parameter(az.mcse(idata, method="mean"), names),
-        mcse_sd=_per_parameter(az.mcse(idata, method="sd"), names),
-    )
+    with np.errstate(divide="ignore", invalid="ignore"):  # constant chains: NaN by design, no RuntimeWarning
+        return ChainDiagnostics(
+            ess_bulk=_per_parameter(az.ess(idata, method="bulk"), names),
+            ess_tail=_per_parameter(az.ess(idata, method="tail"), names),
+            rhat=_per_parameter(az.rhat(idata), names),
+            mcse_mean=_per_parameter(az.mcse(idata, method="mean"), names),
+            mcse_sd=_per_parameter(az.mcse(idata, method="sd"), names),
+        )
 
 
 def summary(samples: Float[ArrayLike, "n_chains n_draws n_params"], names: Sequence[str] | None = None,

@@ -51,7 +51,8 @@ class PosteriorResult(eqx.Module):
         n_logdensity_evaluations: log density + gradient evaluations (all chains, warm-up,
             burn-in and prescaling draws included).
         wall_time_s: wall-clock seconds including compilation.
-        extra: method-specific numbers (JSON-able), e.g. the prescaling's τ.
+        extra: method-specific numbers (JSON-able), e.g. the prescaling's τ; ``extra["warnings"]``
+            holds the run's `warnings`.
     """
 
     names: tuple[str, ...]
@@ -94,6 +95,7 @@ class PosteriorResult(eqx.Module):
         units: Sequence[str] | None = None,
         log_scale: Sequence[bool] | None = None,
         step_sizes=None,
+        warn: bool = True,
         **settings,
     ) -> PosteriorResult:
         """Build a result from chains and compute its statistics and diagnostics.
@@ -105,6 +107,9 @@ class PosteriorResult(eqx.Module):
             samples: physical values of the same shape (default: ``samples_internal``).
             names, units, log_scale: per parameter (defaults ``x0, ...``, "", False).
             step_sizes: ``(n_params,)`` (default NaN).
+            warn: emit the run's `warnings` (stalled chains, R-hat, ESS) as
+                `jcalib.bayes.diagnostics.SamplingWarning`; they are recorded in
+                ``extra["warnings"]`` either way.
             **settings: the remaining fields (``method``, ``n_steps``, ``extra``, ...).
 
         Raises:
@@ -128,6 +133,11 @@ class PosteriorResult(eqx.Module):
         flat = theta.reshape(-1, n)
         diag = diagnostics.chain_diagnostics(theta)
         best_index = np.unravel_index(int(np.argmax(lp)), lp.shape)
+        messages = diagnostics.sampling_warnings(names, acc, diag.rhat, diag.ess_bulk)
+        settings["extra"] = {**(settings.get("extra") or {}), "warnings": list(messages)}
+        if warn:
+            for message in messages:
+                diagnostics._warn_user(message, diagnostics.SamplingWarning)
         return cls(
             names=names, samples=theta, samples_internal=z, logdensity=lp, acceptance_rate=acc,
             step_sizes=np.full(n, np.nan) if step_sizes is None else np.asarray(step_sizes, dtype=np.float64),
@@ -166,6 +176,13 @@ class PosteriorResult(eqx.Module):
         return float(np.mean(self.acceptance_rate))
 
     @property
+    def warnings(self) -> tuple[str, ...]:
+        """One-line diagnostics warnings of the run (``extra["warnings"]``): acceptance below
+        5 % in a chain, R-hat above 1.05 (two or more chains) or bulk ESS below 100 for a
+        parameter (`jcalib.bayes.diagnostics.sampling_warnings`); empty for a healthy run."""
+        return tuple(str(m) for m in (self.extra.get("warnings") or ()))
+
+    @property
     def ess_per_second(self) -> np.ndarray:
         """Bulk ESS per wall-clock second (compilation included), ``(n_params,)``."""
         return self.ess_bulk / self.wall_time_s
@@ -201,7 +218,7 @@ class PosteriorResult(eqx.Module):
             "n_chains": self.n_chains, "n_draws": self.n_draws, "n_steps": self.n_steps, "burn_in": self.burn_in,
             "thin": self.thin, "warmup": self.warmup, "n_logdensity_evaluations": self.n_logdensity_evaluations,
             "wall_time_s": self.wall_time_s, "ess_per_second": self.ess_per_second,
-            "log_scale": list(self.log_scale), "extra": self.extra,
+            "log_scale": list(self.log_scale), "warnings": list(self.warnings), "extra": self.extra,
         })
 
     def to_inference_data(self, internal: bool = False):
