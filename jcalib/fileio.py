@@ -1,21 +1,49 @@
-"""Safe files: output paths checked before any work, atomic writes.
+"""Safe files: output paths checked before any work, atomic writes, verified checksums.
 
 Every result file jcalib writes goes through `atomic_write_bytes` (a temporary file in the
 same folder, then ``os.replace``), so an interrupted run never leaves a half-written file
 that later loads as ordinary numbers. Output folders and figure paths are checked *before*
 a long computation (`prepare_output_dir`, `check_figure_path`), so no finished work is lost
 to a bad path.
+
+Every artefact jcalib can load again carries a SHA-256 checksum of its content, verified
+on load, so a damaged file (flipped bits, a partial copy) is refused instead of giving
+wrong numbers:
+
+- msgpack files (trained networks, training checkpoints): an outer msgpack map
+  ``{"format": "jcalib-checked/1", "sha256": <hex>, "payload": <inner msgpack bytes>}``
+  (`pack_checked` / `unpack_checked`);
+- ``.npz`` files (`PosteriorResult`, `Measurements`): an extra 0-d string array ``sha256``
+  over the names, dtypes, shapes and bytes of all other arrays (`write_checked_npz` /
+  `read_checked_npz`); the zip's own CRC-32 is checked as well;
+- JSON files (workflow results): a top-level ``"sha256"`` entry over the canonical JSON of
+  the rest (`write_checked_json` / `read_checked_json`).
+
+A missing file raises `FileNotFoundError`; an unreadable, foreign or damaged one a
+`ValueError` naming the path (with "checksum" when the content does not match its checksum).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import pathlib
 import tempfile
+import zipfile
+from collections.abc import Mapping
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "check_figure_path", "check_output_file", "prepare_output_dir",
-           "save_figure", "write_json"]
+import numpy as np
+
+__all__ = ["CHECKED_FORMAT", "atomic_write_bytes", "atomic_write_text", "check_figure_path", "check_output_file",
+           "pack_checked", "prepare_output_dir", "read_checked_json", "read_checked_npz", "read_input_bytes",
+           "save_figure", "sha256_hex", "unpack_checked", "write_checked_json", "write_checked_npz", "write_json"]
+
+CHECKED_FORMAT = "jcalib-checked/1"
+"""Format tag of the outer msgpack map of `pack_checked`."""
+_CHECKSUM_KEY = "sha256"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members, an empty zip
 
 
 def prepare_output_dir(path: str | os.PathLike, what: str = "output folder") -> pathlib.Path:
@@ -107,9 +135,164 @@ def write_json(path: str | os.PathLike, obj, indent: int | None = 1) -> None:
 
 def save_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> None:
     """``fig.savefig`` atomically (the format is taken from the extension)."""
-    import io
-
     path = pathlib.Path(path)
     buffer = io.BytesIO()
     fig.savefig(buffer, format=path.suffix.lower().lstrip(".") or None, **savefig_kwargs)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+# --- checksums -------------------------------------------------------------------------------------
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 digest of ``data`` as 64 hexadecimal characters."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _checksum_error(path, what: str, detail: str = "") -> ValueError:
+    return ValueError(f"{what} {os.fspath(path)!r}: checksum mismatch{detail}: the file is damaged (changed or "
+                      "partly copied after it was written); restore it from a good copy or create it again")
+
+
+def read_input_bytes(path: str | os.PathLike, what: str = "file") -> bytes:
+    """The bytes of an existing file.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ValueError: ``path`` is a folder or cannot be read.
+    """
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {os.fspath(path)!r} does not exist; check the path")
+    if path.is_dir():
+        raise ValueError(f"{what} {os.fspath(path)!r} is a folder; give the file")
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"{what} {os.fspath(path)!r} cannot be read ({err.strerror})") from None
+
+
+def pack_checked(payload: bytes) -> bytes:
+    """``payload`` (msgpack bytes) wrapped in a msgpack map with its SHA-256 checksum."""
+    import msgpack
+
+    return msgpack.packb({"format": CHECKED_FORMAT, _CHECKSUM_KEY: sha256_hex(payload), "payload": payload},
+                         use_bin_type=True)
+
+
+def unpack_checked(data: bytes, path: str | os.PathLike, what: str = "file") -> bytes:
+    """The payload of `pack_checked` bytes, its checksum verified.
+
+    Raises:
+        ValueError: not such a file ("not a jcalib ..."), or a damaged one ("checksum").
+    """
+    import msgpack
+
+    try:
+        outer = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as err:  # msgpack raises several types on foreign or truncated bytes
+        raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one (it does not decode: "
+                         f"{type(err).__name__})") from None
+    if not isinstance(outer, dict) or outer.get("format") != CHECKED_FORMAT:
+        old = isinstance(outer, dict) and isinstance(outer.get("format"), str) and "jcalib" in outer["format"]
+        hint = ("; it was written by an older jcalib without a checksum: create it again" if old else "")
+        raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}{hint}")
+    payload, expected = outer.get("payload"), outer.get(_CHECKSUM_KEY)
+    if not isinstance(payload, bytes) or not isinstance(expected, str):
+        raise _checksum_error(path, what, " (no payload or checksum)")
+    if sha256_hex(payload) != expected:
+        raise _checksum_error(path, what)
+    return payload
+
+
+def _arrays_sha256(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 over the sorted names, dtypes, shapes and bytes of ``arrays``."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def write_checked_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write ``arrays`` (no object arrays) atomically as an ``.npz`` file with a ``sha256``
+    entry (see the module docstring); any NumPy can still read it with ``np.load``."""
+    arrays = {str(k): np.asarray(v) for k, v in arrays.items()}
+    if _CHECKSUM_KEY in arrays:
+        raise ValueError(f"write_checked_npz: the array name {_CHECKSUM_KEY!r} is reserved for the checksum")
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays, **{_CHECKSUM_KEY: np.array(_arrays_sha256(arrays))})
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_checked_npz(path: str | os.PathLike, what: str = "file") -> dict[str, np.ndarray]:
+    """All arrays of a `write_checked_npz` file (without ``sha256``), checksum verified;
+    never unpickles.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not an ``.npz`` file, unreadable, no checksum, or a damaged one ("checksum").
+    """
+    data = read_input_bytes(path, what)
+    if not data.startswith(_ZIP_MAGIC):
+        raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what} (not an .npz file"
+                         f"{'; the file is empty' if not data else ''})")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {name: np.asarray(npz[name]) for name in npz.files}
+    except zipfile.BadZipFile as err:
+        if "CRC" in str(err):
+            raise _checksum_error(path, what, f" ({err})") from None
+        raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one (unreadable zip: "
+                         f"{err})") from None
+    except Exception as err:  # truncated members, bad .npy headers, object arrays
+        raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one "
+                         f"({type(err).__name__})") from None
+    expected = arrays.pop(_CHECKSUM_KEY, None)
+    if expected is None or expected.shape != () or expected.dtype.kind != "U":
+        raise ValueError(f"{what} {os.fspath(path)!r}: no checksum; not written by jcalib (or by an older version "
+                         "without checksums): create it again")
+    if _arrays_sha256(arrays) != str(expected):
+        raise _checksum_error(path, what)
+    return arrays
+
+
+def _canonical_json(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def write_checked_json(path: str | os.PathLike, obj: Mapping, indent: int | None = 1) -> None:
+    """`write_json` of the mapping ``obj`` plus a top-level ``"sha256"`` entry over the
+    canonical JSON of ``obj`` (sorted keys, no spaces)."""
+    obj = dict(obj)
+    if _CHECKSUM_KEY in obj:
+        raise ValueError(f"write_checked_json: the key {_CHECKSUM_KEY!r} is reserved for the checksum")
+    write_json(path, {**obj, _CHECKSUM_KEY: sha256_hex(_canonical_json(obj))}, indent)
+
+
+def read_checked_json(path: str | os.PathLike, what: str = "file") -> dict:
+    """The mapping of a `write_checked_json` file (without ``sha256``), checksum verified.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not JSON, not an object, no checksum, or a damaged one ("checksum").
+    """
+    data = read_input_bytes(path, what)
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one (not JSON: "
+                         f"{type(err).__name__})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what} (a JSON {type(obj).__name__}, not an "
+                         "object)")
+    expected = obj.pop(_CHECKSUM_KEY, None)
+    if not isinstance(expected, str):
+        raise ValueError(f"{what} {os.fspath(path)!r}: no checksum; not written by jcalib (or by an older version "
+                         "without checksums): create it again")
+    try:
+        actual = sha256_hex(_canonical_json(obj))
+    except ValueError:  # NaN/inf tokens: never written by write_json
+        raise _checksum_error(path, what) from None
+    if actual != expected:
+        raise _checksum_error(path, what)
+    return obj

@@ -18,12 +18,24 @@ weights restored:
   compared with the best so far; after ``patience`` epochs without an improvement of more
   than ``min_delta`` training stops. The best weights are restored either way.
 - **Checkpoints** (``checkpoint=path``): after every ``checkpoint_every`` epochs the weights,
-  optimizer state, best weights, history, epoch counter, configuration and the caller's
-  ``extra`` (normalisation statistics, network configuration) are written to one msgpack
-  file (atomically: a temporary file, then a rename; never pickle). ``fit`` with the same
-  path resumes from it: an interrupted run continues where it stopped, with the same
-  shuffling as an uninterrupted one. `save_model` / `load_model` store trained weights
-  plus ``extra`` for inference.
+  optimizer state, best weights, history, epoch counter, configuration, a fingerprint of the
+  data and the caller's ``extra`` (normalisation statistics, network configuration) are
+  written to one msgpack file (atomically: a temporary file, then a rename; never pickle).
+  ``fit`` with the same path resumes from it: an interrupted run continues where it stopped,
+  with the same shuffling as an uninterrupted one; a finished run is returned as it is
+  (``n_epochs_run == 0``). A checkpoint resumes only the run it was written by: the
+  fingerprint (SHA-256 over the float32 bytes, shapes and pytree structure of ``train`` and
+  ``val``, for online training of the first epoch's data, plus the caller's ``fingerprint``
+  data such as normalisation statistics) and the configuration must match, else `fit`
+  raises; ``fresh_start=True`` ignores the old checkpoint and overwrites it. `save_model` /
+  `load_model` store trained weights plus ``extra`` for inference.
+- **Files.** Checkpoints and model files carry a SHA-256 checksum verified on reading
+  (`jcalib.fileio.pack_checked`): a damaged file raises ``ValueError`` ("checksum") instead
+  of loading wrong weights; a missing one `FileNotFoundError`. Files written by jcalib
+  versions without checksums do not load: train or save them again.
+- **Report.** `TrainingResult.n_epochs_run` counts the epochs this call trained; every fit
+  logs it (logger ``jcalib.nn.training``, level INFO), and a resumed run also says so on
+  the progress bar.
 
 Networks train in float32 (DESIGN.md): floating-point arrays of ``train`` and ``val`` are
 cast to float32. Modules must be deterministic given their parameters and the ``key``
@@ -44,6 +56,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import logging
 import os
 import pathlib
 import time
@@ -58,13 +72,15 @@ import optax
 from flax import nnx, serialization
 from tqdm.auto import tqdm
 
+from jcalib import fileio
 from jcalib.jsonable import to_jsonable
 
 __all__ = ["SCHEDULES", "TrainingConfig", "TrainingResult", "fit", "load_model", "make_optimizer", "read_model_extra",
            "save_model"]
 
 SCHEDULES = ("constant", "multistep", "exponential")
-_FORMAT = "jcalib-training-checkpoint-1"
+_FORMAT = "jcalib-training-checkpoint-2"  # 2: with the data fingerprint
+_logger = logging.getLogger(__name__)
 _MODEL_FORMAT = "jcalib-model-1"
 
 
@@ -168,6 +184,8 @@ class TrainingResult(eqx.Module):
         best_epoch: 1-based epoch of the best weights.
         best_loss: the monitored loss there.
         n_epochs: epochs trained in total (including those before a resume).
+        n_epochs_run: epochs trained by this call (``n_epochs - resumed_from`` after a
+            resume; 0 when the checkpoint held a finished run).
         stopped_early: whether early stopping ended the run.
         resumed_from: the epoch of the checkpoint the run resumed from, or None.
         wall_time_s: seconds of this call, including compilation.
@@ -180,6 +198,7 @@ class TrainingResult(eqx.Module):
     best_epoch: int
     best_loss: float
     n_epochs: int
+    n_epochs_run: int
     stopped_early: bool
     resumed_from: int | None
     wall_time_s: float
@@ -187,8 +206,8 @@ class TrainingResult(eqx.Module):
 
     def to_dict(self) -> dict:
         return to_jsonable({k: getattr(self, k) for k in (
-            "history", "best_epoch", "best_loss", "n_epochs", "stopped_early", "resumed_from", "wall_time_s",
-            "samples_per_second")})
+            "history", "best_epoch", "best_loss", "n_epochs", "n_epochs_run", "stopped_early", "resumed_from",
+            "wall_time_s", "samples_per_second")})
 
 
 def fit(
@@ -200,6 +219,8 @@ def fit(
     *,
     checkpoint: str | os.PathLike | None = None,
     extra: Mapping | None = None,
+    fingerprint: Mapping | None = None,
+    fresh_start: bool = False,
 ) -> TrainingResult:
     """Train ``model`` (in place, best weights restored at the end) on ``train``.
 
@@ -215,18 +236,24 @@ def fit(
         val: validation data of the same layout, or None (then the training loss is
             monitored).
         config: `TrainingConfig`.
-        checkpoint: a file path: resume from it when it exists (same model structure and
-            configuration), and write it every ``config.checkpoint_every`` epochs and at the end.
+        checkpoint: a file path: resume from it when it exists (same model structure,
+            configuration and data fingerprint), and write it every
+            ``config.checkpoint_every`` epochs and at the end.
         extra: JSON-like data (arrays, numbers, strings, nested dicts) saved in the
             checkpoint, e.g. normalisation statistics.
+        fingerprint: JSON-like data that identifies the run besides ``train`` and ``val``
+            (e.g. the normalisation statistics, so that a checkpoint never pairs its weights
+            with other statistics); hashed into the checkpoint's data fingerprint.
+        fresh_start: train from scratch even when ``checkpoint`` exists (it is overwritten
+            at the first checkpoint write).
 
     Returns:
         `TrainingResult`.
 
     Raises:
         ValueError: empty or ragged data, non-finite inputs, a validation set of another
-            layout, a checkpoint of another model or configuration, a non-finite loss at the
-            first epoch.
+            layout, a checkpoint of another model, configuration or data (unless
+            ``fresh_start``), a damaged checkpoint, a non-finite loss at the first epoch.
     """
     start_time = time.perf_counter()
     data_fn = train if callable(train) else None
@@ -248,8 +275,9 @@ def fit(
              "best_loss": float("inf"), "bad_epochs": 0, "history": {}}
     resumed_from = None
     path = None if checkpoint is None else pathlib.Path(checkpoint)
-    if path is not None and path.exists():
-        state = _load_checkpoint(path, state, config)
+    data_hash = None if path is None else _fingerprint(train, val, fingerprint)
+    if path is not None and path.exists() and not fresh_start:
+        state = _load_checkpoint(path, state, config, data_hash)
         resumed_from = state["epoch"]
 
     def loss_of(p, batch, key):
@@ -284,6 +312,8 @@ def fit(
     bar = tqdm(total=config.epochs, initial=state["epoch"], desc="training", unit="epoch",
                disable=not config.progress)
     with bar:
+        if resumed_from is not None and config.progress:
+            bar.write(f"fit: resuming from epoch {resumed_from} of the checkpoint {path}")
         for epoch in range(state["epoch"] + 1, config.epochs + 1):
             if data_fn is not None and epoch > 1:
                 t = time.perf_counter()
@@ -322,21 +352,30 @@ def fit(
             bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k in ("train_loss", "val_loss")})
             stop = diverged or (config.patience is not None and state["bad_epochs"] >= config.patience)
             if path is not None and (epoch % config.checkpoint_every == 0 or stop or epoch == config.epochs):
-                _save_checkpoint(path, state, config, extra)
+                _save_checkpoint(path, state, config, extra, data_hash)
             if stop:
                 stopped_early = True
                 break
     nnx.update(model, state["best_params"])
+    n_epochs_run = int(state["epoch"]) - (resumed_from or 0)
+    if resumed_from is None:
+        _logger.info("fit: trained %d epochs (best epoch %d)", n_epochs_run, int(state["best_epoch"]))
+    else:
+        _logger.info("fit: resumed from epoch %d of the checkpoint %s and trained %d more epochs%s (best epoch %d)",
+                     resumed_from, path, n_epochs_run,
+                     " (the checkpoint held a finished run; fresh_start=True trains again)" if n_epochs_run == 0
+                     else "", int(state["best_epoch"]))
     return TrainingResult(
         model=model, history=history, best_epoch=int(state["best_epoch"]), best_loss=float(state["best_loss"]),
         n_epochs=int(state["epoch"]), stopped_early=stopped_early, resumed_from=resumed_from,
         wall_time_s=time.perf_counter() - start_time,
-        samples_per_second=timed_epochs * n_batches * batch_size / timed_s if timed_epochs else float("nan"))
+        samples_per_second=timed_epochs * n_batches * batch_size / timed_s if timed_epochs else float("nan"),
+        n_epochs_run=n_epochs_run)
 
 
 def save_model(path: str | os.PathLike, model: nnx.Module, extra: Mapping | None = None) -> None:
     """Write the module's `nnx.Param` weights and ``extra`` (normalisation statistics,
-    configuration) to a msgpack file."""
+    configuration) to a msgpack file, atomically and with a SHA-256 checksum."""
     payload = {"format": _MODEL_FORMAT, "params": _flat(nnx.state(model, nnx.Param)), "extra": _plain(extra or {})}
     _write(pathlib.Path(path), payload)
 
@@ -346,7 +385,9 @@ def load_model(path: str | os.PathLike, model: nnx.Module) -> dict:
     structure, e.g. freshly built from the saved configuration); returns ``extra``.
 
     Raises:
-        ValueError: not such a file; weights missing, unexpected or of other shapes.
+        FileNotFoundError: no such file.
+        ValueError: not such a file; a damaged one ("checksum"); weights missing, unexpected
+            or of other shapes.
     """
     payload = _read(pathlib.Path(path), _MODEL_FORMAT)
     nnx.update(model, _unflat(nnx.state(model, nnx.Param), payload["params"], "weights"))
@@ -425,38 +466,64 @@ def _plain(value):
     return value
 
 
+_KINDS = {_FORMAT: "training checkpoint", _MODEL_FORMAT: "model file"}
+
+
 def _write(path: pathlib.Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(serialization.msgpack_serialize(payload))
-    os.replace(tmp, path)  # atomic: an interrupted write never leaves a broken checkpoint
+    """msgpack ``payload`` with a SHA-256 checksum, written atomically (an interrupted write
+    never leaves a broken file)."""
+    fileio.atomic_write_bytes(path, fileio.pack_checked(serialization.msgpack_serialize(payload)))
 
 
 def _read(path: pathlib.Path, expected: str) -> dict:
+    what = _KINDS.get(expected, "file")
+    inner = fileio.unpack_checked(fileio.read_input_bytes(path, f"jcalib {what}"), path, what)
     try:
-        payload = serialization.msgpack_restore(path.read_bytes())
-    except Exception as err:  # msgpack raises several types on foreign files
-        raise ValueError(f"{path}: not a jcalib {expected} file ({type(err).__name__})") from None
+        payload = serialization.msgpack_restore(inner)
+    except Exception as err:  # cannot happen with a matching checksum unless written by another program
+        raise ValueError(f"{path}: not a jcalib {what} ({type(err).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != expected:
-        raise ValueError(f"{path}: not a {expected} file")
+        found = payload.get("format") if isinstance(payload, dict) else None
+        raise ValueError(f"{path}: not a jcalib {what} (format {found!r}, expected {expected!r})")
     return payload
 
 
-def _save_checkpoint(path: pathlib.Path, state: dict, config: TrainingConfig, extra) -> None:
+def _fingerprint(train, val, identity: Mapping | None) -> str:
+    """SHA-256 over the pytree structure, dtypes, shapes and bytes of ``train`` and ``val``
+    (already float32) and the msgpack bytes of ``identity``."""
+    h = hashlib.sha256()
+    for name, data in (("train", train), ("val", val)):
+        leaves, treedef = jax.tree_util.tree_flatten(data)
+        h.update(f"{name}\0{treedef}\0".encode())
+        for leaf in leaves:
+            a = np.ascontiguousarray(np.asarray(leaf))
+            h.update(f"{a.dtype.str}\0{a.shape}\0".encode())
+            h.update(a.tobytes())
+    h.update(serialization.msgpack_serialize(_plain(dict(identity or {}))))
+    return h.hexdigest()
+
+
+def _save_checkpoint(path: pathlib.Path, state: dict, config: TrainingConfig, extra, data_hash: str) -> None:
     payload = {"format": _FORMAT, "config": _plain(config.to_dict()), "extra": _plain(extra or {}),
+               "fingerprint": data_hash,
                "params": _flat(state["params"]), "best_params": _flat(state["best_params"]),
                "opt_state": _flat(state["opt_state"]), "history": _plain(state["history"]),
                **{k: state[k] for k in ("epoch", "best_epoch", "best_loss", "bad_epochs")}}
     _write(path, payload)
 
 
-def _load_checkpoint(path: pathlib.Path, state: dict, config: TrainingConfig) -> dict:
+def _load_checkpoint(path: pathlib.Path, state: dict, config: TrainingConfig, data_hash: str) -> dict:
     payload = _read(path, _FORMAT)
     saved = {k: v for k, v in payload["config"].items() if k not in ("epochs", "progress", "patience")}
     current = _plain({k: v for k, v in config.to_dict().items() if k not in ("epochs", "progress", "patience")})
     if serialization.msgpack_serialize(saved) != serialization.msgpack_serialize(current):
         raise ValueError(f"fit: the checkpoint {path} was written with another configuration ({saved}); "
-                         "pass the same TrainingConfig (epochs and patience may differ) or another path")
+                         "pass the same TrainingConfig (epochs and patience may differ), another path, or "
+                         "fresh_start=True to train from scratch and overwrite it")
+    if payload.get("fingerprint") != data_hash:
+        raise ValueError(f"fit: the checkpoint {path} was written for other training data (or validation data "
+                         "or normalisation); delete it, pass another path, or fresh_start=True to train from "
+                         "scratch and overwrite it")
     return {"params": _unflat(state["params"], payload["params"], "weights"),
             "best_params": _unflat(state["params"], payload["best_params"], "weights"),
             "opt_state": _unflat(state["opt_state"], payload["opt_state"], "optimizer state"),
