@@ -36,16 +36,27 @@ from jcalib.bayes.mala import (
 )
 from jcalib.bayes.preconditioning import laplace_covariance
 from jcalib.bayes.predictive import PredictiveBands, expand_draws, prediction_bands, predictive_bands
-from jcalib.bayes.priors import HalfNormal, LogNormal, LogUniform, Normal, Uniform, bind_priors
+from jcalib.bayes.priors import (
+    HalfNormal,
+    LogNormal,
+    LogUniform,
+    Normal,
+    PriorTruncationWarning,
+    Uniform,
+    bind_priors,
+    truncation_fraction,
+)
 from jcalib.bayes.recovery import RecoveryResult, recovery_metrics
 from jcalib.bayes.result import PosteriorResult
 from jcalib.bayes.sbc import ECDFBand, SBCResult, ecdf_band, run_sbc, sbc_ranks, sbc_uniformity
 
 __all__ = [
     "AbsoluteGaussian", "HalfNormal", "LogNormal", "LogUniform", "Normal", "PredictiveBands",
+    "PriorTruncationWarning", "truncation_fraction",
     "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "prediction_bands",
     "predictive_bands",
-    "ChainDiagnostics", "MALAInfo", "SamplingWarning", "sampling_warnings", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
+    "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
+    "SamplingWarning", "sampling_warnings",
     "acceptance_rate", "autocorrelation", "blackjax_mala", "build_kernel", "chain_diagnostics",
     "default_grid", "ess", "laplace_covariance", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance",
     "log_acceptance_ratio",

@@ -69,10 +69,14 @@ class SamplingWarning(UserWarning):
 
 
 def _warn_user(message: str, category: type[Warning]) -> None:
-    """`warnings.warn` attributed to the first caller outside the jcalib package."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """`warnings.warn` attributed to the first caller outside jcalib (and equinox, whose
+    module metaclass calls ``__init__`` of classes such as `CalibrationProblem`)."""
+    import equinox
+
+    packages = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                     for m in (sys.modules["jcalib"], equinox))
     level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of _warn_user
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(packages):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, category, stacklevel=level)
 

@@ -265,8 +265,13 @@ def _blackjax_kernel(logdensity_fn: Callable):
             u_state, info = algorithm.step(key, u_state)
         new_state = MALAState(scale * u_state.position, u_state.logdensity,
                               u_state.logdensity_grad / scale)
-        valid = info.acceptance_rate > 0  # blackjax does not report invalid proposals as such
-        return new_state, MALAInfo(info.acceptance_rate, info.is_accepted, valid)
+        # blackjax rejects NaN energies, but would accept a +inf log density (or keep a
+        # non-finite gradient): such a state would stall the chain, so it is rejected here
+        finite = jnp.isfinite(new_state.logdensity) & jnp.all(jnp.isfinite(new_state.logdensity_grad))
+        new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+        p_accept = jnp.where(finite, info.acceptance_rate, 0.0)
+        valid = p_accept > 0  # blackjax does not report invalid proposals as such
+        return new_state, MALAInfo(p_accept, info.is_accepted & finite, valid)
 
     return kernel
 
@@ -276,8 +281,9 @@ def blackjax_mala(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Arr
     """The same chain as `prescaled_mala`, run by blackjax's MALA kernel (step size 1) on
     the rescaled density π_u(u) = π(P^{1/2} u); states are reported in θ = P^{1/2} u.
 
-    blackjax turns a NaN energy into a rejection but keeps a NaN gradient of an accepted
-    state; `prescaled_mala` also rejects proposals with non-finite gradients.
+    blackjax turns a NaN energy into a rejection; a proposal it would accept with a
+    non-finite log density or gradient (e.g. +inf) is rejected here too, so as in
+    `prescaled_mala` no invalid state enters the chain.
 
     Args:
         logdensity_fn: log π(θ), as for `prescaled_mala`.

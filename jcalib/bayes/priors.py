@@ -19,9 +19,13 @@ Support checks happen when a prior meets a parameter (`bind_priors`):
   there).
 - ``Uniform(low, high)`` and ``LogUniform(low, high)`` must lie inside the bounds
   (``low``/``high`` default to the bounds).
-- ``Normal``: a mean outside the bounds gives a ``UserWarning`` (the truncated prior
-  then piles up at one bound, rarely what was meant); a prior with (numerically) no mass
-  inside the bounds raises ``ValueError``.
+- ``Normal``, ``LogNormal``, ``HalfNormal``: a prior that puts more than 1 %
+  (`TRUNCATION_WARNING_FRACTION`) of its mass outside the bounds gives a
+  `PriorTruncationWarning` naming the parameter and the fraction (e.g. the default noise
+  bounds (1e-3, 1) cut 15.9 % off a ``LogNormal(-1, 1)`` prior on σ), since the prior
+  actually used is then not the one written down; a Normal mean outside the bounds is
+  named too (the truncated prior piles up at one bound). A prior with (numerically) no
+  mass inside the bounds raises ``ValueError``.
 
 Example:
     >>> import jax
@@ -38,7 +42,6 @@ from __future__ import annotations
 
 import abc
 import math
-import warnings
 from collections.abc import Mapping
 
 import equinox as eqx
@@ -56,13 +59,23 @@ __all__ = [
     "LogUniform",
     "Normal",
     "ParameterPriors",
+    "PriorTruncationWarning",
+    "TRUNCATION_WARNING_FRACTION",
     "Uniform",
     "bind_priors",
     "default_prior",
+    "truncation_fraction",
 ]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _MIN_LOG_MASS = math.log(1e-12)  # less prior mass than this inside the bounds: an error
+TRUNCATION_WARNING_FRACTION = 0.01
+"""More prior mass than this outside a parameter's bounds gives a `PriorTruncationWarning`."""
+
+
+class PriorTruncationWarning(UserWarning):
+    """A prior loses a noticeable part of its mass to the parameter's bounds: the prior in
+    effect (truncated and renormalised) differs from the one written down."""
 
 
 class AbstractPrior(eqx.Module):
@@ -203,14 +216,7 @@ class Normal(AbstractPrior):
         return stats.norm(self.mean, self.std)
 
     def _bind(self, parameter):
-        if not parameter.lower <= self.mean <= parameter.upper:
-            warnings.warn(
-                f"Normal prior on {parameter.name!r}: the mean {self.mean} lies outside the "
-                f"bounds [{parameter.lower}, {parameter.upper}]; the prior is truncated to the "
-                "bounds and piles up at one of them (widen the bounds or move the mean)",
-                UserWarning, stacklevel=4,
-            )
-        return self
+        return self  # a mean outside the bounds is reported by bind_priors with the lost mass
 
 
 class LogNormal(AbstractPrior):
@@ -364,6 +370,10 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
     Raises:
         ValueError: a name not in ``space``; a value that is not a prior; a support that
             does not fit the bounds (see the module doc); no prior mass inside the bounds.
+
+    Warns:
+        PriorTruncationWarning: a prior puts more than 1 % of its mass outside the bounds
+            (message: the parameter, the percentage, the fix).
     """
     if not isinstance(priors, Mapping):
         raise ValueError(f"{what}: expected a {{name: prior}} dict; got {type(priors).__name__}")
@@ -379,18 +389,14 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
     bound, log_mass = [], []
     for p in space:
         prior = priors[p.name]._bind(p) if p.name in priors else default_prior(p)
-        dist = prior._scipy()
-        mass = dist.cdf(p.upper) - dist.cdf(p.lower)
-        log_m = float(np.log(mass)) if mass > 0 else -math.inf
-        if isinstance(prior, Normal):  # accurate in the far tails
-            a, b = (p.lower - prior.mean) / prior.std, (p.upper - prior.mean) / prior.std
-            log_m = float(_log_diff_ndtr(a, b))
+        log_m = _log_mass(prior, p)
         if not log_m > _MIN_LOG_MASS:
             raise ValueError(
                 f"{what}: the {prior._name()} prior on {p.name!r} has (almost) no mass inside the "
                 f"bounds [{p.lower}, {p.upper}] (probability {math.exp(log_m):.3g}); move the "
                 "prior or widen the bounds"
             )
+        _warn_truncation(what, prior, p, log_m)
         bound.append(prior)
         log_mass.append(log_m)
     return ParameterPriors(
@@ -398,6 +404,46 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
         upper=tuple(float(v) for v in space.upper),
         log_scale=tuple(bool(v) for v in space.log_scale), log_mass=tuple(log_mass),
     )
+
+
+def truncation_fraction(prior: AbstractPrior, parameter: Parameter) -> float:
+    """The fraction of ``prior``'s mass outside ``parameter``'s bounds (0 for the default
+    priors and for `Uniform`/`LogUniform` inside the bounds).
+
+    Example:
+        >>> p = Parameter("sigma", 0.1, 1e-3, 1.0, log_scale=True)
+        >>> round(truncation_fraction(LogNormal(-1.0, 1.0), p), 4)
+        0.1587
+    """
+    return -math.expm1(_log_mass(prior._bind(parameter), parameter))
+
+
+def _log_mass(prior: AbstractPrior, p: Parameter) -> float:
+    """log P(lower <= θ <= upper) under the (bound) prior."""
+    if isinstance(prior, Normal):  # accurate in the far tails
+        return float(_log_diff_ndtr((p.lower - prior.mean) / prior.std, (p.upper - prior.mean) / prior.std))
+    dist = prior._scipy()
+    mass = dist.cdf(p.upper) - dist.cdf(p.lower)
+    return float(np.log(mass)) if mass > 0 else -math.inf
+
+
+def _warn_truncation(what: str, prior: AbstractPrior, p: Parameter, log_m: float) -> None:
+    fraction = -math.expm1(log_m)
+    if not fraction > TRUNCATION_WARNING_FRACTION:
+        return
+    from jcalib.bayes.diagnostics import _warn_user  # the first caller outside jcalib
+
+    bounds = f"[{p.lower}, {p.upper}]"
+    if isinstance(prior, Normal) and not p.lower <= prior.mean <= p.upper:
+        what_happens = (f"the mean {prior.mean} lies outside the bounds {bounds}, so {100 * fraction:.1f} % of its "
+                        "mass lies outside them and the truncated prior piles up at one bound")
+    else:
+        what_happens = (f"{100 * fraction:.1f} % of its mass lies outside the bounds {bounds} (the prior is "
+                        "truncated to them and renormalised)")
+    _warn_user(
+        f"{what}: {prior._name()} prior on {p.name!r}: {what_happens}; widen the bounds (space.replace(name, "
+        "lower=..., upper=...), or noise_parameters={output: (lower, upper)} for a noise level) or change the prior",
+        PriorTruncationWarning)
 
 
 def _log_diff_ndtr(a: float, b: float) -> float:
