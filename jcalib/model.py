@@ -39,14 +39,20 @@ class SolveStatus(enum.IntEnum):
     MAX_STEPS = 1  # the solver hit max_steps before t1
     NONFINITE = 2  # the state became NaN or infinite
     SOLVER_FAILED = 3  # any other diffrax failure (step size collapse, Newton divergence)
+    INVALID_INPUT = 4  # theta has NaN or inf (the solver was not run on it)
+    OUT_OF_BOUNDS = 5  # a parameter lies outside its bounds while the model checks bounds
 
     @classmethod
     def describe(cls, code: int) -> str:
+        """One-line text of a status code, for messages and reports."""
         return {
             cls.SUCCESS: "success",
             cls.MAX_STEPS: "maximum number of solver steps reached",
             cls.NONFINITE: "non-finite state (NaN or inf)",
             cls.SOLVER_FAILED: "solver failure (step size or nonlinear solve)",
+            cls.INVALID_INPUT: "invalid input: theta has NaN or inf",
+            cls.OUT_OF_BOUNDS: ("a parameter lies outside its bounds (model.with_bounds_check(False) "
+                                "simulates anyway)"),
         }[cls(int(code))]
 
 
@@ -138,6 +144,13 @@ class AbstractModel(eqx.Module):
             ``ForwardMode`` itself.
         dt0: initial step (None lets the controller choose).
         max_steps: solver step budget; reaching it is reported as ``MAX_STEPS``.
+        check_bounds: refuse parameters outside their bounds (default True; keyword-only).
+            `simulate_with_status` then returns NaN outputs and ``OUT_OF_BOUNDS``, eager
+            `simulate`/`jacobian` raise ``ValueError``; `with_bounds_check` (False) returns
+            a copy that simulates anyway, for deliberate extrapolation.
+
+    Derivatives (``jacobian``, ``jax.grad`` through `simulate`) of a solve whose status is
+    not ``SUCCESS`` are NaN in forward and reverse mode, never a silent zero.
     """
 
     parameters: ParameterSpace = eqx.field(static=True)
@@ -149,6 +162,7 @@ class AbstractModel(eqx.Module):
     adjoint: dfx.AbstractAdjoint
     dt0: float | None = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
+    check_bounds: bool = eqx.field(static=True, default=True, kw_only=True)
 
     # --- what a model defines -------------------------------------------------------------
     @abc.abstractmethod
@@ -183,19 +197,61 @@ class AbstractModel(eqx.Module):
     def ts(self) -> Float[Array, " n_times"]:
         return self.experiment.ts
 
+    @property
+    def input_horizon(self) -> float | None:
+        """The last time [model time unit] at which the model's inputs are defined, for models
+        whose inputs come from a table; None for models without tabulated inputs (inputs
+        given by a formula for all times, or none). Experiments ending later are refused."""
+        return None
+
+    def check_horizon(self, experiment: Experiment, where: str = "experiment") -> None:
+        """Refuse an ``experiment`` whose end time lies beyond `input_horizon`.
+
+        Raises:
+            ValueError: ``experiment.t1`` (or an observation time) > ``input_horizon``; the
+                message names the horizon.
+        """
+        horizon = self.input_horizon
+        if horizon is None:
+            return
+        t_end = float(np.max(np.asarray(experiment.t1)))
+        if t_end > horizon:
+            raise ValueError(
+                f"{where}: the experiment runs to t = {t_end:.12g}, beyond the input horizon "
+                f"{horizon:.12g} of this model (its input table ends there); use times <= "
+                f"{horizon:.12g} or supply a longer input table"
+            )
+
     def with_times(self, ts: ArrayLike) -> AbstractModel:
-        """The same model observed at ``ts`` (same t0; t1 becomes ``max(ts)``)."""
+        """The same model observed at ``ts`` (same t0; t1 becomes ``max(ts)``).
+
+        Raises:
+            ValueError: bad times (see `Experiment`), or times beyond `input_horizon`.
+        """
         ts = np.asarray(ts, dtype=np.float64)
         exp = self.experiment
         t1 = float(ts.max()) if ts.size else float(exp.t1)
         new = Experiment(ts, t0=float(exp.t0), t1=t1,
                          conditions={k: float(v) for k, v in exp.conditions.items()},
                          name=exp.name)
+        self.check_horizon(new, "with_times")
         return eqx.tree_at(lambda m: m.experiment, self, new, is_leaf=lambda x: x is None)
 
     def with_experiment(self, experiment: Experiment) -> AbstractModel:
-        """The same model for another experiment (recipe, inputs, times)."""
+        """The same model for another experiment (recipe, inputs, times).
+
+        Raises:
+            ValueError: the experiment ends beyond `input_horizon`.
+        """
+        self.check_horizon(experiment, "with_experiment")
         return eqx.tree_at(lambda m: m.experiment, self, experiment, is_leaf=lambda x: x is None)
+
+    def with_bounds_check(self, enabled: bool = True) -> AbstractModel:
+        """A copy that refuses (``enabled=True``, the default of every model) or accepts
+        (``False``: deliberate extrapolation) parameters outside their bounds."""
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise ValueError(f"with_bounds_check(): enabled must be True or False; got {enabled!r}")
+        return dataclasses.replace(self, check_bounds=bool(enabled))
 
     def with_solver(self, **settings) -> AbstractModel:
         """A copy with other solver settings, e.g. ``with_solver(solver=dfx.Kvaerno5(),
@@ -220,23 +276,43 @@ class AbstractModel(eqx.Module):
     def simulate_with_status(
         self, theta: Float[ArrayLike, " n_params"]
     ) -> tuple[Float[Array, "n_times n_outputs"], Int[Array, ""]]:
-        """Outputs and a `SolveStatus` code; outputs are NaN unless the code is SUCCESS."""
+        """Outputs and a `SolveStatus` code; outputs are NaN unless the code is SUCCESS.
+
+        Never raises for parameter *values* (works under jit and vmap): a theta with NaN or
+        inf gives ``INVALID_INPUT``, one outside the bounds (while `check_bounds`)
+        ``OUT_OF_BOUNDS``; the solver then runs on the nominal values instead, and the
+        outputs are NaN. Derivatives of the outputs are NaN for every status but SUCCESS.
+        """
         theta = self._check_theta(theta)
-        sol = self.solve(theta)
-        finite = jnp.all(jnp.isfinite(sol.ys))
+        finite = jnp.all(jnp.isfinite(theta))
+        inside = self.parameters.contains(theta) if self.check_bounds else jnp.asarray(True)
+        valid = finite & inside
+        safe_theta = jnp.where(valid, theta, jnp.asarray(self.parameters.nominal, dtype=theta.dtype))
+        sol = self.solve(safe_theta)
+        finite_ys = jnp.all(jnp.isfinite(sol.ys))
         status = jnp.where(
             sol.result == dfx.RESULTS.successful,
-            jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.NONFINITE),
+            jnp.where(finite_ys, SolveStatus.SUCCESS, SolveStatus.NONFINITE),
             jnp.where(sol.result == dfx.RESULTS.max_steps_reached,
                       SolveStatus.MAX_STEPS, SolveStatus.SOLVER_FAILED),
         )
+        status = jnp.where(finite, jnp.where(inside, status, SolveStatus.OUT_OF_BOUNDS),
+                           SolveStatus.INVALID_INPUT)
         ok = status == SolveStatus.SUCCESS
         safe_ys = jnp.where(ok, sol.ys, jnp.ones_like(sol.ys))  # keep NaNs out of observe
-        y = jax.vmap(self.observe, in_axes=(0, 0, None))(self.experiment.ts, safe_ys, theta)
-        return jnp.where(ok, y, jnp.nan), status
+        y = jax.vmap(self.observe, in_axes=(0, 0, None))(self.experiment.ts, safe_ys, safe_theta)
+        return _nan_unless(ok, y, theta), status
 
     def simulate(self, theta: Float[ArrayLike, " n_params"]) -> Float[Array, "n_times n_outputs"]:
-        """Outputs at the observation times, ``(n_times, n_outputs)``; NaN if the solve failed."""
+        """Outputs at the observation times, ``(n_times, n_outputs)``; NaN if the solve failed.
+
+        Raises:
+            ValueError: called eagerly (not under jit/vmap/grad) with a theta that has NaN
+                or inf, or (while `check_bounds`) a parameter outside its bounds; traced
+                calls give NaN outputs instead (see `simulate_with_status`).
+        """
+        theta = self._check_theta(theta)
+        self._refuse_bad_theta(theta, "simulate")
         return self.simulate_with_status(theta)[0]
 
     def forward_mode(self) -> AbstractModel:
@@ -245,8 +321,38 @@ class AbstractModel(eqx.Module):
         return eqx.tree_at(lambda m: m.adjoint, self, dfx.ForwardMode())
 
     def jacobian(self, theta: Float[ArrayLike, " n_params"]) -> Float[Array, "n_times n_outputs n_params"]:
-        """d simulate / d theta by forward-mode autodiff (physical units)."""
-        return jax.jacfwd(self.forward_mode().simulate)(self._check_theta(theta))
+        """d simulate / d theta by forward-mode autodiff (physical units); NaN when the solve
+        fails.
+
+        Raises:
+            ValueError: as `simulate`, for a concrete theta with NaN/inf or out of bounds.
+        """
+        theta = self._check_theta(theta)
+        self._refuse_bad_theta(theta, "jacobian")
+        return jax.jacfwd(self.forward_mode().simulate)(theta)
+
+    def _refuse_bad_theta(self, theta, where: str) -> None:
+        """Raise for a concrete ``theta`` with NaN/inf or (when checked) outside the bounds;
+        traced values pass (they get a status and NaN outputs instead)."""
+        if isinstance(theta, jax.core.Tracer):
+            return
+        values = np.asarray(theta, dtype=np.float64)
+        names = self.parameters.names
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{where}: theta has NaN or inf ({names[i]} = {values[i]}); pass finite "
+                             "parameter values")
+        if not self.check_bounds:
+            return
+        lower, upper = self.parameters.lower, self.parameters.upper
+        outside = np.flatnonzero((values < lower) | (values > upper))
+        if outside.size:
+            i = int(outside[0])
+            raise ValueError(
+                f"{where}: {names[i]} = {values[i]:g} lies outside its bounds [{lower[i]:g}, "
+                f"{upper[i]:g}]; pass model.with_bounds_check(False) to simulate anyway"
+            )
 
     def _check_theta(self, theta):
         theta = jnp.asarray(theta)
@@ -257,6 +363,18 @@ class AbstractModel(eqx.Module):
                 "call jax.config.update('jax_enable_x64', True) before creating arrays"
             )
         return theta
+
+
+def _nan_unless(ok: Array, y: Array, theta: Array) -> Array:
+    """``y`` where ``ok``, NaN elsewhere, with NaN derivatives (forward and reverse mode)
+    where not ``ok``.
+
+    ``jnp.where(ok, y, nan)`` alone has a zero derivative for a failed solve, which
+    estimators would read as flat ground; the added term is 0 (value and derivative) when
+    ``ok`` and NaN * 0 * d(sum theta) = NaN otherwise.
+    """
+    nan_if_failed = jnp.where(ok, 0.0, jnp.nan)
+    return jnp.where(ok, y, 0.0) + nan_if_failed * (0.0 * jnp.sum(theta))
 
 
 DEFAULT_CHUNK_PER_DEVICE = 512
@@ -294,7 +412,8 @@ def simulate_batch(
             count (default: `DEFAULT_CHUNK_PER_DEVICE` per device).
         throw: raise `SimulationError` if any solve fails (it carries all results).
         return_status: also return the `SolveStatus` code per sample.
-        check_bounds: raise ``ValueError`` for samples outside the parameter bounds.
+        check_bounds: raise ``ValueError`` for samples outside the parameter bounds;
+            False simulates them (``model.with_bounds_check(False)``)
         progress: show a progress bar over chunks (default: when there are several).
 
     Returns:
@@ -312,6 +431,8 @@ def simulate_batch(
         raise ValueError(f"simulate_batch: thetas has NaN or inf in rows {bad_rows[:10].tolist()}")
     if check_bounds:
         _check_bounds(space, thetas)
+    elif hasattr(model, "with_bounds_check"):  # the model would refuse them itself
+        model = model.with_bounds_check(False)
     if not jax.config.jax_enable_x64:
         raise ValueError("simulate_batch needs float64: call jax.config.update('jax_enable_x64', True)")
 

@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -189,8 +190,13 @@ class CalibrationProblem(eqx.Module):
         free: names of the estimated parameters, in the order of ``theta_internal``;
             None: all parameters not in ``fixed``, in model order.
         fixed: ``{name: physical value}`` of held parameters (finite; may lie outside
-            the bounds, e.g. a rate fixed to 0); parameters neither free nor fixed keep
-            their nominal values.
+            the bounds, e.g. a rate fixed to 0: the problem's ``model`` then has those
+            parameters' bounds widened to include the fixed value, and a log-scale one
+            turned linear if the value is <= 0); parameters neither free nor fixed keep
+            their nominal values. Free parameters are bounds-checked by the model (see
+            `jcalib.model.AbstractModel.check_bounds`): outside their bounds, simulations,
+            residuals, loss and their derivatives are NaN (log densities -inf); pass
+            ``model.with_bounds_check(False)`` to extrapolate deliberately.
         weighting: ``"relative"``, ``"absolute"`` or ``"sigma"`` (see the module doc);
             it defines ``residuals``/``loss``, which estimators minimise.
         prior: ``"uniform"`` (uniform in internal coordinates on the bounds, i.e.
@@ -276,6 +282,8 @@ class CalibrationProblem(eqx.Module):
                 raise ValueError(
                     f"CalibrationProblem: cannot observe the model at the measurement times: {e}"
                 ) from None
+        elif hasattr(model, "check_horizon"):
+            model.check_horizon(model.experiment, "CalibrationProblem")
 
         space = model.parameters
         known = space.names
@@ -287,6 +295,8 @@ class CalibrationProblem(eqx.Module):
                 raise ValueError(f"fixed: unknown parameter {name!r}; known: {_quoted(known)}")
             if not math.isfinite(float(value)):
                 raise ValueError(f"fixed: the value of {name!r} must be finite; got {value}")
+        model = _admit_fixed_values(model, fixed)
+        space = model.parameters
         if free is None:
             free = tuple(n for n in known if n not in fixed)
         else:
@@ -781,6 +791,10 @@ class InitialStateParameters(AbstractModel):
     def inputs(self, t):
         return self._base().inputs(t)
 
+    @property
+    def input_horizon(self) -> float | None:
+        return self.base.input_horizon
+
     def constants(self) -> dict[str, tuple[float, str]]:
         return self.base.constants()
 
@@ -831,6 +845,23 @@ def with_initial_state_parameters(model: AbstractModel,
         adjoint=model.adjoint, dt0=model.dt0, max_steps=model.max_steps, base=model,
         state_index=tuple(index), n_base=model.parameters.n_params,
     )
+
+
+def _admit_fixed_values(model: AbstractModel, fixed: Mapping[str, float]) -> AbstractModel:
+    """``model`` with the bounds of fixed parameters widened to include their fixed values
+    (a deliberate choice such as a rate fixed to 0), so that its bounds check applies to the
+    free parameters only. A log-scale parameter fixed to a value <= 0 becomes linear."""
+    params, changed = [], False
+    for p in model.parameters:
+        value = float(fixed[p.name]) if p.name in fixed else None
+        if value is not None and not p.lower <= value <= p.upper:
+            lower, upper = min(p.lower, value), max(p.upper, value)
+            p = Parameter(p.name, p.nominal, lower, upper, p.unit, p.log_scale and lower > 0)
+            changed = True
+        params.append(p)
+    if not changed:
+        return model
+    return dataclasses.replace(model, parameters=ParameterSpace(params))
 
 
 @eqx.filter_jit

@@ -39,8 +39,9 @@ Choices made here (the spec leaves them open):
   inputs of the interval before t_k and the observation at t_k is that step's end point,
   not an interpolation. Thus T_Air(t_k) is exactly independent of anything that acts only
   after t_k (e.g. f_sol and Q_int for k <= 14: exact zero sensitivities, spec check 3).
-- Beyond the last grid point (t > t_1008) the inputs are extrapolated from the last
-  interval (not reached by the default experiment).
+- Input horizon: the table ends at t_1008 = 1,814,400 s (`ThermalOfficeR7C4.input_horizon`);
+  `with_times`, `with_experiment` and `CalibrationProblem` refuse experiments that run
+  later, and `inputs` never extrapolates (beyond t_1008 it holds the last values).
 - Solver: Tsit5 with PI step-size control (pcoeff 0.3, icoeff 0.4) and rtol = atol = 1e-6
   (atol in K). The jumps force >= 1008 steps; the stiff corners of the box (small C_Air with
   small R_TAC1, R_MV: air time constant ~70 s) bound the explicit step to a few hundred
@@ -180,15 +181,21 @@ class ThermalOfficeR7C4(AbstractModel):
         """The same model driven by another input table (same shape: no recompilation)."""
         return eqx.tree_at(lambda m: m.input_table, self, jnp.asarray(_check_inputs(table)))
 
+    @property
+    def input_horizon(self) -> float:
+        """The last time of the input table, t_1008 = 1,814,400 s (21 days)."""
+        return float(GRID[-1])
+
     def inputs(self, t: Float[ArrayLike, ""]) -> Float[Array, " 8"]:
         """Inputs at time ``t`` [s] in `INPUT_NAMES` order: linear interpolation of the
         continuous signals, zero-order hold of y_TAC and y_MV on (t_k, t_{k+1}] (at t = 0 the
-        values of the first interval)."""
+        values of the first interval). Never extrapolates: outside [0, `input_horizon`] the
+        first or last values are held."""
         t = jnp.asarray(t, dtype=jnp.float64)
         k = jnp.ceil(t / DT_GRID) - 1.0  # interval (t_k, t_{k+1}] holding t
         k = jnp.where((k + 1.0) * DT_GRID < t, k + 1.0, k)  # t just above t_k may round down
         k = jnp.clip(k, 0.0, N_GRID - 2.0)
-        frac = (t - k * DT_GRID) / DT_GRID
+        frac = jnp.clip((t - k * DT_GRID) / DT_GRID, 0.0, 1.0)
         i = k.astype(jnp.int32)
         left, right = self.input_table[i], self.input_table[i + 1]
         return jnp.where(jnp.asarray(_SWITCHES), left, left + frac * (right - left))
