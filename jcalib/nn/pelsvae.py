@@ -435,6 +435,7 @@ class PELSVAE:
         ts: Float[ArrayLike, " n_times"] | None = None,
         output_names: Sequence[str] | None = None,
         checkpoint: str | os.PathLike | None = None,
+        fresh_start: bool = False,
     ) -> PELSVAE:
         """Train on simulated ``(θ, x)`` pairs with `jcalib.nn.training.fit`; returns ``self``.
 
@@ -447,11 +448,16 @@ class PELSVAE:
                 weights and early stopping), or None.
             ts: observation times (only with a space; default ``0, 1, ..., n_times - 1``).
             output_names: output names (only with a space; default ``y0, y1, ...``).
-            checkpoint: resumable checkpoint file of the training loop.
+            checkpoint: resumable checkpoint file of the training loop. It resumes only the
+                run that wrote it: other data, validation data, output statistics, parameter
+                space, times or configuration raise ``ValueError`` (see ``fresh_start``). A
+                finished run is returned as it is (``training.n_epochs_run == 0``).
+            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
 
         Raises:
             ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples outside
-                the bounds, times or names that do not match the data.
+                the bounds, times or names that do not match the data; a checkpoint of another
+                run or a damaged one.
         """
         space, experiment, names = _describe(model_or_space, ts, output_names)
         thetas, trajectories = _check_data(space, thetas, trajectories, "fit", experiment, names)
@@ -474,9 +480,12 @@ class PELSVAE:
                                  rngs=nnx.Rngs(config.seed))
         surrogate = _make_surrogate(network, scaler, experiment, space, names, config)
         beta = float(config.beta)
+        extra = _extra(surrogate, config)
+        # the checkpoint's weights belong to its scaler, space and times: all in the fingerprint
+        identity = {k: extra[k] for k in ("output_scaler", "parameters", "output_names", "experiment")}
         self.training = _training.fit(network, lambda net, batch, key: pelsvae_loss(net, batch, key, beta),
-                                     train, val_data, config.training, checkpoint=checkpoint,
-                                     extra=_extra(surrogate, config))
+                                     train, val_data, config.training, checkpoint=checkpoint, extra=extra,
+                                     fingerprint=identity, fresh_start=fresh_start)
         self.network = network
         self._surrogate = _make_surrogate(network, scaler, experiment, space, names, config)
         self.n_train = int(thetas.shape[0])
@@ -549,13 +558,18 @@ class PELSVAE:
     # --- persistence ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         """Weights, configuration, parameter space, times and output statistics in one msgpack
-        file (`jcalib.nn.training.save_model`)."""
+        file with a SHA-256 checksum, written atomically (`jcalib.nn.training.save_model`)."""
         s = self.surrogate
         save_model(path, self.network, _extra(s, self.config) | {"n_train": self.n_train})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PELSVAE:
-        """A `PELSVAE` from `save`; its predictions equal the saved model's exactly."""
+        """A `PELSVAE` from `save`; its predictions equal the saved model's exactly.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: not a PELS-VAE file, or a damaged one ("checksum").
+        """
         # load_model needs a network of the saved structure, which the saved extra describes
         extra = _training.read_model_extra(path)
         if extra.get("format") != _FORMAT:
