@@ -1,9 +1,19 @@
 """`jcalib` command line: list models, show parameter tables, simulate and plot, analyse
-sensitivity and identifiability, calibrate, sample posteriors."""
+sensitivity and identifiability, calibrate, sample posteriors.
+
+A user mistake (bad option value, unknown parameter, out-of-bounds --set/--start/--fix,
+unusable --out/--csv/--plot path, bad --data file, failed simulation) ends in one line
+``error: ...`` on stderr that names the problem and the fix, with exit code 2 and no
+traceback (``JCALIB_DEBUG=1`` shows it). Output folders and files are checked and created
+before any computation, and every result file is written atomically.
+"""
 
 from __future__ import annotations
 
+import math
+import os
 import pathlib
+import warnings as warnings_module
 from typing import Annotated
 
 import jax
@@ -12,11 +22,56 @@ jax.config.update("jax_enable_x64", True)  # entry point: simulations run in flo
 
 import numpy as np  # noqa: E402
 import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
 
+from jcalib import fileio  # noqa: E402
 from jcalib import models as registry  # noqa: E402
+from jcalib.model import SimulationError  # noqa: E402
+
+try:  # typer >= 0.20 vendors click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - typer with an external click
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
+USER_ERRORS = (ValueError, OSError, SimulationError)
+"""Exceptions that mean a user mistake (bad option, file or value): one line, exit code 2."""
+
+
+class _OneLineErrors(TyperGroup):
+    """Every user mistake in a command ends in one line ``error: ...`` on stderr and exit
+    code 2, without a traceback: click's usage errors (missing or malformed options) and the
+    `USER_ERRORS` jcalib raises for bad values, files and paths. Other exceptions are bugs and
+    keep their traceback; ``JCALIB_DEBUG=1`` keeps the traceback of user errors too."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise
+        except UsageError as err:
+            plain = isinstance(err, typer.BadParameter) and err.param is None and err.param_hint is None
+            message = err.message if plain else err.format_message()
+            hint = f" (see {err.ctx.command_path} --help)" if err.ctx is not None and not plain else ""
+            _fail(f"{message}{hint}")
+        except USER_ERRORS as err:
+            if os.environ.get("JCALIB_DEBUG"):
+                raise
+            _fail(_error_text(err))
+
+
+def _fail(message: str):
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    raise typer.Exit(2)
+
+
+def _error_text(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        return f"{err.strerror}: {os.fspath(err.filename)!r}; check the path"
+    return str(err) or type(err).__name__
+
 
 app = typer.Typer(help="Calibrate dynamic simulation models with JAX.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+                  pretty_exceptions_enable=False, cls=_OneLineErrors)
 models_app = typer.Typer(help="Built-in models.", invoke_without_command=True)
 app.add_typer(models_app, name="models")
 
@@ -25,10 +80,71 @@ def _parse_assignments(items: list[str] | None, what: str) -> dict[str, str]:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise typer.BadParameter(f"{what} expects name=value; got {item!r}")
+            raise ValueError(f"{what} expects name=value; got {item!r}")
         name, value = item.split("=", 1)
         out[name.strip()] = value.strip()
     return out
+
+
+def _number(text: str, what: str) -> float:
+    """A finite float from the text of an option ("what" names the option and its item)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not a number; give a value such as 2e-4") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{what}: {text!r} is not a finite number; give a finite value") from None
+    return value
+
+
+def _parameter_values(space, items: list[str] | None, what: str) -> dict[str, float]:
+    """``{name: value}`` from name=value options, refused unless every name is a parameter of
+    ``space`` and every value a finite number inside its bounds (the one check of --set,
+    --start and --fix; the model refuses out-of-bounds values too)."""
+    values = {}
+    for name, text in _parse_assignments(items, what).items():
+        try:
+            space.index(name)
+        except ValueError as err:
+            raise ValueError(f"{what}: {err}") from None
+        values[name] = value = _number(text, f"{what} {name}={text}")
+        p = space[name]
+        if not p.lower <= value <= p.upper:
+            raise ValueError(f"{what}: {name} = {value:g} lies outside its bounds [{p.lower:g}, {p.upper:g}]; "
+                             "give a value inside them")
+    return values
+
+
+def _with_times(m, times: str | None):
+    """The model observed at the comma-separated ``--times`` (unchanged when None)."""
+    if times is None:
+        return m
+    items = [t.strip() for t in times.split(",")]
+    ts = [_number(t, f"--times item {k + 1}") for k, t in enumerate(items)]
+    try:
+        return m.with_times(ts)
+    except ValueError as err:
+        raise ValueError(f"--times: {err}") from None
+
+
+def _output_dir(out: pathlib.Path | None, default: pathlib.Path) -> pathlib.Path:
+    """The --out folder, created (or checked) before any computation."""
+    return fileio.prepare_output_dir(default if out is None else out, "--out folder")
+
+
+def _data_file(path: pathlib.Path, what: str = "--data"):
+    """Measurements from a CSV, with a clear message for a missing path or a folder."""
+    from jcalib.data import Measurements
+
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise ValueError(f"{what} {os.fspath(path)!r}: no such file; give the path of a measurements CSV")
+    if path.is_dir():
+        raise ValueError(f"{what} {os.fspath(path)!r} is a folder; give the path of a measurements CSV")
+    try:
+        return Measurements.from_csv(path)
+    except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None
 
 
 def _option_value(text: str):
@@ -45,7 +161,9 @@ def _build(name: str, options: list[str] | None):
     try:
         return registry.get(name, **opts)
     except (ValueError, TypeError) as err:
-        raise typer.BadParameter(str(err)) from None
+        if isinstance(err, TypeError):  # an unknown keyword of the model's factory
+            raise ValueError(f"--option: {err}; give options the factory of {name!r} takes") from None
+        raise ValueError(str(err)) from None
 
 
 @models_app.callback()
@@ -95,42 +213,26 @@ def simulate(
 ):
     """Simulate a model at its nominal parameters (or --set values) and print/save outputs."""
     m = _build(name, option)
-    values = {k: float(v) for k, v in _parse_assignments(set_, "--set").items()}
-    try:
-        theta = m.parameters.to_vector(values)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from None
-    for pname, value in values.items():
-        p = m.parameters[pname]
-        if not p.lower <= value <= p.upper:
-            raise typer.BadParameter(f"{pname} = {value} outside its bounds [{p.lower}, {p.upper}]")
-    if times:
-        try:
-            m = m.with_times([float(t) for t in times.split(",")])
-        except ValueError as err:
-            raise typer.BadParameter(f"--times: {err}") from None
-    y, status = m.simulate_with_status(jax.numpy.asarray(theta))
-    if int(status) != 0:
-        from jcalib.model import SolveStatus
-
-        typer.echo(f"simulation failed: {SolveStatus.describe(int(status))}", err=True)
-        raise typer.Exit(1)
-    y = np.asarray(y)
+    theta = m.parameters.to_vector(_parameter_values(m.parameters, set_, "--set"))
+    m = _with_times(m, times)
+    if csv:
+        fileio.check_output_file(csv, "--csv file")
+    if plot:
+        fileio.check_figure_path(plot, "--plot figure")
+    y = _check_solves(m, jax.numpy.asarray(theta))
     ts = np.asarray(m.ts)
     header = ["t", *m.output_names]
     if csv:
         from jcalib.data import Measurements
 
-        csv.parent.mkdir(parents=True, exist_ok=True)
         # undefined outputs (e.g. Mw before any polymer exists) become empty cells
         Measurements(ts, y, mask=np.isfinite(y), output_names=m.output_names).to_csv(csv)
         typer.echo(f"wrote {csv}")
     if plot:
         from jcalib.plotting import plot_simulation
 
-        plot.parent.mkdir(parents=True, exist_ok=True)
         fig = plot_simulation(ts, y, m.output_names, title=name)
-        fig.savefig(plot, dpi=120)
+        fileio.save_figure(fig, plot, dpi=120)
         typer.echo(f"wrote {plot}")
     if not csv and not plot:
         typer.echo("  ".join(f"{h:>12s}" for h in header))
@@ -158,30 +260,24 @@ def sensitivity(
     """Sensitivity of a model's outputs: Sobol indices + Algorithm 1 selection (sobol),
     relative sensitivity functions (local) or rank, rankings and essential directions
     (identifiability). Writes metrics.json and figures to --out."""
-    import json
-
     import jax.numpy as jnp
 
     from jcalib import plotting
     from jcalib import sensitivity as sens
 
     if method not in SENSITIVITY_METHODS:
-        raise typer.BadParameter(f"--method must be one of {', '.join(SENSITIVITY_METHODS)}; "
-                                 f"got {method!r}")
+        raise ValueError(f"--method must be one of {', '.join(SENSITIVITY_METHODS)}; got {method!r}")
+    if method == "sobol" and set_:
+        raise ValueError("--set gives the point of --method local or identifiability; Sobol indices cover "
+                         "the whole bounds, so drop --set")
     m = _build(name, option)
-    values = {k: float(v) for k, v in _parse_assignments(set_, "--set").items()}
-    try:
-        theta = jnp.asarray(m.parameters.to_vector(values))
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from None
-    out = out or pathlib.Path("results") / "sensitivity" / f"{name}_{method}"
-    out.mkdir(parents=True, exist_ok=True)
+    theta = jnp.asarray(m.parameters.to_vector(_parameter_values(m.parameters, set_, "--set")))
+    out = _output_dir(out, pathlib.Path("results") / "sensitivity" / f"{name}_{method}")
     ts, names = np.asarray(m.ts), m.parameters.names
+    if method != "sobol":
+        _check_solves(m, theta)
     if method == "sobol":
-        try:
-            result = sens.sobol_indices(m, None, n, jax.random.key(seed))
-        except ValueError as err:
-            raise typer.BadParameter(str(err)) from None
+        result = sens.sobol_indices(m, None, n, jax.random.key(seed))
         selection = result.select(delta)
         metrics = {"sobol": result.to_dict(), "selection": selection.to_dict()}
         figures = {"sobol_over_time.png": plotting.plot_sobol_over_time(result, ts, m.output_names),
@@ -211,12 +307,30 @@ def sensitivity(
                    f"{jac['n_essential']} of {len(names)}")
         typer.echo(f"correlation ranking: {', '.join(d['correlation']['order'])}; "
                    f"proposed subset: {', '.join(d['proposed_subset'])}")
+    _write_results(out, metrics, figures)
+    typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
+
+
+def _check_solves(m, theta) -> np.ndarray:
+    """The outputs at ``theta``; `SimulationError` when the solve fails (outputs and
+    sensitivities there would be NaN)."""
+    from jcalib.model import SolveStatus
+
+    y, status = m.simulate_with_status(theta)
+    if int(status) != SolveStatus.SUCCESS:
+        raise SimulationError(f"simulation failed at {m.parameters.to_dict(theta)}: "
+                              f"{SolveStatus.describe(int(status))}; choose other --set values or solver "
+                              "settings (--option)", np.asarray(y)[None], np.array([int(status)]))
+    return np.asarray(y)
+
+
+def _write_results(out: pathlib.Path, metrics: dict, figures: dict, dpi: int = 110):
+    """metrics.json (strict JSON) and the figures, each written atomically into ``out``."""
     from jcalib.jsonable import to_jsonable
 
-    (out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
+    fileio.write_json(out / "metrics.json", to_jsonable(metrics))
     for fname, fig in figures.items():
-        fig.savefig(out / fname, dpi=110)
-    typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
+        fileio.save_figure(fig, out / fname, dpi=dpi)
 
 
 def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, start: list[str] | None,
@@ -224,15 +338,14 @@ def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, sta
     """CalibrationProblem from the CLI options, and the start {name: value} (default nominal).
 
     Raises ValueError (bad CSV, names or values) or OSError (unreadable file)."""
-    from jcalib.data import Measurements
     from jcalib.problem import CalibrationProblem
 
-    measurements = Measurements.from_csv(data)
-    fixed = {k: float(v) for k, v in _parse_assignments(fix, "--fix").items()}
+    fixed = _parameter_values(m.parameters, fix, "--fix")
+    theta0 = _parameter_values(m.parameters, start, "--start")
+    measurements = _data_file(data)
     problem = CalibrationProblem(m, measurements, fixed=fixed,
                                  free=None if free is None else [f.strip() for f in free.split(",")],
                                  **problem_options)
-    theta0 = {k: float(v) for k, v in _parse_assignments(start, "--start").items()}
     free = problem.model_free_names
     unknown = sorted(set(theta0) - set(free))
     if unknown:
@@ -262,31 +375,23 @@ def calibrate(
     option: Annotated[list[str] | None, typer.Option(help="factory option name=value")] = None,
 ):
     """Estimate parameters from measured data; writes metrics.json, fit and residual plots."""
-    import json
-
     from jcalib import estimation, plotting
-    from jcalib.jsonable import to_jsonable
 
     if method not in CALIBRATION_METHODS:
-        raise typer.BadParameter(f"--method must be one of {', '.join(CALIBRATION_METHODS)}; "
-                                 f"got {method!r}")
+        raise ValueError(f"--method must be one of {', '.join(CALIBRATION_METHODS)}; got {method!r}")
     m = _build(name, option)
-    try:
-        problem, theta0 = _problem(m, data, free, fix, start, weighting=weighting)
-        key = jax.random.key(seed)
-        if method == "gauss-newton":
-            result = estimation.gauss_newton(problem, theta0, progress=True)
-        elif method == "trf":
-            result = estimation.least_squares_trf(problem, theta0)
-        elif method == "de":
-            result = estimation.differential_evolution(key, problem, progress=True)
-        else:
-            starts = estimation.multistart(key, problem, n_starts, theta0=theta0, progress=True)
-            result = starts.best
-    except (ValueError, OSError) as err:
-        raise typer.BadParameter(str(err)) from None
-    out = out or pathlib.Path("results") / "calibrate" / f"{name}_{method}"
-    out.mkdir(parents=True, exist_ok=True)
+    problem, theta0 = _problem(m, data, free, fix, start, weighting=weighting)
+    out = _output_dir(out, pathlib.Path("results") / "calibrate" / f"{name}_{method}")
+    key = jax.random.key(seed)
+    if method == "gauss-newton":
+        result = estimation.gauss_newton(problem, theta0, progress=True)
+    elif method == "trf":
+        result = estimation.least_squares_trf(problem, theta0)
+    elif method == "de":
+        result = estimation.differential_evolution(key, problem, progress=True)
+    else:
+        starts = estimation.multistart(key, problem, n_starts, theta0=theta0, progress=True)
+        result = starts.best
     metrics = {"model": name, "data": str(data), "weighting": weighting,
                "fixed": problem.fixed, "start": theta0, "result": result.to_dict()}
     figures = {"fit.png": plotting.plot_fit(problem, result, title=f"{name}: {method}"),
@@ -294,9 +399,7 @@ def calibrate(
     if method == "multistart":
         metrics["multistart"] = starts.to_dict()
         figures["waterfall.png"] = plotting.plot_multistart_waterfall(starts)
-    (out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
-    for fname, fig in figures.items():
-        fig.savefig(out / fname, dpi=110)
+    _write_results(out, metrics, figures)
     for pname, value in result.estimate.items():
         typer.echo(f"  {pname:24s} {value:14.6g}  {m.parameters[pname].unit}")
     cond = result.condition_number
@@ -343,60 +446,60 @@ def sample(
     option: Annotated[list[str] | None, typer.Option(help="factory option name=value")] = None,
 ):
     """Sample the posterior by prescaled MALA (Wulkow et al. 2021); writes posterior.npz,
-    metrics.json, KDE marginals, pair, trace and 90 % band plots."""
-    import json
-
+    metrics.json, KDE marginals, pair, trace and 90 % band plots. Sampler warnings (low
+    acceptance, R-hat, ESS) are printed as ``warning: ...`` lines and kept in metrics.json."""
     import jax.numpy as jnp
 
     from jcalib import estimation, plotting
     from jcalib.bayes import mala, predictive
     from jcalib.bayes.likelihoods import LIKELIHOODS
-    from jcalib.jsonable import to_jsonable
 
     if likelihood not in LIKELIHOOD_WEIGHTING:
-        raise typer.BadParameter(f"--likelihood must be one of {', '.join(LIKELIHOOD_WEIGHTING)}; "
-                                 f"got {likelihood!r}")
+        raise ValueError(f"--likelihood must be one of {', '.join(LIKELIHOOD_WEIGHTING)}; got {likelihood!r}")
     if sigma is not None and sample_sigma:
-        raise typer.BadParameter("give either --sigma (fixed noise) or --sample-sigma, not both")
+        raise ValueError("give either --sigma (fixed noise) or --sample-sigma, not both")
     if preconditioner not in ("diagonal", "laplace"):
-        raise typer.BadParameter(f"--preconditioner must be diagonal or laplace; got {preconditioner!r}")
+        raise ValueError(f"--preconditioner must be diagonal or laplace; got {preconditioner!r}")
+    for flag, what, value, least in (("--steps", "n_steps", steps, 1), ("--chains", "n_chains", chains, 1),
+                                     ("--thin", "thin", thin, 1), ("--burn", "burn_in", burn, 0),
+                                     ("--warmup", "warmup", warmup, 0)):
+        if value < least:
+            kind = "a positive integer" if least else "a non-negative integer"
+            raise ValueError(f"{flag}: {what} must be {kind}; got {value}")
     m = _build(name, option)
-    try:
-        lik = LIKELIHOODS[likelihood](sigma)
-        problem, theta0 = _problem(m, data, free, fix, start, weighting=LIKELIHOOD_WEIGHTING[likelihood],
-                                   likelihood=lik, noise_parameters=True if sample_sigma else None)
-        if not problem.sigma_available:
-            raise ValueError("no noise level: give --sigma, sigma_<output> columns in the CSV, or "
-                             "--sample-sigma")
-        z0 = problem.to_internal(jnp.concatenate([
-            jnp.asarray([theta0[n] for n in problem.model_free_names]),
-            problem.to_physical(problem.initial_internal())[problem.n_model_free:]]))
-        fit = None
-        if gauss_newton:
-            fit = estimation.gauss_newton(problem.without_noise_parameters(), theta0, progress=True)
-            z0 = z0.at[:problem.n_model_free].set(jnp.asarray(fit.theta_internal))
+    lik = LIKELIHOODS[likelihood](sigma)
+    problem, theta0 = _problem(m, data, free, fix, start, weighting=LIKELIHOOD_WEIGHTING[likelihood],
+                               likelihood=lik, noise_parameters=True if sample_sigma else None)
+    if not problem.sigma_available:
+        raise ValueError("no noise level: give --sigma, sigma_<output> columns in the CSV, or --sample-sigma")
+    out = _output_dir(out, pathlib.Path("results") / "sample" / name)
+    z0 = problem.to_internal(jnp.concatenate([
+        jnp.asarray([theta0[n] for n in problem.model_free_names]),
+        problem.to_physical(problem.initial_internal())[problem.n_model_free:]]))
+    fit = None
+    if gauss_newton:
+        fit = estimation.gauss_newton(problem.without_noise_parameters(), theta0, progress=True)
+        z0 = z0.at[:problem.n_model_free].set(jnp.asarray(fit.theta_internal))
+    with warnings_module.catch_warnings(record=True) as caught:
+        warnings_module.simplefilter("always")
         result = mala.sample(jax.random.key(seed), problem, z0, steps, n_chains=chains, burn_in=burn,
                              thin=thin, fraction=fraction, warmup=warmup,
                              preconditioner=None if preconditioner == "diagonal" else preconditioner,
                              target_acceptance=target_acceptance, progress=True)
-    except (ValueError, OSError) as err:
-        raise typer.BadParameter(str(err)) from None
-    out = out or pathlib.Path("results") / "sample" / name
-    out.mkdir(parents=True, exist_ok=True)
+    sampler_warnings = _sampler_warnings(result, caught)
     result.save(out / "posterior.npz")
     bands = predictive.predictive_bands(problem, result.samples_internal[:, :: max(1, result.n_draws // 250)])
     metrics = {"model": name, "data": str(data), "likelihood": likelihood, "sigma": sigma,
                "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
                "gauss_newton": None if fit is None else fit.to_dict(), "posterior": result.to_dict(),
+               "warnings": sampler_warnings,
                "bands_90": bands.to_dict(), "band_coverage_of_data": bands.coverage(problem.measurements)}
-    (out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
     figures = {"marginals.png": plotting.plot_marginals(result, title=f"{name}: KDE marginals"),
                "trace.png": plotting.plot_trace(result),
                "bands.png": plotting.plot_bands(bands, problem.measurements, title=f"{name}: 90 % band")}
     if result.n_params > 1:
         figures["pair.png"] = plotting.plot_pair(result)
-    for fname, fig in figures.items():
-        fig.savefig(out / fname, dpi=110)
+    _write_results(out, metrics, figures)
     lo, hi = result.interval(0.9)
     typer.echo(f"{'parameter':24s} {'mean':>12s} {'sd':>12s} {'5 %':>12s} {'95 %':>12s} {'ESS':>8s} {'R-hat':>6s}")
     for i, pname in enumerate(result.names):
@@ -404,7 +507,22 @@ def sample(
                    f"{result.ess_bulk[i]:8.0f} {result.rhat[i]:6.3f}")
     typer.echo(f"acceptance {result.acceptance:.1%}; {result.n_chains} chains x {result.n_draws} draws; "
                f"{result.wall_time_s:.1f} s")
+    for message in sampler_warnings:
+        typer.echo(f"warning: {message}", err=True)
     typer.echo(f"wrote {out}/posterior.npz, metrics.json and {', '.join(figures)}")
+
+
+def _sampler_warnings(result, caught) -> list[str]:
+    """The sampler's diagnostics warnings (``PosteriorResult.warnings`` and the SamplingWarnings
+    raised while sampling), each once; other warnings caught meanwhile are shown again."""
+    messages = [str(w) for w in getattr(result, "warnings", ()) or ()]
+    for w in caught:
+        if w.category.__name__ == "SamplingWarning":
+            if str(w.message) not in messages:
+                messages.append(str(w.message))
+        else:
+            warnings_module.showwarning(w.message, w.category, w.filename, w.lineno)
+    return messages
 
 
 SUMMARY_NETWORKS = ("lstm", "gru", "conv", "mlp")
@@ -457,38 +575,33 @@ def amortize(
 ):
     """Train an amortized posterior (coupling flow + summary network, BayesFlow) on simulations of
     a model; writes posterior.msgpack, metrics.json (validation R², NRMSE, coverage) and recovery.png."""
-    import json
     import time
 
     from jcalib import plotting
-    from jcalib.jsonable import to_jsonable
     from jcalib.nn.bayesflow import AmortizedPosterior
 
     m = _build(name, option)
     key = jax.random.key(seed)
     k_train, k_val, k_draw = jax.random.split(key, 3)
-    try:
-        config = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden, seed)
-        if n_samples < 2:
-            raise ValueError(f"--n-samples must be at least 2; got {n_samples}")
-        t0 = time.perf_counter()
-        train = _simulated_pairs(k_train, m, n_train, "--n-train")
-        val = _simulated_pairs(k_val, m, n_val, "--n-val")
-        simulate_s = time.perf_counter() - t0
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from None
+    config = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden, seed)
+    for flag, value in (("--n-samples", n_samples), ("--n-train", n_train), ("--n-val", n_val)):
+        if value < 2:
+            raise ValueError(f"{flag} must be at least 2; got {value}")
+    out = _output_dir(out, pathlib.Path("results") / "amortize" / name)
+    t0 = time.perf_counter()
+    train = _simulated_pairs(k_train, m, n_train, "--n-train")
+    val = _simulated_pairs(k_val, m, n_val, "--n-val")
+    simulate_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     posterior = AmortizedPosterior(config).fit(m, *train, val=val)
     train_s = time.perf_counter() - t0
-    out = out or pathlib.Path("results") / "amortize" / name
-    out.mkdir(parents=True, exist_ok=True)
     posterior.save(out / "posterior.msgpack")
     recovery = _recovery(k_draw, posterior, m.parameters, *val, n_samples)
     metrics = {"model": name, "n_train": n_train, "n_val": n_val, "config": _asdict(config),
                "simulate_s": simulate_s, "train_s": train_s, "recovery": recovery.to_dict(),
                "training": posterior.training.to_dict() if posterior.training is not None else None}
-    (out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=1))
-    plotting.plot_recovery(recovery, title=f"{name}: validation recovery").savefig(out / "recovery.png", dpi=110)
+    _write_results(out, metrics, {"recovery.png": plotting.plot_recovery(
+        recovery, title=f"{name}: validation recovery")})
     typer.echo(f"{'parameter':24s} {'R²':>8s} {'NRMSE':>8s} {'coverage':>9s}")
     for i, pname in enumerate(recovery.names):
         typer.echo(f"{pname:24s} {recovery.r2[i]:8.4f} {recovery.nrmse[i]:8.4f} {recovery.coverage[i]:9.3f}")
@@ -543,37 +656,34 @@ def identify(
     measured data; writes metrics.json, estimates.csv, identification.png, recovery.png, fit.png."""
     import csv as csv_module
     import dataclasses
+    import io
 
     from jcalib import plotting
-    from jcalib.data import Measurements
     from jcalib.workflows.iterative_identification import IdentificationConfig, iterative_identification
 
     m = _build(name, option)
-    try:
-        if generator not in GENERATORS:
-            raise ValueError(f"--generator must be one of {', '.join(GENERATORS)}; got {generator!r}")
-        posterior = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden, seed)
-        config = IdentificationConfig(posterior=posterior, trial_epochs=trial_epochs, r2_threshold=r2_threshold,
-                                      delta=delta, n_sobol=n_sobol, max_steps=max_steps, generator=generator,
-                                      noise_sigma=noise_sigma)
-        config = dataclasses.replace(config, surrogate=dataclasses.replace(
-            config.surrogate, training=dataclasses.replace(config.surrogate.training, seed=seed)))
-        measurements = Measurements.from_csv(data)
-        result = iterative_identification(jax.random.key(seed), m, measurements, n_train=n_train, n_val=n_val,
-                                          config=config)
-    except (ValueError, OSError) as err:
-        raise typer.BadParameter(str(err)) from None
-    out = out or pathlib.Path("results") / "identify" / name
-    out.mkdir(parents=True, exist_ok=True)
+    if generator not in GENERATORS:
+        raise ValueError(f"--generator must be one of {', '.join(GENERATORS)}; got {generator!r}")
+    posterior = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden, seed)
+    config = IdentificationConfig(posterior=posterior, trial_epochs=trial_epochs, r2_threshold=r2_threshold,
+                                  delta=delta, n_sobol=n_sobol, max_steps=max_steps, generator=generator,
+                                  noise_sigma=noise_sigma)
+    config = dataclasses.replace(config, surrogate=dataclasses.replace(
+        config.surrogate, training=dataclasses.replace(config.surrogate.training, seed=seed)))
+    measurements = _data_file(data)
+    out = _output_dir(out, pathlib.Path("results") / "identify" / name)
+    result = iterative_identification(jax.random.key(seed), m, measurements, n_train=n_train, n_val=n_val,
+                                      config=config)
     result.save(out / "metrics.json")
-    with open(out / "estimates.csv", "w", newline="") as f:
-        writer = csv_module.writer(f)
-        writer.writerow(["parameter", "estimate", "sd", "lower_95", "upper_95", "step", "unit"])
-        for i, pname in enumerate(result.names):
-            step = next(k + 1 for k, g in enumerate(result.groups) if pname in g)
-            writer.writerow([pname, repr(float(result.estimate[i])), repr(float(result.sd[i])),
-                             repr(float(result.lower[i])), repr(float(result.upper[i])), step,
-                             m.parameters[pname].unit])
+    table = io.StringIO(newline="")
+    writer = csv_module.writer(table)
+    writer.writerow(["parameter", "estimate", "sd", "lower_95", "upper_95", "step", "unit"])
+    for i, pname in enumerate(result.names):
+        step = next(k + 1 for k, g in enumerate(result.groups) if pname in g)
+        writer.writerow([pname, repr(float(result.estimate[i])), repr(float(result.sd[i])),
+                         repr(float(result.lower[i])), repr(float(result.upper[i])), step,
+                         m.parameters[pname].unit])
+    fileio.atomic_write_text(out / "estimates.csv", table.getvalue())
     theta = jax.numpy.asarray(np.clip(result.estimate, m.parameters.lower, m.parameters.upper))
     figures = {"identification.png": plotting.plot_identification(result,
                                                                   title=f"{name}: iterative identification"),
@@ -581,7 +691,7 @@ def identify(
                "fit.png": plotting.plot_simulation(np.asarray(m.ts), np.asarray(m.simulate(theta)), m.output_names,
                                                    data=measurements, title=f"{name} at the estimate")}
     for fname, fig in figures.items():
-        fig.savefig(out / fname, dpi=110)
+        fileio.save_figure(fig, out / fname, dpi=110)
     typer.echo(result.summary())
     typer.echo(f"wrote {out}/metrics.json, estimates.csv and {', '.join(figures)}")
 

@@ -51,7 +51,7 @@ def test_identify_on_simulated_data(tmp_path):
     (["amortize", "four_substance_reactions", "--summary", "transformer"], "--summary must be one of"),
     (["amortize", "four_substance_reactions", "--n-train", "1"], "--n-train must be at least 2"),
     (["amortize", "four_substance_reactions", "--epochs", "0"], "--epochs must be a positive integer"),
-    (["identify", "four_substance_reactions", "--data", "missing.csv"], "No such file"),
+    (["identify", "four_substance_reactions", "--data", "missing.csv"], "no such file"),
     (["identify", "four_substance_reactions", "--data", "x.csv", "--generator", "vae"], "--generator must be one of"),
 ])
 def test_bad_input_gives_clear_error(args, message):
