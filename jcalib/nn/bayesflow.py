@@ -288,6 +288,7 @@ class AmortizedPosterior:
         val: tuple[ArrayLike, ArrayLike] | None = None,
         *,
         checkpoint: str | os.PathLike | None = None,
+        fresh_start: bool = False,
     ) -> AmortizedPosterior:
         """Train offline on simulated ``(θ, x)`` pairs (eq. 6) with `jcalib.nn.training.fit`.
 
@@ -297,14 +298,18 @@ class AmortizedPosterior:
                 distribution is the prior the posterior is amortized over.
             xs: their (noisy) trajectories ``(n, n_times, n_outputs)``, all finite.
             val: ``(thetas, xs)`` of a validation set (best weights, early stopping) or None.
-            checkpoint: resumable checkpoint file of the training loop.
+            checkpoint: resumable checkpoint file of the training loop. It resumes only the
+                run that wrote it: other data, validation data, normalisation statistics,
+                parameter space or configuration raise ``ValueError`` (see ``fresh_start``);
+                a finished run is returned as it is (``training.n_epochs_run == 0``).
+            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
 
         Returns:
             ``self``.
 
         Raises:
             ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples
-                outside the bounds.
+                outside the bounds; a checkpoint of another run or a damaged one.
         """
         space = _space_of(model_or_space, "fit")
         thetas, xs = _check_data(space, thetas, xs, "fit")
@@ -321,7 +326,7 @@ class AmortizedPosterior:
         self._setup(space, thetas, xs)
         train = self._normalised(thetas, xs)
         val_data = None if val_pair is None else self._normalised(*val_pair)
-        self._train(train, val_data, self.config.training, checkpoint)
+        self._train(train, val_data, self.config.training, checkpoint, fresh_start)
         self._n_train = int(thetas.shape[0])
         return self
 
@@ -337,6 +342,7 @@ class AmortizedPosterior:
         sampler: str | Callable = "uniform",
         noise: float | ArrayLike | Callable | None = None,
         chunk_size: int | None = None,
+        fresh_start: bool = False,
     ) -> AmortizedPosterior:
         """Train on fresh simulations every epoch (online learning: no sample is seen twice).
 
@@ -353,7 +359,9 @@ class AmortizedPosterior:
             n_per_epoch: simulations per epoch (>= 2).
             n_val: validation simulations (0: monitor the training loss).
             epochs: overrides ``config.training.epochs``.
-            checkpoint: resumable checkpoint file of the training loop.
+            checkpoint: resumable checkpoint file of the training loop; it resumes only the
+                run that wrote it (the first epoch's data, the validation data and the
+                configuration must match, see ``fit``).
             sampler: the prior of the training parameters: ``"uniform"``, ``"lhs"`` or
                 ``"sobol"`` (`ParameterSpace.sample`, uniform in the internal coordinate), or a
                 callable ``(key, n) -> (n, n_params)`` physical draws inside the bounds (any
@@ -362,12 +370,14 @@ class AmortizedPosterior:
                 or per output, Gaussian, in output units) or a callable
                 ``(key, xs) -> noisy xs``; None for none.
             chunk_size: `simulate_batch` chunk size.
+            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
 
         Returns:
             ``self``.
 
         Raises:
-            ValueError: bad sizes or noise, simulations that keep failing.
+            ValueError: bad sizes or noise, simulations that keep failing; a checkpoint of
+                another run or a damaged one.
         """
         space = _space_of(model, "fit_online")
         for name, value, low in (("n_per_epoch", n_per_epoch, 2), ("n_val", n_val, 0)):
@@ -412,7 +422,7 @@ class AmortizedPosterior:
                                                                         n_per_epoch))
 
         val_data = self._normalised(*draw(key_val, n_val)) if n_val > 0 else None
-        self._train(data, val_data, config, checkpoint)
+        self._train(data, val_data, config, checkpoint, fresh_start)
         self._n_train = int(n_per_epoch)
         return self
 
@@ -430,14 +440,17 @@ class AmortizedPosterior:
         u = (np.asarray(self._space.to_internal(thetas), np.float64) - s["theta_mean"]) / s["theta_std"]
         return {"theta": u.astype(np.float32), "x": ((xs - s["x_mean"]) / s["x_std"]).astype(np.float32)}
 
-    def _train(self, train, val, config: TrainingConfig, checkpoint) -> None:
+    def _train(self, train, val, config: TrainingConfig, checkpoint, fresh_start: bool = False) -> None:
         first = train(1) if callable(train) else train
         m = min(_ACTNORM_INIT_SAMPLES, first["theta"].shape[0])
         network = self.network
         if self.config.actnorm:  # data-dependent initialisation needs the summaries of a first batch
             network.flow.initialize_actnorm(first["theta"][:m], network.summarize(first["x"][:m]))
+        extra = self._extra()
+        # the checkpoint's weights belong to its normalisation statistics and space
+        identity = {k: extra[k] for k in ("parameters", "theta_mean", "theta_std", "x_mean", "x_std")}
         self._training = _training.fit(network, bayesflow_loss, train, val, config, checkpoint=checkpoint,
-                                       extra=self._extra())
+                                       extra=extra, fingerprint=identity, fresh_start=fresh_start)
         self._fns = {}
 
     # --- inference -----------------------------------------------------------------------------
@@ -561,13 +574,18 @@ class AmortizedPosterior:
 
     def save(self, path: str | os.PathLike) -> None:
         """Weights, configuration, parameter space and normalisation statistics in one msgpack
-        file (`jcalib.nn.training.save_model`)."""
+        file with a SHA-256 checksum, written atomically (`jcalib.nn.training.save_model`)."""
         self._require()
         save_model(path, self.network, self._extra() | {"n_train": self._n_train})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> AmortizedPosterior:
-        """An `AmortizedPosterior` from `save`; the same key gives the same draws as before."""
+        """An `AmortizedPosterior` from `save`; the same key gives the same draws as before.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: not a BayesFlow posterior file, or a damaged one ("checksum").
+        """
         extra = _training.read_model_extra(path)
         if extra.get("format") != _FORMAT:
             raise ValueError(f"{path}: not a BayesFlow posterior file (format {extra.get('format')!r})")
