@@ -97,10 +97,11 @@ def _number(text: str, what: str) -> float:
     return value
 
 
-def _parameter_values(space, items: list[str] | None, what: str) -> dict[str, float]:
+def _parameter_values(space, items: list[str] | None, what: str, check_bounds: bool = True) -> dict[str, float]:
     """``{name: value}`` from name=value options, refused unless every name is a parameter of
-    ``space`` and every value a finite number inside its bounds (the one check of --set,
-    --start and --fix; the model refuses out-of-bounds values too)."""
+    ``space`` and every value a finite number, inside its bounds when ``check_bounds`` (the one
+    check of --set, --start and --fix; the model refuses out-of-bounds values too, while a
+    `CalibrationProblem` admits fixed values outside the bounds, e.g. a rate fixed to 0)."""
     values = {}
     for name, text in _parse_assignments(items, what).items():
         try:
@@ -109,7 +110,7 @@ def _parameter_values(space, items: list[str] | None, what: str) -> dict[str, fl
             raise ValueError(f"{what}: {err}") from None
         values[name] = value = _number(text, f"{what} {name}={text}")
         p = space[name]
-        if not p.lower <= value <= p.upper:
+        if check_bounds and not p.lower <= value <= p.upper:
             raise ValueError(f"{what}: {name} = {value:g} lies outside its bounds [{p.lower:g}, {p.upper:g}]; "
                              "give a value inside them")
     return values
@@ -340,7 +341,7 @@ def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, sta
     Raises ValueError (bad CSV, names or values) or OSError (unreadable file)."""
     from jcalib.problem import CalibrationProblem
 
-    fixed = _parameter_values(m.parameters, fix, "--fix")
+    fixed = _parameter_values(m.parameters, fix, "--fix", check_bounds=False)
     theta0 = _parameter_values(m.parameters, start, "--start")
     measurements = _data_file(data)
     problem = CalibrationProblem(m, measurements, fixed=fixed,

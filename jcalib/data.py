@@ -205,48 +205,103 @@ class Measurements(eqx.Module):
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike) -> Measurements:
-        """Read a file written by `to_csv` (or by hand in the same layout).
+        """Read a file written by `to_csv` (or by hand, or by a spreadsheet program, in the
+        same layout).
 
-        Empty cells are missing entries (``mask=False``). Sigma columns come back in the
+        The file is UTF-8 text, with or without a byte-order mark. Empty cells are missing
+        entries (``mask=False``); blank lines are skipped. Sigma columns come back in the
         most compact form that reproduces them: a scalar if all are equal, one value per
         output if every column is constant, per entry otherwise (`sigma_full` is
-        always exactly the one written).
+        always exactly the one written). A sigma cell may be empty where its value is.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            ValueError: the file is not UTF-8 CSV text, is empty, or its header is not
+                ``t,<outputs>[,sigma_<outputs>]``; a row has the wrong number of cells; a
+                cell is not a finite number (or a sigma not positive); the times decrease.
+                Every message about a cell names its line, its column (number and name)
+                and the offending text.
         """
-        with open(path, newline="") as f:
-            rows = [row for row in csv.reader(f) if row]
-        if not rows:
-            raise ValueError(f"from_csv: {os.fspath(path)!r} is empty")
-        header = [h.strip() for h in rows[0]]
-        if not header or header[0] != "t":
+        where = os.fspath(path)
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                reader = csv.reader(f)
+                rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+        except UnicodeDecodeError as err:
             raise ValueError(
-                f"from_csv: the first column must be 't'; got header {header} in {os.fspath(path)!r}"
+                f"from_csv: {where!r} is not UTF-8 text (byte {err.object[err.start:err.start + 1]!r} at "
+                f"offset {err.start}); save the file as UTF-8 CSV"
+            ) from None
+        except csv.Error as err:
+            raise ValueError(f"from_csv: line {reader.line_num} of {where!r} is not valid CSV ({err})") from None
+        if not rows:
+            raise ValueError(f"from_csv: {where!r} is empty; expected a header t,<outputs> and one row per time")
+        header_line, header = rows[0][0], [h.strip() for h in rows[0][1]]
+        if header[0] != "t":
+            raise ValueError(
+                f"from_csv: the first column must be 't'; got header {header} (line {header_line} of {where!r})"
             )
+        for j, h in enumerate(header):
+            if not h:
+                raise ValueError(
+                    f"from_csv: column {j + 1} of the header (line {header_line} of {where!r}) has no name; "
+                    f"got header {header}"
+                )
         columns = header[1:]
         half = len(columns) // 2
         has_sigma = (len(columns) % 2 == 0 and half > 0
                      and columns[half:] == [f"sigma_{n}" for n in columns[:half]])
         names = columns[:half] if has_sigma else columns
         if not names:
-            raise ValueError(f"from_csv: no output columns in {os.fspath(path)!r}")
-        data = rows[1:]
-        if not data:
-            raise ValueError(f"from_csv: {os.fspath(path)!r} has a header but no rows")
+            raise ValueError(f"from_csv: no output columns in {where!r}; expected a header t,<outputs>")
+        if not has_sigma and any(n.startswith("sigma_") for n in names):
+            expected = ",".join(["t", *(n for n in names if not n.startswith("sigma_")),
+                                 *(n for n in names if n.startswith("sigma_"))])
+            raise ValueError(
+                f"from_csv: the header of {where!r} has sigma columns but not one per output after all "
+                f"outputs in the same order; got {','.join(header)}, expected e.g. {expected} with "
+                "sigma_<name> for every output <name>"
+            )
+        if len(rows) == 1:
+            raise ValueError(f"from_csv: {where!r} has a header but no rows")
         n_out = len(names)
+
+        def number(line: int, j: int, text: str, what: str = "a finite number") -> float:
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or (what != "a finite number" and value <= 0):
+                hint = "; leave the cell empty for a missing entry" if 1 <= j <= n_out else ""
+                raise ValueError(
+                    f"from_csv: line {line}, column {j + 1} ({header[j]!r}) of {where!r}: {text!r} is not "
+                    f"{what}{hint}"
+                ) from None
+            return value
+
         ts, values, mask, sigma = [], [], [], []
-        for k, row in enumerate(data, start=2):
+        for line, row in rows[1:]:
             if len(row) != len(header):
                 raise ValueError(
-                    f"from_csv: line {k} of {os.fspath(path)!r} has {len(row)} cells; expected "
+                    f"from_csv: line {line} of {where!r} has {len(row)} cells; expected "
                     f"{len(header)} ({', '.join(header)})"
                 )
             cells = [c.strip() for c in row]
-            ts.append(float(cells[0]))
-            values.append([float(c) if c else np.nan for c in cells[1 : 1 + n_out]])
+            t = number(line, 0, cells[0])
+            if ts and t < ts[-1][1]:
+                raise ValueError(
+                    f"from_csv: line {line}, column 1 ('t') of {where!r}: time {cells[0]!r} is before "
+                    f"{ts[-1][1]!r} on line {ts[-1][0]}; sort the rows by time"
+                )
+            ts.append((line, t))
+            values.append([number(line, j, c) if c else np.nan for j, c in enumerate(cells[1 : 1 + n_out], 1)])
             mask.append([bool(c) for c in cells[1 : 1 + n_out]])
             if has_sigma:
-                sigma.append([float(c) for c in cells[1 + n_out :]])
+                sigma.append([np.nan if not c and not cells[j - n_out] else
+                              number(line, j, c, "a positive finite number")
+                              for j, c in enumerate(cells[1 + n_out :], 1 + n_out)])
         sigma_arr = _compact_sigma(np.array(sigma, dtype=np.float64)) if has_sigma else None
-        return cls(np.array(ts), np.array(values), np.array(mask, dtype=bool), sigma_arr,
+        return cls(np.array([t for _, t in ts]), np.array(values), np.array(mask, dtype=bool), sigma_arr,
                    tuple(names))
 
     def to_npz(self, path: str | os.PathLike) -> None:
