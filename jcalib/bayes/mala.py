@@ -473,13 +473,18 @@ def sample(
 
     Returns:
         `PosteriorResult`: samples by chain in internal and physical units, acceptance per
-        chain, ESS, R-hat, MCSE, mean, sd, quantiles, the best sample, step sizes.
+        chain, ESS, R-hat, MCSE, mean, sd, quantiles, the best sample, step sizes, and
+        ``warnings`` (one line each) when a chain accepted < 5 %, R-hat > 1.05 or bulk
+        ESS < 100 (`jcalib.bayes.diagnostics.sampling_warnings`).
 
     Raises:
         ValueError: float64 not enabled; bad sizes, ``theta0_internal`` shape or a start
             with a non-finite log density or gradient; bad ``step_sizes``, ``fraction``,
             ``bounds``, ``preconditioner``, ``target_acceptance``, ``backend``, ``names`` or
             ``to_physical``.
+
+    Warns:
+        SamplingWarning: each of the result's ``warnings`` (a stalled or unmixed run).
     """
     start_time = time.perf_counter()
     if not jax.config.jax_enable_x64:
