@@ -389,6 +389,7 @@ class InverseMapping:
         checkpoint: str | os.PathLike | None = None,
         progress: bool | None = None,
         chunk_size: int | None = None,
+        fresh_start: bool = False,
     ) -> InverseMapping:
         """Offline phase: simulate training and validation data, add noise, train; returns self.
 
@@ -403,9 +404,11 @@ class InverseMapping:
                 The design is drawn over the whole box and the excluded samples are dropped,
                 repeated with new keys until ``n`` remain (the stratification of a Latin
                 hypercube then holds only approximately).
-            checkpoint: resumable training checkpoint (`jcalib.nn.training.fit`).
+            checkpoint: resumable training checkpoint (`jcalib.nn.training.fit`); it resumes
+                only the run that wrote it (see `fit_data`).
             progress: show progress bars (default: the training configuration's setting).
             chunk_size: `simulate_batch` chunk size.
+            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
 
         Raises:
             ValueError: no model; sizes below 2; an ``exclude`` that is invalid or leaves
@@ -429,7 +432,7 @@ class InverseMapping:
         x_train = add_noise(k_noise_train, signals[: len(thetas_train)][ok_train], self.noise_std, self.relative_noise)
         x_val = add_noise(k_noise_val, signals[len(thetas_train):][ok_val], self.noise_std, self.relative_noise)
         self.fit_data(thetas_train[ok_train], x_train, val=(thetas_val[ok_val], x_val), checkpoint=checkpoint,
-                      progress=progress)
+                      progress=progress, fresh_start=fresh_start)
         self.exclude_box = box
         self.timings["simulate_s"] = simulate_s
         self.timings["n_failed"] = int((~ok).sum())
@@ -443,6 +446,7 @@ class InverseMapping:
         *,
         checkpoint: str | os.PathLike | None = None,
         progress: bool | None = None,
+        fresh_start: bool = False,
     ) -> InverseMapping:
         """Train on precomputed data (signals used as given: add measurement noise first,
         e.g. with `add_noise`); returns self.
@@ -455,11 +459,16 @@ class InverseMapping:
             signals: their (noisy) outputs ``(n, n_times, n_outputs)``.
             val: ``(thetas, signals)`` of the validation set (early stopping), or None (then
                 the training loss is monitored).
-            checkpoint: resumable training checkpoint.
+            checkpoint: resumable training checkpoint. It resumes only the run that wrote it:
+                other data, validation data, scalers, feature extractor, network or training
+                configuration raise ``ValueError`` (see ``fresh_start``); a finished run is
+                returned as it is (``training.n_epochs_run == 0``).
             progress: show a progress bar (default: the training configuration's setting).
+            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
 
         Raises:
-            ValueError: shapes that do not match, fewer than 2 samples, NaN or inf.
+            ValueError: shapes that do not match, fewer than 2 samples, NaN or inf; a
+                checkpoint of another run or a damaged one.
         """
         thetas, signals = self._check_data(thetas, signals, "fit_data")
         if thetas.shape[0] < 2:
@@ -485,8 +494,12 @@ class InverseMapping:
             config = dataclasses.replace(config, progress=bool(progress))
         network = MLP(extractor.n_features, self.hidden, self._space.n_params, rngs=nnx.Rngs(self.seed))
         self.extractor, self.feature_scaler, self.theta_scaler = extractor, feature_scaler, theta_scaler
+        extra = self._extra()
+        # the checkpoint's weights belong to its scalers, features and network
+        identity = {k: extra[k] for k in ("feature", "hidden", "seed", "parameters", "extractor", "feature_scaler",
+                                          "theta_scaler")}
         self._training = _training.fit(network, _mse, train, val_data, config, checkpoint=checkpoint,
-                                       extra=self._extra())
+                                       extra=extra, fingerprint=identity, fresh_start=fresh_start)
         self.network = network
         self.n_train = int(thetas.shape[0])
         self.train_data = (thetas, signals)
@@ -599,7 +612,7 @@ class InverseMapping:
     # --- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         """Weights, scalers, feature extractor, noise and configuration in one msgpack file
-        (`jcalib.nn.training.save_model`)."""
+        with a SHA-256 checksum, written atomically (`jcalib.nn.training.save_model`)."""
         self._trained_parts()
         save_model(path, self.network, self._extra() | {"n_train": self.n_train, "timings": self.timings})
 
@@ -613,7 +626,9 @@ class InverseMapping:
                 names and output count must match the saved ones.
 
         Raises:
-            ValueError: not an IMPU file; a model that does not match.
+            FileNotFoundError: no such file.
+            ValueError: not an IMPU file, or a damaged one ("checksum"); a model that does not
+                match.
         """
         extra = _training.read_model_extra(path)
         if extra.get("format") != _FORMAT:

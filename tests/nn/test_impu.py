@@ -37,7 +37,8 @@ def metrics(impu):
 @pytest.fixture(scope="module")
 def measurements(beam, impu):
     """Noisy measurements at the centre p_c and at FAR (far outside the training box)."""
-    clean = np.stack([np.asarray(beam.simulate(np.asarray(beam.parameters.nominal))), np.asarray(beam.simulate(FAR))])
+    far = beam.with_bounds_check(False).simulate(FAR)  # deliberate extrapolation (outside the bounds)
+    clean = np.stack([np.asarray(beam.simulate(np.asarray(beam.parameters.nominal))), np.asarray(far)])
     return add_noise(jax.random.key(2), clean, impu.noise_std)
 
 
