@@ -224,9 +224,11 @@ def write_checked_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray])
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def read_checked_npz(path: str | os.PathLike, what: str = "file") -> dict[str, np.ndarray]:
+def read_checked_npz(path: str | os.PathLike, what: str = "file", required: tuple[str, ...] = ()
+                     ) -> dict[str, np.ndarray]:
     """All arrays of a `write_checked_npz` file (without ``sha256``), checksum verified;
-    never unpickles.
+    never unpickles. ``required`` names arrays whose absence means another kind of file
+    (reported before a missing checksum).
 
     Raises:
         FileNotFoundError: no such file.
@@ -248,6 +250,10 @@ def read_checked_npz(path: str | os.PathLike, what: str = "file") -> dict[str, n
         raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one "
                          f"({type(err).__name__})") from None
     expected = arrays.pop(_CHECKSUM_KEY, None)
+    missing = [name for name in required if name not in arrays]
+    if missing:
+        raise ValueError(f"{what} {os.fspath(path)!r} has no {', '.join(missing)} "
+                         f"{'entries' if len(missing) > 1 else 'entry'}; not a jcalib {what}")
     if expected is None or expected.shape != () or expected.dtype.kind != "U":
         raise ValueError(f"{what} {os.fspath(path)!r}: no checksum; not written by jcalib (or by an older version "
                          "without checksums): create it again")

@@ -1,7 +1,8 @@
 """`PosteriorResult`: posterior samples by chain with the numbers a Bayesian paper reports.
 
 Saved as one ``.npz`` file: the arrays, plus a ``metadata`` entry holding JSON (names,
-units, settings, ``extra``); loading never unpickles (``allow_pickle=False``). For ArviZ
+units, settings, ``extra``) and a SHA-256 checksum verified on loading
+(`jcalib.fileio.write_checked_npz`); written atomically, loading never unpickles. For ArviZ
 users, ``result.to_inference_data().to_netcdf(path)`` writes netCDF (h5netcdf backend).
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 import equinox as eqx
 import numpy as np
 
+from jcalib import fileio
 from jcalib.bayes import diagnostics
 from jcalib.jsonable import to_jsonable
 
@@ -229,32 +231,39 @@ class PosteriorResult(eqx.Module):
 
     # --- files -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
-        """Write an ``.npz`` file: the arrays and a JSON ``metadata`` entry (no pickle)."""
+        """Write an ``.npz`` file (the name as given): the arrays, a JSON ``metadata`` entry and
+        a SHA-256 checksum, atomically (a temporary file, then a rename; no pickle)."""
         metadata = {"format": _FORMAT, "names": list(self.names), "units": list(self.units),
                     "log_scale": list(self.log_scale), "best_logdensity": self.best_logdensity,
                     "method": self.method, "n_steps": self.n_steps, "burn_in": self.burn_in, "thin": self.thin,
                     "warmup": self.warmup, "n_logdensity_evaluations": self.n_logdensity_evaluations,
                     "wall_time_s": self.wall_time_s, "extra": self.extra}
         arrays = {name: np.asarray(getattr(self, name)) for name in _ARRAYS}
-        with open(path, "wb") as f:
-            np.savez(f, metadata=np.array(json.dumps(to_jsonable(metadata))), **arrays)
+        fileio.write_checked_npz(path, {"metadata": np.array(json.dumps(to_jsonable(metadata))), **arrays})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PosteriorResult:
-        """Read a file written by `save`.
+        """Read a file written by `save` (its checksum verified).
 
         Raises:
-            ValueError: the file is not a saved `PosteriorResult`.
+            FileNotFoundError: there is no such file.
+            ValueError: the file is not a saved `PosteriorResult` (another file, empty,
+                truncated, written by a jcalib without checksums), or it is damaged
+                ("checksum mismatch").
         """
-        with np.load(path, allow_pickle=False) as data:
-            if "metadata" not in data.files:
-                raise ValueError(f"PosteriorResult.load: {os.fspath(path)!r} has no metadata entry; not written by "
-                                 "PosteriorResult.save")
+        data = fileio.read_checked_npz(path, "PosteriorResult file", required=("metadata",))
+        try:
             meta = json.loads(str(data["metadata"]))
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"PosteriorResult.load: {os.fspath(path)!r} has format {meta.get('format')!r}; "
-                                 f"expected {_FORMAT!r}")
-            arrays = {name: np.asarray(data[name]) for name in _ARRAYS}
+        except json.JSONDecodeError:
+            meta = None
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            found = meta.get("format") if isinstance(meta, dict) else None
+            raise ValueError(f"PosteriorResult.load: {os.fspath(path)!r} has format {found!r}; expected {_FORMAT!r}")
+        missing = [name for name in _ARRAYS if name not in data]
+        if missing:
+            raise ValueError(f"PosteriorResult.load: {os.fspath(path)!r} lacks the arrays {missing}; not written by "
+                             "PosteriorResult.save")
+        arrays = {name: data[name] for name in _ARRAYS}
         nan = float("nan")
         return cls(
             names=tuple(meta["names"]), units=tuple(meta["units"]), log_scale=tuple(meta["log_scale"]),
