@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 
@@ -31,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
+from jcalib import fileio
 from jcalib.model import AbstractModel, SimulationError, SolveStatus
 
 __all__ = ["MISSING_FILL", "Measurements", "synthetic_measurements"]
@@ -193,15 +195,16 @@ class Measurements(eqx.Module):
         if sigma is not None:
             sigma = np.asarray(sigma)
             header += [f"sigma_{n}" for n in names]
-        with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            for i in range(self.n_times):
-                row = [_fmt(ts[i])]
-                row += [_fmt(values[i, j]) if mask[i, j] else "" for j in range(self.n_outputs)]
-                if sigma is not None:
-                    row += [_fmt(s) for s in sigma[i]]
-                writer.writerow(row)
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer)
+        writer.writerow(header)
+        for i in range(self.n_times):
+            row = [_fmt(ts[i])]
+            row += [_fmt(values[i, j]) if mask[i, j] else "" for j in range(self.n_outputs)]
+            if sigma is not None:
+                row += [_fmt(s) for s in sigma[i]]
+            writer.writerow(row)
+        fileio.atomic_write_text(path, buffer.getvalue())  # never a half-written file
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike) -> Measurements:
@@ -305,9 +308,11 @@ class Measurements(eqx.Module):
                    tuple(names))
 
     def to_npz(self, path: str | os.PathLike) -> None:
-        """Write every field (ts, values, mask, sigma, output_names) to an ``.npz`` file.
+        """Write every field (ts, values, mask, sigma, output_names) to an ``.npz`` file,
+        atomically and with a SHA-256 checksum (`jcalib.fileio.write_checked_npz`).
 
-        NumPy appends ``.npz`` to ``path`` when it has no such suffix. No pickles are used.
+        ``.npz`` is appended to ``path`` when it has no such suffix (as NumPy does). No
+        pickles are used.
         """
         arrays = {"ts": np.asarray(self.ts), "values": np.asarray(self.values),
                   "mask": np.asarray(self.mask)}
@@ -315,18 +320,23 @@ class Measurements(eqx.Module):
             arrays["sigma"] = np.asarray(self.sigma)
         if self.output_names is not None:
             arrays["output_names"] = np.array(self.output_names, dtype=np.str_)
-        np.savez(path, **arrays)
+        path = os.fspath(path)
+        fileio.write_checked_npz(path if path.endswith(".npz") else path + ".npz", arrays)
 
     @classmethod
     def from_npz(cls, path: str | os.PathLike) -> Measurements:
-        """Read a file written by `to_npz`; the result equals the saved measurements."""
-        with np.load(path, allow_pickle=False) as data:
-            missing = [k for k in ("ts", "values", "mask") if k not in data]
-            if missing:
-                raise ValueError(f"from_npz: {os.fspath(path)!r} lacks the arrays {missing}")
-            sigma = data["sigma"] if "sigma" in data else None
-            names = tuple(str(n) for n in data["output_names"]) if "output_names" in data else None
-            return cls(data["ts"], data["values"], data["mask"], sigma, names)
+        """Read a file written by `to_npz` (its checksum verified); the result equals the
+        saved measurements.
+
+        Raises:
+            FileNotFoundError: there is no such file.
+            ValueError: not a `to_npz` file (another file, empty, truncated, written by a
+                jcalib without checksums), or a damaged one ("checksum mismatch").
+        """
+        data = fileio.read_checked_npz(path, "Measurements file", required=("ts", "values", "mask"))
+        sigma = data["sigma"] if "sigma" in data else None
+        names = tuple(str(n) for n in data["output_names"]) if "output_names" in data else None
+        return cls(data["ts"], data["values"], data["mask"], sigma, names)
 
 
 def synthetic_measurements(
