@@ -2,6 +2,7 @@
 global search, bottom-up estimation and uncertainty at the optimum."""
 
 from jcalib.estimation.bottom_up import BottomUpResult, bottom_up, find_knee
+from jcalib.estimation.failures import FailedStartError
 from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.global_search import differential_evolution, multistart, sample_starts, scipy_minimize
 from jcalib.estimation.least_squares import MultistartResult, least_squares_trf, levenberg_marquardt_batch
@@ -14,7 +15,8 @@ from jcalib.estimation.uncertainty import (
 )
 
 __all__ = [
-    "BottomUpResult", "EstimationResult", "MultistartResult", "ParameterCovariance", "ProfileLikelihood",
+    "BottomUpResult", "EstimationResult", "FailedStartError", "MultistartResult", "ParameterCovariance",
+    "ProfileLikelihood",
     "bottom_up", "find_knee",
     "differential_evolution", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
     "multistart", "parameter_covariance", "profile_likelihood", "sample_starts", "scipy_minimize",

@@ -64,6 +64,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 from tqdm.auto import tqdm
 
+from jcalib.estimation.failures import FailedStartError
 from jcalib.estimation.gauss_newton import gauss_newton, start_internal
 from jcalib.estimation.least_squares import least_squares_trf
 from jcalib.estimation.result import EstimationResult
@@ -265,7 +266,10 @@ def bottom_up(
         ValueError: ``problem`` is not a problem; an empty ranking, a duplicate, unknown
             or fixed name in it; unknown ``method`` or ``knee_rule``; bad ``max_params``,
             ``knee_threshold``, ``theta0`` or ``options``; a knee rule returning a j
-            outside 1..μ; or a failed simulation at a step's start.
+            outside 1..μ.
+        FailedStartError: (a ``ValueError``) a step cannot start: the simulation fails at
+            its start (with the `jcalib.model.SolveStatus`), the loss overflows there or the
+            Jacobian there is not finite; the message names the step and the parameter.
     """
     t_start = time.perf_counter()
     if not isinstance(problem, CalibrationProblem):
@@ -307,7 +311,10 @@ def bottom_up(
         if j == 1:  # J_0: the cost at the base values (same compiled residuals as the step)
             r0 = np.asarray(step_problem.residuals(step_problem.to_internal(jnp.asarray(start))))
             initial_loss = float(np.mean(r0**2))
-        result = estimator(step_problem, start, **options)
+        try:
+            result = estimator(step_problem, start, **options)
+        except FailedStartError as e:
+            raise FailedStartError(f"bottom_up: step {j} (adding {name!r}) cannot start: {e}") from e
         steps.append(result)
         starts.append(start)
         previous = np.asarray(result.theta, dtype=np.float64)

@@ -63,6 +63,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 from tqdm.auto import tqdm
 
+from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
 from jcalib.problem import CalibrationProblem
 from jcalib.sensitivity.identifiability import (
@@ -300,8 +301,17 @@ def gauss_newton(
         internal coordinates), the rule and its thresholds, ``at_bounds`` and ``start``.
 
     Raises:
-        ValueError: bad ``theta0`` (shape, unknown name, non-finite, outside the bounds),
-            bad options, or a failed simulation at the start.
+        ValueError: bad ``theta0`` (shape, unknown name, non-finite, outside the bounds) or
+            bad options.
+        FailedStartError: (a ``ValueError``) nothing to iterate from: the simulation fails
+            at the start (the message gives its `jcalib.model.SolveStatus`), the loss
+            overflows there although the simulation succeeded (e.g. absolute weighting of
+            huge data), or the Jacobian there has NaN or inf entries.
+
+    A non-finite Jacobian at a later iterate stops the run with ``converged=False`` and the
+    failure in ``reason``; a trial point whose solve fails (or whose loss overflows) is
+    rejected by the damping loop, so the iteration steps around failed regions and never
+    returns a point where the simulation fails.
     """
     t_start = time.perf_counter()
     if int(max_iterations) != max_iterations or max_iterations < 1:
@@ -315,11 +325,11 @@ def gauss_newton(
                                        damping_growth=damping_growth, xtol=xtol)
     z0 = start_internal(problem, theta0, internal=internal, where="gauss_newton")
     state = algorithm.init(z0)
-    if not math.isfinite(state.loss):
-        raise ValueError(
-            f"gauss_newton: the simulation at the start {problem.estimate_dict(z0)} failed (NaN "
-            "residuals); choose another theta0"
-        )
+    failure = (point_failure(problem, z0, state.residuals, "gauss_newton", fix="choose another theta0")
+               or jacobian_failure(problem, z0, state.jacobian, "gauss_newton",
+                                   fix="choose another theta0"))
+    if failure:
+        raise FailedStartError(failure)
     names = problem.free_names
     history: dict[str, list] = {k: [] for k in (
         "loss", "theta", "damping", "accepted", "n_trials", "step_norm", "condition_number",
@@ -345,7 +355,10 @@ def gauss_newton(
         history["n_essential_directions"].append(info.n_essential)
         history["held"].append([n for n, h in zip(names, info.held) if h])
         if not info.jacobian_finite:
-            reason = "the Jacobian is not finite at the iterate (failed sensitivity solve)"
+            reason = "failed: " + (jacobian_failure(problem, state.theta_internal, state.jacobian,
+                                                    "gauss_newton", "the iterate",
+                                                    fix="the iteration stopped there")
+                                   or "the Jacobian is not finite at the iterate")
             break
         if info.n_step_directions == 0:
             reason = ("no step direction: the Jacobian is zero or every parameter is held on "
@@ -371,6 +384,7 @@ def gauss_newton(
             break
     bar.close()
 
+    converged, reason = honest_outcome(converged, reason, state.loss, state.theta_internal)
     analysis = None
     if np.all(np.isfinite(state.jacobian)) and np.any(state.jacobian):
         analysis = jacobian_analysis(state.jacobian, names, flat_ratio=flat_ratio,
@@ -465,7 +479,8 @@ def _on_bounds(z, lower, upper) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _mean_square(r: np.ndarray) -> float:
-    return float(np.mean(np.square(r)))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported, not warned
+        return float(np.mean(np.square(r)))
 
 
 def _reduced_step(jac, r, n_essential, flat_ratio, gap_ratio) -> tuple[np.ndarray, int]:

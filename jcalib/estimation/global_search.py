@@ -49,6 +49,7 @@ import scipy.optimize
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from jcalib.estimation.failures import FailedStartError, honest_outcome, point_failure
 from jcalib.estimation.least_squares import (
     MultistartResult,
     _Calls,
@@ -162,8 +163,10 @@ def multistart(
 
     Raises:
         ValueError: unknown ``method`` or ``start_distribution``; bad ``n_starts`` or
-            ``theta0``. With ``"trf"``, a start where the solve fails is skipped with
-            ``loss = inf`` rather than raising.
+            ``theta0``. A start that cannot be used (failed solve, overflowing loss or
+            non-finite Jacobian there) is not an error: it gets ``loss = inf``,
+            ``converged=False`` and the reason; ``extra["n_failed_starts"]`` counts them and,
+            when every start failed, ``extra["failure"]`` says why.
     """
     if method not in LOCAL_METHODS:
         raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")
@@ -177,9 +180,7 @@ def multistart(
     for i in tqdm(range(starts.shape[0]), desc="multistart trf", unit="start", disable=not progress):
         try:
             results.append(least_squares_trf(problem, starts[i], **local_options))
-        except ValueError as e:
-            if "model solve failed" not in str(e):
-                raise
+        except FailedStartError as e:
             z, theta = _inside(problem, problem.to_internal(jnp.asarray(starts[i])))
             results.append(EstimationResult(
                 method="trf", names=problem.free_names, theta=theta, theta_internal=z,
@@ -460,6 +461,15 @@ def differential_evolution(
         z_int = theta = np.clip(z, lower, upper)
     else:
         z_int, theta = _inside(problem, z)
+    if not math.isfinite(float(losses[best])):
+        why = None
+        if problem is not None:
+            why = point_failure(problem, z_int, np.asarray(problem.residuals(jnp.asarray(z_int))),
+                                "differential_evolution", "the best member",
+                                fix="narrow the bounds to where the model can be simulated")
+        reason = (f"failed: every member of the population has a non-finite loss after {generations} "
+                  "generations" + (f"; {why}" if why else ""))
+    converged, reason = honest_outcome(converged, reason, float(losses[best]), theta)
     result = EstimationResult(
         method="de", names=names, theta=theta, theta_internal=z_int, loss=float(losses[best]),
         singular_values=np.zeros(0), condition_number=math.nan, n_essential_directions=n,
@@ -467,8 +477,12 @@ def differential_evolution(
         wall_time_s=time.perf_counter() - start, converged=converged, reason=reason,
         history=history, extra=extra,
     )
-    if polish and problem is not None:
-        polished = least_squares_trf(problem, theta)
+    if polish and problem is not None and math.isfinite(result.loss):
+        try:
+            polished = least_squares_trf(problem, theta)
+        except FailedStartError as e:  # e.g. a NaN Jacobian at the best member: keep DE's answer
+            return eqx.tree_at(lambda r: (r.reason, r.converged), result,
+                               (f"{reason}; TRF polish could not start: {e}", False))
         return EstimationResult(
             method="de+trf", names=names, theta=polished.theta,
             theta_internal=polished.theta_internal, loss=polished.loss,
@@ -597,17 +611,22 @@ def scipy_minimize(
         sol = scipy.optimize.minimize(calls.loss, z0, method="Nelder-Mead" if method == "nelder-mead" else "Powell",
                                       bounds=bounds, tol=tol, options=opts)
     z = np.asarray(sol.x, dtype=np.float64)
-    loss = float(np.mean(calls.cached_residuals(z) ** 2))
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss = float(np.mean(calls.cached_residuals(z) ** 2))
     if not math.isfinite(loss) and calls.best_z is not None:
         z, loss = calls.best_z, calls.best_loss
     z, theta = _inside(problem, z)
+    converged, reason = honest_outcome(bool(sol.success), str(sol.message), loss, theta)
+    if not math.isfinite(loss):
+        reason += "; " + (point_failure(problem, z, calls.cached_residuals(z), "scipy_minimize",
+                                        "the estimate") or "no evaluated point has a finite loss")
     return EstimationResult(
         method=method, names=problem.free_names, theta=theta, theta_internal=z,
         loss=loss if math.isfinite(loss) else math.inf,
         singular_values=np.zeros(0), condition_number=math.nan,
         n_essential_directions=problem.n_free, n_iterations=int(getattr(sol, "nit", 0) or 0),
         n_simulations=calls.n_simulations, n_jacobians=calls.n_jacobians,
-        wall_time_s=time.perf_counter() - start, converged=bool(sol.success), reason=str(sol.message),
+        wall_time_s=time.perf_counter() - start, converged=converged, reason=reason,
         history={"best_loss": calls.best_trace},
         extra={"nfev": int(getattr(sol, "nfev", calls.n_simulations)), "n_failed_solves": calls.n_failed,
                "max_bound_violation": calls.max_violation},

@@ -52,6 +52,7 @@ import optimistix as optx
 import scipy.optimize
 from jaxtyping import ArrayLike, Float
 
+from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
 from jcalib.problem import CalibrationProblem
@@ -77,7 +78,9 @@ class MultistartResult(eqx.Module):
         n_simulations: simulations of all starts together.
         n_jacobians: Jacobian evaluations of all starts together.
         wall_time_s: wall-clock seconds of the whole batch, compilation included.
-        extra: method-specific numbers (JSON-able).
+        extra: method-specific numbers (JSON-able); always ``n_failed_starts`` (starts
+            that ended with a non-finite loss), and ``failure`` (in words) when every
+            start failed, in which case ``best.converged`` is False.
     """
 
     method: str
@@ -147,7 +150,7 @@ class _Calls:
         self._see(z)
         self.n_simulations += 1
         r = np.asarray(self.problem.residuals(jnp.asarray(z)))
-        loss = float(np.mean(r**2))
+        loss = _mean_square(r)
         if not math.isfinite(loss):
             self.n_failed += 1
         elif loss < self.best_loss:
@@ -171,12 +174,15 @@ class _Calls:
 
     def loss(self, z: np.ndarray) -> float:
         """Scalar objective for scipy minimizers: NaN (failed solve) becomes ``inf``."""
-        loss = float(np.mean(self.residuals(z) ** 2))
+        loss = _mean_square(self.residuals(z))
         return loss if math.isfinite(loss) else math.inf
 
 
 class _JacobianFailed(Exception):
-    pass
+    def __init__(self, z: np.ndarray, jacobian: np.ndarray):
+        super().__init__("non-finite Jacobian")
+        self.z = np.asarray(z, dtype=np.float64).copy()
+        self.jacobian = jacobian
 
 
 def least_squares_trf(
@@ -232,7 +238,14 @@ def least_squares_trf(
 
     Raises:
         ValueError: ``theta0`` has the wrong shape or names, is not finite or lies outside
-            the bounds; the solve fails at ``theta0`` (NaN residuals); unknown ``jac``.
+            the bounds; unknown ``jac``.
+        FailedStartError: (a ``ValueError``) the simulation fails at ``theta0`` (the message
+            gives its `jcalib.model.SolveStatus`), the loss overflows there although the
+            simulation succeeded (e.g. absolute weighting of huge data), or the autodiff
+            Jacobian there has NaN or inf entries.
+
+    The result never reports success with a non-finite loss or estimate: a run whose last
+    point failed returns the best point evaluated with ``converged=False``.
     """
     if jac not in _TRF_JACOBIANS:
         raise ValueError(f"least_squares_trf: jac must be one of {_TRF_JACOBIANS}; got {jac!r}")
@@ -240,11 +253,9 @@ def least_squares_trf(
     z0 = _start_internal(problem, theta0, "least_squares_trf")
     calls = _Calls(problem)
     r0 = calls.residuals(z0)
-    if not np.all(np.isfinite(r0)):
-        raise ValueError(
-            f"least_squares_trf: the model solve failed at theta0 (NaN residuals) = "
-            f"{problem.estimate_dict(z0)}; choose another start"
-        )
+    failure = point_failure(problem, z0, r0, "least_squares_trf")
+    if failure:
+        raise FailedStartError(failure)
     history: dict[str, list] = {"loss": [], "theta": [], "time_s": []}
 
     def record(z: np.ndarray) -> None:
@@ -257,7 +268,7 @@ def least_squares_trf(
         def jac_fn(z):
             j = calls.jacobian(z)
             if not np.all(np.isfinite(j)):
-                raise _JacobianFailed
+                raise _JacobianFailed(z, j)
             record(z)
             return j
     else:
@@ -270,12 +281,18 @@ def least_squares_trf(
         sol = scipy.optimize.least_squares(
             calls.cached_residuals, z0, jac=jac_fn, bounds=(lower, upper), method="trf",
             ftol=ftol, xtol=xtol, gtol=gtol, max_nfev=max_nfev, verbose=verbose, **kwargs)
-    except _JacobianFailed:
+    except _JacobianFailed as failed:
+        if not history["loss"]:  # scipy's first Jacobian, at the start: nothing to return
+            raise FailedStartError(jacobian_failure(problem, failed.z, failed.jacobian,
+                                                    "least_squares_trf")) from None
         z = calls.best_z
         j = None
         n_iterations = max(len(history["loss"]) - 1, 0)
         converged, status = False, -10
-        reason = "stopped: the Jacobian is not finite at an accepted point (failed solve)"
+        reason = "failed: " + (jacobian_failure(problem, failed.z, failed.jacobian,
+                                                "least_squares_trf", "an accepted point",
+                                                fix="stopped with the best point so far")
+                               or "the Jacobian is not finite at an accepted point")
         extra_scipy = {}
     else:
         z = np.asarray(sol.x)
@@ -289,7 +306,13 @@ def least_squares_trf(
             history["loss"].append(float(2.0 * sol.cost / max(sol.fun.size, 1)))
             history["theta"].append(np.asarray(problem.to_physical(jnp.asarray(z))).tolist())
     z, theta = _inside(problem, z)
-    loss = float(np.mean(calls.cached_residuals(z) ** 2))
+    loss = _mean_square(calls.cached_residuals(z))
+    if not math.isfinite(loss) and calls.best_z is not None:  # never end on a failed point
+        z, theta = _inside(problem, calls.best_z)
+        loss = _mean_square(calls.cached_residuals(z))
+        reason += "; the final point failed, the best point evaluated is returned"
+        converged = False
+    converged, reason = honest_outcome(converged, reason, loss, theta)
     singular_values = (np.zeros(0) if j is None or not np.all(np.isfinite(j))
                        else np.linalg.svd(j, compute_uv=False))
     return EstimationResult(
@@ -337,9 +360,12 @@ def levenberg_marquardt_batch(
     Returns:
         `MultistartResult` with ``method="lm"``. Per start: ``history`` is empty,
         ``singular_values`` empty and ``condition_number`` NaN (not computed), and
-        ``wall_time_s`` is the batch's time divided by ``n_starts``. A start whose solve
-        failed (non-finite loss) gets ``loss = inf``, its start as the estimate and
-        ``converged=False``.
+        ``wall_time_s`` is the batch's time divided by ``n_starts``. A start that ended
+        with a non-finite loss or estimate gets ``loss = inf``, its start as the estimate,
+        ``converged=False`` and a ``reason`` saying why: the simulation failed at the start
+        (with its `jcalib.model.SolveStatus`), the loss overflows there although the
+        simulation succeeded, the Jacobian there is not finite, or the iteration reached
+        such a point. ``extra["n_failed_starts"]`` counts them.
 
     Raises:
         ValueError: ``thetas0`` not ``(n_starts, n_free)``, not finite or outside the bounds;
@@ -389,7 +415,7 @@ def levenberg_marquardt_batch(
         failed = not (np.isfinite(losses[i]) and np.all(np.isfinite(z_final[i])))
         if failed:
             z, loss, converged = z0s[i], math.inf, False
-            reason = "failed: non-finite loss (the model solve failed)"
+            reason = "failed: " + _lm_failure(problem, z0s[i], f"thetas0[{i}]")
         else:
             z, loss, converged = z_final[i], float(losses[i]), bool(success[i])
             reason = ("converged: Cauchy termination (step and residual change below "
@@ -407,6 +433,17 @@ def levenberg_marquardt_batch(
         ))
     return _multistart_result("lm", start_distribution, problem, thetas0, results, wall,
                               extra={"max_steps_taken": int(n_steps.max()), "chunk_size": chunk})
+
+
+def _lm_failure(problem: CalibrationProblem, z0: np.ndarray, what: str) -> str:
+    """Why a Levenberg-Marquardt start ended with a non-finite loss, in words."""
+    where = "levenberg_marquardt_batch"
+    r0 = np.asarray(problem.residuals(jnp.asarray(z0)))
+    why = point_failure(problem, z0, r0, where, what)
+    if why is None:
+        why = jacobian_failure(problem, z0, np.asarray(problem.jacobian(jnp.asarray(z0))), where, what)
+    return why or (f"{where}: the iteration from {what} = {problem.estimate_dict(z0)} reached a point "
+                   "where the loss is not finite (a failed solve, an overflow or a NaN Jacobian)")
 
 
 @eqx.filter_jit
@@ -472,6 +509,11 @@ def _inside(problem: CalibrationProblem, z) -> tuple[np.ndarray, np.ndarray]:
     return z, theta
 
 
+def _mean_square(r) -> float:
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported, not warned
+        return float(np.mean(np.square(np.asarray(r))))
+
+
 def _condition(singular_values: np.ndarray) -> float:
     if singular_values.size == 0:
         return math.nan
@@ -482,10 +524,13 @@ def _condition(singular_values: np.ndarray) -> float:
 
 def _multistart_result(method, start_distribution, problem, starts, results, wall, extra=None):
     losses = np.array([r.loss if math.isfinite(r.loss) else math.inf for r in results])
+    n_failed = int(np.sum(~np.isfinite(losses)))
+    extra = {**({} if extra is None else extra), "n_failed_starts": n_failed}
+    if n_failed == len(results):
+        extra["failure"] = f"every start failed; first: {results[0].reason}"
     return MultistartResult(
         method=method, start_distribution=start_distribution, names=problem.free_names,
         starts=np.asarray(starts), results=tuple(results), best_index=int(np.argmin(losses)),
         sorted_losses=np.sort(losses), n_simulations=sum(r.n_simulations for r in results),
-        n_jacobians=sum(r.n_jacobians for r in results), wall_time_s=wall,
-        extra={} if extra is None else extra,
+        n_jacobians=sum(r.n_jacobians for r in results), wall_time_s=wall, extra=extra,
     )

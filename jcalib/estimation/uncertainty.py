@@ -36,6 +36,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 from scipy import stats
 
+from jcalib.estimation.failures import FailedStartError, jacobian_failure, point_failure
 from jcalib.estimation.gauss_newton import gauss_newton, start_internal
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
@@ -147,7 +148,9 @@ def parameter_covariance(
 
     Raises:
         ValueError: a result for other parameters, bad ``sigma``/``rcond``/``n_directions``,
-            too few residuals to estimate σ, or a non-finite Jacobian at the estimate.
+            too few residuals to estimate σ, or no finite residuals and Jacobian at the
+            estimate: the message says whether the simulation failed there (with its
+            `jcalib.model.SolveStatus`), the loss overflows or only the Jacobian is NaN.
     """
     z = _estimate_internal(problem, estimate, internal, "parameter_covariance")
     d = problem.n_free
@@ -162,9 +165,11 @@ def parameter_covariance(
                          f"[1, n_free={d}]; got {n_directions!r}")
     r = np.asarray(problem.residuals(z))
     jac = np.asarray(problem.jacobian(z))
-    if not (np.all(np.isfinite(jac)) and np.all(np.isfinite(r))):
-        raise ValueError("parameter_covariance: residuals or Jacobian are not finite at the "
-                         "estimate (failed solve); check the estimate")
+    fix = "no covariance there; check the estimate"
+    failure = (point_failure(problem, z, r, "parameter_covariance", "the estimate", fix=fix)
+               or jacobian_failure(problem, z, jac, "parameter_covariance", "the estimate", fix=fix))
+    if failure:
+        raise ValueError(failure)
     _, s, vt = np.linalg.svd(jac, full_matrices=False)
     s = np.concatenate([s, np.zeros(d - s.size)])
     vt = np.concatenate([vt, np.zeros((d - vt.shape[0], d))]) if vt.shape[0] < d else vt
@@ -228,7 +233,9 @@ class ProfileLikelihood(eqx.Module):
         sigma: residual noise level used for `delta_chi2` (given or from the covariance).
         std_internal: the covariance's standard error of the internal coordinate (for the
             quadratic approximation; NaN if unavailable).
-        converged: per grid point, whether the re-optimisation converged.
+        converged: per grid point, whether the re-optimisation converged. A grid point
+            where the re-optimisation cannot start (the simulation fails, the loss overflows
+            or the Jacobian is NaN there) has ``loss`` NaN and ``converged`` False.
         n_simulations, n_jacobians: totals over the profile.
         wall_time_s: seconds.
     """
@@ -375,14 +382,21 @@ def profile_likelihood(
         for k in order:
             if not others:
                 z = np.asarray(problem.to_internal(np.array([grid[k]])))
-                losses[k] = float(np.mean(np.asarray(problem.residuals(z)) ** 2))
+                with np.errstate(over="ignore", invalid="ignore"):
+                    loss_k = float(np.mean(np.asarray(problem.residuals(z)) ** 2))
+                losses[k] = loss_k if math.isfinite(loss_k) else math.nan
                 thetas[k] = grid[k]
-                converged[k] = True
+                converged[k] = math.isfinite(loss_k)
                 n_sim += 1
                 continue
             sub = problem.fix({name: float(grid[k])})
             start = np.clip(start, sub.space.lower, sub.space.upper)
-            fit = gauss_newton(sub, start, progress=progress, **gauss_newton_options)
+            try:
+                fit = gauss_newton(sub, start, progress=progress, **gauss_newton_options)
+            except FailedStartError:  # the model fails there: a gap in the profile, not an error
+                thetas[k, i] = grid[k]
+                n_sim += 1
+                continue
             losses[k] = fit.loss
             full = np.empty(len(names))
             full[i] = grid[k]
