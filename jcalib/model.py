@@ -285,7 +285,11 @@ class AbstractModel(eqx.Module):
         """
         theta = self._check_theta(theta)
         finite = jnp.all(jnp.isfinite(theta))
-        inside = self.parameters.contains(theta) if self.check_bounds else jnp.asarray(True)
+        if self.check_bounds:
+            lower, upper = _bounds_with_slack(self.parameters)
+            inside = jnp.all((theta >= jnp.asarray(lower)) & (theta <= jnp.asarray(upper)))
+        else:
+            inside = jnp.asarray(True)
         valid = finite & inside
         safe_theta = jnp.where(valid, theta, jnp.asarray(self.parameters.nominal, dtype=theta.dtype))
         sol = self.solve(safe_theta)
@@ -346,7 +350,8 @@ class AbstractModel(eqx.Module):
         if not self.check_bounds:
             return
         lower, upper = self.parameters.lower, self.parameters.upper
-        outside = np.flatnonzero((values < lower) | (values > upper))
+        lower_slack, upper_slack = _bounds_with_slack(self.parameters)
+        outside = np.flatnonzero((values < lower_slack) | (values > upper_slack))
         if outside.size:
             i = int(outside[0])
             raise ValueError(
@@ -363,6 +368,18 @@ class AbstractModel(eqx.Module):
                 "call jax.config.update('jax_enable_x64', True) before creating arrays"
             )
         return theta
+
+
+BOUNDS_RTOL = 1e-12
+"""Relative slack of the models' bounds check: ``exp(log(upper))`` can exceed ``upper`` by
+an ulp or two (e.g. 1e-3 -> 1.0000000000000002e-3), and a parameter that an estimator
+clipped onto its bound in internal coordinates must not count as outside."""
+
+
+def _bounds_with_slack(space: ParameterSpace) -> tuple[np.ndarray, np.ndarray]:
+    """``(lower, upper)`` widened by `BOUNDS_RTOL` of their magnitudes (0 stays 0)."""
+    lower, upper = space.lower, space.upper
+    return lower - BOUNDS_RTOL * np.abs(lower), upper + BOUNDS_RTOL * np.abs(upper)
 
 
 def _nan_unless(ok: Array, y: Array, theta: Array) -> Array:
@@ -477,7 +494,8 @@ def simulate_batch(
 
 
 def _check_bounds(space: ParameterSpace, thetas: np.ndarray) -> None:
-    outside = (thetas < space.lower) | (thetas > space.upper)
+    lower, upper = _bounds_with_slack(space)  # the models' own check (round-off at the bounds)
+    outside = (thetas < lower) | (thetas > upper)
     if outside.any():
         row, col = np.argwhere(outside)[0]
         p = space.parameters[col]

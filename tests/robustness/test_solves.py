@@ -108,6 +108,8 @@ STATUS_ROWS = [  # (changes to the nominal theta, expected status)
     ({2: 2e-4}, SolveStatus.OUT_OF_BOUNDS),
     ({0: -1e-4, 1: np.nan}, SolveStatus.INVALID_INPUT),  # NaN wins over out-of-bounds
     ({0: 1e-6, 2: 1e-4}, SolveStatus.SUCCESS),  # on the bounds is inside
+    ({0: float(np.exp(np.log(1e-3)))}, SolveStatus.SUCCESS),  # 1.0000000000000002e-3: round-off
+    ({0: 1e-3 * (1 + 1e-9)}, SolveStatus.OUT_OF_BOUNDS),  # beyond round-off
 ]
 
 
@@ -170,6 +172,13 @@ EAGER_ERRORS = [  # (method, changes, message fragment)
 def test_eager_call_refuses_bad_theta(method, changes, fragment, model):
     with pytest.raises(ValueError, match=re.escape(fragment)):
         getattr(model, method)(jnp.asarray(_theta(changes)))
+
+
+def test_problem_on_the_bound_in_internal_coordinates_is_inside(problem):
+    """An estimator that clips onto the internal box gets exp(log(upper)) > upper by an ulp."""
+    z = problem.initial_internal().at[0].set(float(np.log(1e-3)))
+    assert float(problem.to_physical(z)[0]) > 1e-3
+    assert np.all(np.isfinite(np.asarray(problem.residuals(z))))
 
 
 def test_traced_simulate_gives_nan_not_error(model):
