@@ -65,7 +65,9 @@ class GaussianPrior(eqx.Module):
     """Independent Gaussian priors on the *internal* coordinates of the free parameters.
 
     For a log-scale parameter the prior is on ``log(theta)`` (a log-normal in physical
-    units). The prior is not truncated to the parameter bounds.
+    units). The prior is not truncated to the parameter bounds, but the model refuses
+    parameters outside them (its bounds check), so the log likelihood is -inf there; build
+    the problem on ``model.with_bounds_check(False)`` to let the posterior extend beyond.
 
     Args:
         mean: ``{name: mean}`` or an array ordered as the problem's ``free_names``.
