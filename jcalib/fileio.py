@@ -275,8 +275,10 @@ def write_checked_json(path: str | os.PathLike, obj: Mapping, indent: int | None
     write_json(path, {**obj, _CHECKSUM_KEY: sha256_hex(_canonical_json(obj))}, indent)
 
 
-def read_checked_json(path: str | os.PathLike, what: str = "file") -> dict:
+def read_checked_json(path: str | os.PathLike, what: str = "file", expected_format: str | None = None) -> dict:
     """The mapping of a `write_checked_json` file (without ``sha256``), checksum verified.
+    With ``expected_format``, a ``"format"`` entry of another value means another kind of
+    file (reported before a missing checksum).
 
     Raises:
         FileNotFoundError: no such file.
@@ -292,6 +294,9 @@ def read_checked_json(path: str | os.PathLike, what: str = "file") -> dict:
         raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what} (a JSON {type(obj).__name__}, not an "
                          "object)")
     expected = obj.pop(_CHECKSUM_KEY, None)
+    if expected_format is not None and obj.get("format") != expected_format:
+        raise ValueError(f"{what} {os.fspath(path)!r}: the file is not a {what} (format {obj.get('format')!r}; "
+                         f"expected {expected_format!r})")
     if not isinstance(expected, str):
         raise ValueError(f"{what} {os.fspath(path)!r}: no checksum; not written by jcalib (or by an older version "
                          "without checksums): create it again")

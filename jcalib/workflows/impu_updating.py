@@ -55,7 +55,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -64,6 +63,7 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from jcalib import fileio
 from jcalib.jsonable import to_jsonable
 from jcalib.model import SolveStatus, simulate_batch
 
@@ -264,22 +264,20 @@ class TwinUpdatingResult(eqx.Module):
         return to_jsonable(d)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write `to_dict` as JSON (NaN and inf become null)."""
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
+        """Write `to_dict` as JSON (NaN and inf become null) with a ``"sha256"`` checksum,
+        atomically (`jcalib.fileio.write_checked_json`)."""
+        fileio.write_checked_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> TwinUpdatingResult:
-        """Read a history written by `save` (null becomes NaN).
+        """Read a history written by `save` (null becomes NaN), its checksum verified.
 
         Raises:
-            ValueError: not a twin-updating file.
+            FileNotFoundError: no such file.
+            ValueError: not a twin-updating file (another file, not JSON, no checksum), or a
+                damaged one ("checksum mismatch").
         """
-        with open(path) as f:
-            d = json.load(f)
-        if d.get("format") != _FORMAT:
-            raise ValueError(f"TwinUpdatingResult.load: {path} is not a twin-updating history (format "
-                             f"{d.get('format')!r}; expected {_FORMAT!r})")
+        d = fileio.read_checked_json(path, "twin-updating history", expected_format=_FORMAT)
         n_params, n_out = len(d["names"]), len(d["output_names"])
         arrays = {}
         for k in _ARRAY_FIELDS:

@@ -58,7 +58,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -71,6 +70,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from jcalib import fileio
 from jcalib.bayes.recovery import estimate_errors, recovery_metrics
 from jcalib.jsonable import to_jsonable
 from jcalib.model import SolveStatus, simulate_batch
@@ -350,9 +350,8 @@ class IdentificationResult(eqx.Module):
         })
 
     def save(self, path: str | os.PathLike, include_arrays: bool = True) -> None:
-        """Write `to_dict` as JSON."""
-        with open(path, "w") as f:
-            json.dump(self.to_dict(include_arrays), f, indent=1)
+        """Write `to_dict` as JSON, atomically (`jcalib.fileio.write_json`)."""
+        fileio.write_json(path, self.to_dict(include_arrays))
 
     def summary(self) -> str:
         """A table: parameter, step, estimate, sd, σ̄, interval (and truth, ER, covered)."""
