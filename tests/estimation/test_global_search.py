@@ -66,7 +66,7 @@ def problem_outside(model, theta):
     """four_substance_reactions data with kab = 2e-3, above its upper bound 1e-3."""
     truth = np.asarray(theta).copy()
     truth[0] = 2e-3
-    values = np.asarray(model.simulate(jnp.asarray(truth)))
+    values = np.asarray(model.with_bounds_check(False).simulate(jnp.asarray(truth)))
     data = jcalib.Measurements(np.asarray(model.ts), values, output_names=model.output_names)
     return jcalib.CalibrationProblem(model, data)
 
