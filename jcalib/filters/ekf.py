@@ -137,8 +137,8 @@ class EKFInfo(NamedTuple):
             freedom when the filter is consistent).
         log_likelihood: the step's ``log N(v_k; 0, S_k)``.
         n_measured: measured entries at this time.
-        finite: whether the propagation, Jacobians and update gave finite numbers (a failed
-            solve gives NaN).
+        finite: whether the propagation, both Jacobians (F and H) and the update gave
+            finite numbers (a failed solve gives NaN values and a NaN F, never a zero F).
     """
 
     predicted_output: Float[Array, " n_y"]
@@ -227,7 +227,8 @@ def extended_kalman_filter(
         log_det = 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
         step_ll = -0.5 * (nis + log_det + n_measured * math.log(2.0 * math.pi))
         finite = (jnp.all(jnp.isfinite(z_post)) & jnp.all(jnp.isfinite(p_post))
-                  & jnp.isfinite(step_ll))
+                  & jnp.isfinite(step_ll) & jnp.all(jnp.isfinite(jac_f))
+                  & jnp.all(jnp.isfinite(jac_h)))
         new = EKFState(t=t, mean=z_post, covariance=p_post,
                        log_likelihood=state.log_likelihood + step_ll)
         info = EKFInfo(predicted_output=y_hat, innovation=innovation, innovation_covariance=s,
@@ -273,14 +274,18 @@ def propagate_state(
         t0, t1: start and end time, ``t0 <= t1``.
 
     Returns:
-        The state at ``t1``; NaN if the solve failed (never throws).
+        The state at ``t1``; NaN if the solve failed (never throws), and so are its
+        derivatives, so the filter's transition Jacobian of a failed solve is NaN, never 0.
     """
     sol = dfx.diffeqsolve(
         dfx.ODETerm(model.vector_field), model.solver, t0, t1, model.dt0, x, args=theta,
         saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller,
         adjoint=dfx.ForwardMode(), max_steps=model.max_steps, throw=False,
     )
-    return jnp.where(sol.result == dfx.RESULTS.successful, sol.ys[-1], jnp.nan)
+    # NaN value *and* NaN derivatives on failure: ``jnp.where(ok, y, nan)`` alone would give
+    # the filter a zero transition Jacobian F for a failed solve (read as "no dynamics")
+    failed_to_nan = jnp.where(sol.result == dfx.RESULTS.successful, 1.0, jnp.nan).astype(x.dtype)
+    return sol.ys[-1] * failed_to_nan
 
 
 class RelativeMeasurementNoise(eqx.Module):

@@ -48,6 +48,7 @@ from jcalib.sensitivity.local import (
     _check_choice,
     _check_theta,
     _scale_problem_jacobian,
+    failure_cause,
     loss_gradient,
     output_sensitivities,
     problem_point,
@@ -593,8 +594,9 @@ def identifiability(
         matrix = sensitivity_matrix(sens, mask=mask, output_scale=output_scale)
         if not np.all(np.isfinite(matrix)):
             raise ValueError(
-                "identifiability: the sensitivities have NaN or inf entries (a failed solve?) "
-                f"at theta = {model.parameters.to_dict(np.asarray(theta))}"
+                "identifiability: the sensitivities have NaN or inf entries at theta = "
+                f"{model.parameters.to_dict(np.asarray(theta))}: {failure_cause(model, theta)}; "
+                "rank and collinearity need a successful solve (choose another theta or fix the solve)"
             )
         j_sens, j_sensitivity_scaling = None, None
         names = model.parameters.names

@@ -46,9 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from jcalib.model import SolveStatus
+
 __all__ = [
     "J_SCALINGS",
     "SCALINGS",
+    "failure_cause",
     "j_sensitivity",
     "loss_gradient",
     "output_sensitivities",
@@ -82,7 +85,8 @@ def output_sensitivities(
 
     Returns:
         ``S[k, i, j]``, the (scaled) derivative of output ``i`` at time ``t_k`` with respect
-        to parameter ``j``; NaN everywhere if the solve failed.
+        to parameter ``j``; NaN everywhere if the solve failed (never zeros: a failed solve
+        is not a flat direction). `failure_cause` says why in words.
 
     Raises:
         ValueError: unknown ``scaling``, wrong shape or a dtype other than float64.
@@ -262,9 +266,11 @@ def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
     """d r / d θ_internal -> the columns of ``scaling`` (J_SCALINGS)."""
     _check_choice(scaling, J_SCALINGS, where, "scaling")
     if not np.all(np.isfinite(jacobian)):
+        theta_full = problem.theta_full(jnp.asarray(theta_internal))
         raise ValueError(
-            f"{where}: the residual Jacobian has NaN or inf entries (a failed solve?) at "
-            f"theta = {problem.estimate_dict(theta_internal)}"
+            f"{where}: the residual Jacobian has NaN or inf entries at theta = "
+            f"{problem.estimate_dict(theta_internal)}: {failure_cause(problem.model, theta_full)}; "
+            "a failed solve has no sensitivities (choose another point or fix the solve)"
         )
     if scaling == "internal":
         return jacobian
@@ -275,6 +281,27 @@ def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
     factor = {"absolute": dz_dtheta, "log": theta * dz_dtheta,
               "range": (space.upper - space.lower) * dz_dtheta}[scaling]
     return jacobian * factor[None, :]
+
+
+def failure_cause(model, theta) -> str:
+    """Why sensitivities at ``theta`` are not finite, in words: the simulation failed (with
+    its `jcalib.model.SolveStatus` name and text) or only its derivatives are NaN."""
+    if not hasattr(model, "simulate_with_status"):
+        return "the model's outputs or derivatives are not finite there"
+    code = int(_solve_status(model, jnp.asarray(theta)))
+    if code != SolveStatus.SUCCESS:
+        try:
+            text = f"{SolveStatus(code).name}: {SolveStatus.describe(code)}"
+        except (ValueError, KeyError):
+            text = f"status {code}"
+        return f"the simulation failed there ({text})"
+    return ("the simulation succeeded (status SUCCESS) but its derivatives are NaN or inf (the model is "
+            "not differentiable there or its sensitivity solve failed)")
+
+
+@eqx.filter_jit
+def _solve_status(model, theta):
+    return model.simulate_with_status(theta)[1]
 
 
 def _check_theta(model, theta, where):

@@ -30,9 +30,11 @@ from jcalib.estimation import (
     scipy_minimize,
 )
 from jcalib.estimation.failures import honest_outcome
-from jcalib.model import AbstractModel, Experiment
+from jcalib.filters.ekf import propagate_state, run_ekf
+from jcalib.model import AbstractModel, Experiment, SimulationError
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.problem import CalibrationProblem
+from jcalib.sensitivity import identifiability, output_sensitivities, sobol_indices
 
 TS = np.linspace(0.25, 3.0, 12)
 FAIL_LO, FAIL_HI = 1.5, 4.0
@@ -216,3 +218,50 @@ def test_covariance_refuses_a_failed_point(problem, estimate, match):
 def test_honest_outcome(converged, loss, theta, expected, fragment):
     ok, reason = honest_outcome(converged, "ok", loss, theta)
     assert ok is expected and fragment in reason
+
+
+# --- sensitivity consumers: a failed solve is a failure, never a flat direction -----------------
+FAILED = [2.5, 2.0]
+KINK = [1.0, Y0_KINK]
+
+
+@pytest.mark.parametrize("scaling", ["absolute", "relative"])
+def test_output_sensitivities_of_a_failed_solve_are_nan_not_zero(scaling):
+    s = np.asarray(output_sensitivities(faulty_model(), jnp.asarray(FAILED), scaling=scaling))
+    assert s.shape == (TS.size, 1, 2) and np.all(np.isnan(s))
+
+
+@pytest.mark.parametrize("source, theta, match", [
+    ("problem", FAILED, r"identifiability: the residual Jacobian has NaN or inf entries at theta = "
+                        r"\{'k': 2\.5, 'y0': 2\.0\}: the simulation failed there \(MAX_STEPS: maximum number of "
+                        r"solver steps reached\); a failed solve has no sensitivities"),
+    ("model", FAILED, r"identifiability: the sensitivities have NaN or inf entries at theta = \{'k': 2\.5, "
+                      r"'y0': 2\.0\}: the simulation failed there \(MAX_STEPS"),
+    ("model", KINK, r"identifiability: the sensitivities have NaN or inf entries at theta = \{'k': 1\.0, "
+                    r"'y0': 3\.5\}: the simulation succeeded \(status SUCCESS\) but its derivatives are NaN"),
+])
+def test_identifiability_refuses_a_failed_solve_with_its_status(problem, source, theta, match):
+    target = problem if source == "problem" else faulty_model()
+    with pytest.raises(ValueError, match=match):
+        identifiability(target, jnp.asarray(theta))
+
+
+def test_sobol_refuses_failed_samples_instead_of_dropping_them():
+    with pytest.raises(SimulationError, match=r"sobol_indices: \d+ of 32 simulations failed "
+                                              r"\(\{'maximum number of solver steps reached': \d+\}\)"):
+        sobol_indices(faulty_model(), None, 8, jax.random.key(0), n_bootstrap=2)
+
+
+def test_ekf_transition_jacobian_of_a_failed_solve_is_nan():
+    model = faulty_model()
+    jac = jax.jacfwd(lambda x: propagate_state(model, x, jnp.asarray(FAILED), 0.0, 1.0))(jnp.ones(1))
+    assert np.all(np.isnan(np.asarray(jac)))
+
+
+def test_ekf_stops_at_a_failed_propagation(problem):
+    model = faulty_model()
+    kwargs = dict(theta0=np.array(FAILED), R=np.eye(1) * 1e-4)
+    with pytest.raises(SimulationError, match=r"run_ekf: the filter step at t = 0\.25 gave non-finite numbers"):
+        run_ekf(model, problem.measurements, **kwargs)
+    result = run_ekf(model, problem.measurements, throw=False, **kwargs)
+    assert not result.success
