@@ -243,7 +243,13 @@ def test_structural_zeros(simple, real):
 # --- identifiability (spec check 5) ---------------------------------------------------------
 @pytest.fixture(scope="module")
 def simple_jacobian(simple):
-    return np.asarray(JACOBIAN(simple, jnp.asarray(TEST_POINT_1)))
+    # test point 1 holds ktd = 0, below its bound [1, 1e8]: deliberate, so the bounds check is off
+    return np.asarray(JACOBIAN(simple.with_bounds_check(False), jnp.asarray(TEST_POINT_1)))
+
+
+def test_ktd_zero_is_refused_with_the_bounds_check(simple):
+    with pytest.raises(ValueError, match=r"simulate: ktd = 0 lies outside its bounds \[1, 1e\+08\]"):
+        simple.simulate(jnp.asarray(TEST_POINT_1))
 
 
 def test_identifiability_structure(simple_jacobian, simple_run):
