@@ -13,9 +13,9 @@ wrong numbers:
 - msgpack files (trained networks, training checkpoints): an outer msgpack map
   ``{"format": "jcalib-checked/1", "sha256": <hex>, "payload": <inner msgpack bytes>}``
   (`pack_checked` / `unpack_checked`);
-- ``.npz`` files (`PosteriorResult`, `Measurements`): an extra 0-d string array ``sha256``
-  over the names, dtypes, shapes and bytes of all other arrays (`write_checked_npz` /
-  `read_checked_npz`); the zip's own CRC-32 is checked as well;
+- ``.npz`` files (`PosteriorResult`, `Measurements`): a last 0-d string array ``sha256``
+  over every byte of the file before it (all other members, headers included;
+  `write_checked_npz` / `read_checked_npz`); the zip's own CRC-32 is checked as well;
 - JSON files (workflow results): a top-level ``"sha256"`` entry over the canonical JSON of
   the rest (`write_checked_json` / `read_checked_json`).
 
@@ -203,24 +203,22 @@ def unpack_checked(data: bytes, path: str | os.PathLike, what: str = "file") -> 
     return payload
 
 
-def _arrays_sha256(arrays: Mapping[str, np.ndarray]) -> str:
-    """SHA-256 over the sorted names, dtypes, shapes and bytes of ``arrays``."""
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
 def write_checked_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write ``arrays`` (no object arrays) atomically as an ``.npz`` file with a ``sha256``
-    entry (see the module docstring); any NumPy can still read it with ``np.load``."""
+    """Write ``arrays`` (no object arrays) atomically as an ``.npz`` file whose last entry
+    ``sha256`` is the checksum of every byte before it; any NumPy reads it with ``np.load``."""
     arrays = {str(k): np.asarray(v) for k, v in arrays.items()}
     if _CHECKSUM_KEY in arrays:
         raise ValueError(f"write_checked_npz: the array name {_CHECKSUM_KEY!r} is reserved for the checksum")
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays, **{_CHECKSUM_KEY: np.array(_arrays_sha256(arrays))})
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:  # as np.savez does
+
+        def add(name, array):
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, array, allow_pickle=False)
+
+        for name, array in arrays.items():
+            add(name, array)
+        add(_CHECKSUM_KEY, np.array(sha256_hex(buffer.getvalue())))  # the members written so far
     atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -241,6 +239,7 @@ def read_checked_npz(path: str | os.PathLike, what: str = "file", required: tupl
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             arrays = {name: np.asarray(npz[name]) for name in npz.files}
+            offsets = {info.filename: info.header_offset for info in npz.zip.infolist()}
     except zipfile.BadZipFile as err:
         if "CRC" in str(err):
             raise _checksum_error(path, what, f" ({err})") from None
@@ -257,7 +256,8 @@ def read_checked_npz(path: str | os.PathLike, what: str = "file", required: tupl
     if expected is None or expected.shape != () or expected.dtype.kind != "U":
         raise ValueError(f"{what} {os.fspath(path)!r}: no checksum; not written by jcalib (or by an older version "
                          "without checksums): create it again")
-    if _arrays_sha256(arrays) != str(expected):
+    start = offsets.get(f"{_CHECKSUM_KEY}.npy", -1)
+    if start < max(offsets.values()) or sha256_hex(data[:start]) != str(expected):
         raise _checksum_error(path, what)
     return arrays
 
