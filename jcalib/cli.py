@@ -268,6 +268,8 @@ def sensitivity(
 
     if method not in SENSITIVITY_METHODS:
         raise ValueError(f"--method must be one of {', '.join(SENSITIVITY_METHODS)}; got {method!r}")
+    if not (delta > 0 and math.isfinite(delta)):  # checked now, not after the Sobol simulations
+        raise ValueError(f"--delta must be a positive number; got {delta}")
     if method == "sobol" and set_:
         raise ValueError("--set gives the point of --method local or identifiability; Sobol indices cover "
                          "the whole bounds, so drop --set")
@@ -467,6 +469,10 @@ def sample(
         if value < least:
             kind = "a positive integer" if least else "a non-negative integer"
             raise ValueError(f"{flag}: {what} must be {kind}; got {value}")
+    if not 0 < target_acceptance < 1:
+        raise ValueError(f"--target-acceptance must lie in (0, 1); got {target_acceptance}")
+    if not (fraction > 0 and math.isfinite(fraction)):
+        raise ValueError(f"--fraction must be a positive number; got {fraction}")
     m = _build(name, option)
     lik = LIKELIHOODS[likelihood](sigma)
     problem, theta0 = _problem(m, data, free, fix, start, weighting=LIKELIHOOD_WEIGHTING[likelihood],

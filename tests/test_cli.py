@@ -50,8 +50,8 @@ def test_simulate_writes_csv_and_plot(tmp_path):
 ])
 def test_bad_input_gives_clear_error(args, message):
     result = runner.invoke(app, args)
-    assert result.exit_code != 0
-    assert message in json.dumps(result.output)  # rich may wrap lines; compare escaped text
+    assert result.exit_code == 2
+    assert message in json.dumps(result.output) and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("name", jcalib.models.available())
@@ -110,7 +110,7 @@ def test_sensitivity_local_and_bad_method(tmp_path):
     s = np.asarray(json.loads((tmp_path / "metrics.json").read_text())["relative_sensitivities"])
     assert s.shape == (22, 4, 3)
     bad = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method", "sobolx"])
-    assert bad.exit_code != 0 and "--method must be one of" in bad.output
+    assert bad.exit_code == 2 and "--method must be one of" in bad.output
 
 
 @pytest.fixture(scope="module")
@@ -140,13 +140,13 @@ def test_calibrate_recovers_nominal_from_noise_free_data(tmp_path, reactions_csv
 def test_calibrate_bad_input(tmp_path, reactions_csv):
     bad_method = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
                                      "--method", "newton"])
-    assert bad_method.exit_code != 0 and "--method must be one of" in bad_method.output
+    assert bad_method.exit_code == 2 and "--method must be one of" in bad_method.output
     not_free = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
                                    "--free", "kab", "--start", "kad=1e-5"])
-    assert not_free.exit_code != 0 and "--start: kad not free" in not_free.output
+    assert not_free.exit_code == 2 and "--start: kad not free" in not_free.output
     missing = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data",
                                   str(tmp_path / "nope.csv")])
-    assert missing.exit_code != 0 and "nope.csv" in missing.output
+    assert missing.exit_code == 2 and "nope.csv" in missing.output
 
 
 @pytest.mark.parametrize("preconditioner", [
@@ -184,5 +184,5 @@ def test_sample_writes_posterior_metrics_and_figures(tmp_path, reactions_csv, pr
 def test_sample_bad_input(reactions_csv, args, message):
     result = runner.invoke(app, ["sample", "four_substance_reactions", "--data", str(reactions_csv),
                                  "--no-gauss-newton", *args])
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert message in json.dumps(result.output)

@@ -56,7 +56,7 @@ def test_identify_on_simulated_data(tmp_path):
 ])
 def test_bad_input_gives_clear_error(args, message):
     result = runner.invoke(app, args)
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert message in json.dumps(result.output)
 
 
@@ -66,5 +66,5 @@ def test_identify_refuses_data_at_other_times(tmp_path):
                                "--csv", str(csv)]).exit_code == 0
     result = runner.invoke(app, ["identify", "four_substance_reactions", "--data", str(csv), "--n-train", "8",
                                  "--n-val", "4"])
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert "model.with_times" in json.dumps(result.output)

@@ -95,6 +95,8 @@ ROWS = [
     (["sensitivity", M, "--out", "{file}/sub"], "'{file}' is an existing file, not a folder; choose another path"),
     (["sensitivity", M, "--out", "/proc/jcalib-cli-test"], "cannot be created"),
     (["sensitivity", M, "--n", "abc"], "Invalid value for '--n'"),
+    (["sensitivity", M, "--delta", "-1"], "--delta must be a positive number; got -1.0"),
+    (["sensitivity", M, "--delta", "nan"], "--delta must be a positive number; got nan"),
     # calibrate: --data, --method, --start/--fix/--free, --out
     (["calibrate", M, "--data", "{root}/nope.csv"], "--data '{root}/nope.csv': no such file; give the path of a "
                                                     "measurements CSV"),
@@ -111,12 +113,17 @@ ROWS = [
     ([*CAL, "--fix", "kab=abc"], "--fix kab=abc: 'abc' is not a number"),
     ([*CAL, "--fix", "kxy=1"], "--fix: unknown parameter 'kxy'"),
     ([*CAL, "--free", "kab,kxy"], "unknown parameter 'kxy'"),
+    ([*CAL, "--weighting", "bogus"], "weighting must be one of ('relative', 'absolute', 'sigma'); got 'bogus'"),
+    ([*CAL, "--weighting", "sigma"], "weighting='sigma' needs measurements.sigma"),
     ([*CAL, "--out", "{file}/sub"], "--out folder '{file}/sub': '{file}' is an existing file"),
     # sample: options checked and --out created before Gauss-Newton and MALA
     ([*SAMPLE, "--out", "{file}/sub"], "--out folder '{file}/sub': '{file}' is an existing file"),
     ([*SAMPLE, "--chains", "0"], "--chains: n_chains must be a positive integer; got 0"),
     ([*SAMPLE, "--steps", "0"], "--steps: n_steps must be a positive integer; got 0"),
     ([*SAMPLE, "--burn", "-1"], "--burn: burn_in must be a non-negative integer; got -1"),
+    ([*SAMPLE, "--target-acceptance", "2"], "--target-acceptance must lie in (0, 1); got 2.0"),
+    ([*SAMPLE, "--fraction", "0"], "--fraction must be a positive number; got 0.0"),
+    ([*SAMPLE, "--sigma", "nan"], "sigma must be positive and finite; got nan"),
     ([*SAMPLE, "--likelihood", "poisson"], "--likelihood must be one of relative, absolute, lognormal"),
     ([*SAMPLE, "--sample-sigma"], "give either --sigma (fixed noise) or --sample-sigma, not both"),
     ([*SAMPLE, "--start", "kab=-1"], "--start: kab = -1 lies outside its bounds"),
@@ -128,6 +135,7 @@ ROWS = [
     (["amortize", M, "--summary", "transformer"], "--summary must be one of lstm, gru, conv, mlp"),
     ([*IDENTIFY, "--out", "{file}/sub"], "--out folder '{file}/sub': '{file}' is an existing file"),
     (["identify", M, "--data", "{root}/nope.csv"], "no such file"),
+    ([*IDENTIFY, "--r2-threshold", "5"], "r2_threshold must be a number <= 1"),
     ([*IDENTIFY, "--generator", "vae"], "--generator must be one of surrogate, model; got 'vae'"),
     (["models", "show", M, "--option", "observe=X"], "observe must be"),
 ]
