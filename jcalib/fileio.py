@@ -65,8 +65,13 @@ def prepare_output_dir(path: str | os.PathLike, what: str = "output folder") -> 
     except OSError as err:
         raise ValueError(f"{what} {os.fspath(path)!r} cannot be created ({err.strerror}); choose a writable "
                          "path") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"{what} {os.fspath(path)!r} is not writable; choose another path")
+    try:  # a real write: os.access says yes to root even where writes fail (read-only mounts, /proc)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".jcalib-write-test.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ValueError(f"{what} {os.fspath(path)!r} is not writable ({err.strerror}); choose another "
+                         "path") from None
     return path
 
 
