@@ -20,6 +20,7 @@ from jcalib.data import Measurements
 from jcalib.model import Experiment, SolveStatus, simulate_batch
 from jcalib.parameters import Parameter
 from jcalib.problem import CalibrationProblem, with_initial_state_parameters
+from jcalib.sensitivity.local import output_sensitivities
 
 NOMINAL = np.array([1e-4, 1e-5, 5e-5])  # four_substance_reactions: kab, kac, kad
 HORIZON = 1814400.0  # thermal_office_r7c4: 1008 x 1800 s
@@ -55,6 +56,7 @@ def office():
 FAILED_DERIVATIVES = {
     "model.jacobian (forward)": lambda m, p: m.jacobian(jnp.asarray(NOMINAL)),
     "jax.grad of simulate (reverse)": lambda m, p: jax.grad(lambda t: jnp.sum(m.simulate(t)))(jnp.asarray(NOMINAL)),
+    "sensitivity.output_sensitivities": lambda m, p: output_sensitivities(m, NOMINAL, scaling="absolute"),
     "problem.jacobian": lambda m, p: p.jacobian(p.initial_internal()),
     "jax.grad of problem.loss": lambda m, p: jax.grad(lambda z: p.loss(z))(p.initial_internal()),
     "jax.grad of problem.log_likelihood": lambda m, p: jax.grad(lambda z: p.log_likelihood(z))(p.initial_internal()),
