@@ -32,6 +32,9 @@ from scipy.stats import qmc
 __all__ = ["Parameter", "ParameterSpace"]
 
 
+_TINY = float(np.finfo(np.float64).tiny)  # smallest normal float64, 2.2e-308
+
+
 @dataclasses.dataclass(frozen=True)
 class Parameter:
     """One model parameter.
@@ -63,6 +66,9 @@ class Parameter:
             value = float(getattr(self, field))
             if not math.isfinite(value):
                 raise ValueError(f"Parameter {self.name!r}: {field} must be finite; got {value}")
+            if value != 0.0 and abs(value) < _TINY:  # XLA flushes subnormals to zero on CPU and GPU
+                raise ValueError(f"Parameter {self.name!r}: {field} = {value} is subnormal (|value| < "
+                                 f"{_TINY:.4g}), which JAX computes as 0; use 0 or rescale the parameter's unit")
             object.__setattr__(self, field, value)
         if not self.lower < self.upper:
             raise ValueError(

@@ -96,6 +96,7 @@ def test_dict_round_trip(space):
         (dict(name="k", nominal=5.0, lower=0.0, upper=1.0), "'k': nominal 5.0 lies outside"),
         (dict(name="k", nominal=0.5, lower=0.0, upper=1.0, log_scale=True), "'k': log-scale parameters need positive"),
         (dict(name="k", nominal=float("nan"), lower=0.0, upper=1.0), "'k': nominal must be finite"),
+        (dict(name="k", nominal=0.5, lower=1e-310, upper=1.0), "'k': lower = 1e-310 is subnormal"),
         (dict(name="not valid", nominal=0.5, lower=0.0, upper=1.0), "must be an identifier"),
     ],
 )

@@ -125,7 +125,7 @@ def parameter(draw, name):
         hi_exp = lo_exp + draw(st.floats(0.01, 12))
         lower, upper = 10.0**lo_exp, 10.0**hi_exp
     else:  # any sign; the width at least 1e-6 of the magnitude
-        lower = draw(st.floats(-1e6, 1e6))
+        lower = draw(st.floats(-1e6, 1e6, allow_subnormal=False))  # subnormal bounds are refused
         upper = lower + max(abs(lower), 1.0) * draw(st.floats(1e-6, 1e3))
     assume(lower < upper)
     return Parameter(name, lower, lower, upper, log_scale=log_scale)
