@@ -40,13 +40,13 @@ import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
 from jcalib.bayes import mala, predictive  # noqa: E402
-from jcalib.bayes.likelihoods import RelativeGaussian  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.estimation.uncertainty import parameter_covariance  # noqa: E402
 from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.plotting import (plot_bands, plot_marginals, plot_pair, plot_simulation,  # noqa: E402
                              plot_singular_values, plot_trace)
+from jcalib.probability.likelihoods import RelativeGaussian  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
 
 FLAT_RATIO = 100.0  # s_1/s_k above this: a flat (non-essential) direction (Wulkow 2021 §2.2.1)

@@ -455,7 +455,7 @@ def sample(
 
     from jcalib import estimation, plotting
     from jcalib.bayes import mala, predictive
-    from jcalib.bayes.likelihoods import LIKELIHOODS
+    from jcalib.probability.likelihoods import LIKELIHOODS
 
     if likelihood not in LIKELIHOOD_WEIGHTING:
         raise ValueError(f"--likelihood must be one of {', '.join(LIKELIHOOD_WEIGHTING)}; got {likelihood!r}")

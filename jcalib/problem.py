@@ -15,9 +15,9 @@ Weightings (X measured, F simulated, σ from ``measurements.sigma``):
 The weighting defines ``residuals`` and ``loss`` (what estimators minimise). The
 probability side (``log_likelihood``, ``log_prior``, ``log_posterior``) takes a noise model
 (``likelihood=``: Gaussian on absolute or relative errors, log-normal; see
-`jcalib.bayes.likelihoods`), noise levels σ that are fixed or sampled per output
+`jcalib.probability.likelihoods`), noise levels σ that are fixed or sampled per output
 (``noise_parameters=``) and priors per parameter in physical units (``prior={name:
-prior}``; see `jcalib.bayes.priors`).
+prior}``; see `jcalib.probability.priors`).
 
 Example:
     >>> import jax
@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -49,118 +48,13 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel
 from jcalib.parameters import Parameter, ParameterSpace
-
-if TYPE_CHECKING:  # imported lazily at run time: jcalib.bayes imports this module
-    from jcalib.bayes.likelihoods import AbstractLikelihood
-    from jcalib.bayes.priors import AbstractPrior, ParameterPriors
+from jcalib.probability.likelihoods import AbstractLikelihood, get_likelihood, noise_parameter_space
+from jcalib.probability.priors import AbstractPrior, GaussianPrior, ParameterPriors, bind_priors
 
 __all__ = ["CalibrationProblem", "GaussianPrior", "InitialStateParameters", "WEIGHTINGS",
            "initial_state_from_parameters", "with_initial_state_parameters"]
 
 WEIGHTINGS = ("relative", "absolute", "sigma")
-_LOG_2PI = math.log(2.0 * math.pi)
-
-
-class GaussianPrior(eqx.Module):
-    """Independent Gaussian priors on the *internal* coordinates of the free parameters.
-
-    For a log-scale parameter the prior is on ``log(theta)`` (a log-normal in physical
-    units). The prior is not truncated to the parameter bounds, but the model refuses
-    parameters outside them (its bounds check), so the log likelihood is -inf there; build
-    the problem on ``model.with_bounds_check(False)`` to let the posterior extend beyond.
-
-    Args:
-        mean: ``{name: mean}`` or an array ordered as the problem's ``free_names``.
-        std: ``{name: std}`` (same names as ``mean``), a scalar for all, or an array like
-            ``mean``; positive.
-        names: names of array entries (None: the problem's ``free_names``).
-
-    With dicts, names of parameters that a problem fixes are ignored, so the same prior
-    serves after `CalibrationProblem.fix`.
-
-    Example:
-        >>> prior = GaussianPrior({"kab": -9.2, "kac": -11.5}, 1.0)
-        >>> prior.names
-        ('kab', 'kac')
-    """
-
-    mean: Float[Array, " n"]
-    std: Float[Array, " n"]
-    names: tuple[str, ...] | None = eqx.field(static=True)
-
-    def __init__(self, mean, std, names: Sequence[str] | None = None):
-        if isinstance(mean, Mapping):
-            if names is not None:
-                raise ValueError("GaussianPrior: pass names only with array mean and std")
-            names = tuple(mean)
-            mean_np = np.array([float(mean[n]) for n in names], dtype=np.float64)
-            if isinstance(std, Mapping):
-                if set(std) != set(names):
-                    raise ValueError(
-                        f"GaussianPrior: mean and std must name the same parameters; got mean "
-                        f"{sorted(names)}, std {sorted(std)}"
-                    )
-                std_np = np.array([float(std[n]) for n in names], dtype=np.float64)
-            else:
-                std_np = np.array(std, dtype=np.float64)
-        else:
-            if isinstance(std, Mapping):
-                raise ValueError("GaussianPrior: std is a dict but mean is not; pass both by name")
-            mean_np = np.array(mean, dtype=np.float64)
-            std_np = np.array(std, dtype=np.float64)
-            if mean_np.ndim != 1 or mean_np.size == 0:
-                raise ValueError(
-                    f"GaussianPrior: mean must be a dict or a non-empty 1-D array; got shape "
-                    f"{mean_np.shape}"
-                )
-            if names is not None:
-                names = (names,) if isinstance(names, str) else tuple(names)
-                if len(names) != mean_np.size:
-                    raise ValueError(
-                        f"GaussianPrior: {len(names)} names for {mean_np.size} means"
-                    )
-        if std_np.ndim == 0:
-            std_np = np.full(mean_np.shape, float(std_np))
-        if std_np.shape != mean_np.shape:
-            raise ValueError(
-                f"GaussianPrior: std must be a scalar or have the shape of mean {mean_np.shape}; "
-                f"got shape {std_np.shape}"
-            )
-        if not np.all(np.isfinite(mean_np)):
-            raise ValueError(f"GaussianPrior: mean must be finite; got {mean_np}")
-        if not np.all(np.isfinite(std_np) & (std_np > 0)):
-            raise ValueError(f"GaussianPrior: std must be positive and finite; got {std_np}")
-        self.mean = jnp.asarray(mean_np)
-        self.std = jnp.asarray(std_np)
-        self.names = names
-
-    def log_prob(self, theta_internal: Float[Array, " n"]) -> Float[Array, ""]:
-        """Sum of the normal log densities."""
-        z = (theta_internal - self.mean) / self.std
-        n = self.mean.shape[0]
-        return -0.5 * jnp.sum(z**2) - jnp.sum(jnp.log(self.std)) - 0.5 * n * _LOG_2PI
-
-    def _resolve(self, free_names: tuple[str, ...], known: tuple[str, ...]) -> GaussianPrior:
-        """This prior for exactly ``free_names``, in that order."""
-        if self.names is None:
-            if self.mean.shape[0] != len(free_names):
-                raise ValueError(
-                    f"prior: GaussianPrior has {self.mean.shape[0]} entries but there are "
-                    f"{len(free_names)} free parameters ({', '.join(free_names)}); give mean "
-                    "and std by name"
-                )
-            return GaussianPrior(self.mean, self.std, names=free_names)
-        for n in self.names:
-            if n not in known:
-                raise ValueError(f"prior: unknown parameter {n!r}; known: {_quoted(known)}")
-        missing = [n for n in free_names if n not in self.names]
-        if missing:
-            raise ValueError(
-                f"prior: GaussianPrior has no entry for the free parameter(s) {_quoted(missing)}"
-            )
-        idx = [self.names.index(n) for n in free_names]
-        return GaussianPrior(np.asarray(self.mean)[idx], np.asarray(self.std)[idx],
-                             names=free_names)
 
 
 class CalibrationProblem(eqx.Module):
@@ -204,18 +98,18 @@ class CalibrationProblem(eqx.Module):
         prior: ``"uniform"`` (uniform in internal coordinates on the bounds, i.e.
             log-uniform for log-scale parameters), a `GaussianPrior` (on the internal
             coordinates, untruncated), or ``{name: prior}`` with priors from
-            `jcalib.bayes.priors` (Uniform, LogUniform, Normal, LogNormal, HalfNormal) in
+            `jcalib.probability.priors` (Uniform, LogUniform, Normal, LogNormal, HalfNormal) in
             physical units, truncated to the bounds; unnamed parameters get the uniform
             default, names of fixed parameters are ignored. Noise parameters take their
             priors from the dict too (default: log-uniform on their bounds).
         likelihood: the noise model of ``log_likelihood``: ``"absolute_gaussian"``,
             ``"relative_gaussian"``, ``"lognormal"`` or an instance from
-            `jcalib.bayes.likelihoods` (which may fix σ); None: the one matching
+            `jcalib.probability.likelihoods` (which may fix σ); None: the one matching
             ``weighting`` (``"relative"`` → relative Gaussian, else absolute Gaussian).
         noise_parameters: None (σ fixed: ``likelihood.sigma`` or ``measurements.sigma``),
             ``True`` (sample σ of every output), a list of output names, or
             ``{output: (lower, upper)}`` / ``{output: (nominal, lower, upper)}`` bounds
-            of σ (see `jcalib.bayes.likelihoods.noise_parameter_space`).
+            of σ (see `jcalib.probability.likelihoods.noise_parameter_space`).
 
     Raises:
         ValueError: outputs of measurements and model differ; unknown names in ``free``
@@ -249,9 +143,6 @@ class CalibrationProblem(eqx.Module):
                  prior: str | GaussianPrior | Mapping[str, AbstractPrior] = "uniform",
                  likelihood: str | AbstractLikelihood | None = None,
                  noise_parameters=None):
-        from jcalib.bayes.likelihoods import get_likelihood, noise_parameter_space
-        from jcalib.bayes.priors import ParameterPriors, bind_priors
-
         if not isinstance(measurements, Measurements):
             raise ValueError(
                 f"CalibrationProblem: measurements must be a Measurements; got "
@@ -394,7 +285,7 @@ class CalibrationProblem(eqx.Module):
             if prior != "uniform":
                 raise ValueError(
                     f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got {prior!r}; "
-                    "or pass a {name: prior} dict of jcalib.bayes.priors"
+                    "or pass a {name: prior} dict of jcalib.probability.priors"
                 )
             prior = None
         elif isinstance(prior, GaussianPrior):
@@ -410,7 +301,7 @@ class CalibrationProblem(eqx.Module):
         else:
             raise ValueError(
                 f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got "
-                f"{type(prior).__name__}; or pass a {{name: prior}} dict of jcalib.bayes.priors"
+                f"{type(prior).__name__}; or pass a {{name: prior}} dict of jcalib.probability.priors"
             )
         noise_prior = (None if noise_space is None
                        else bind_priors(noise_prior_spec, noise_space, "prior"))
@@ -631,7 +522,7 @@ class CalibrationProblem(eqx.Module):
         ``"relative"``, F ~ N(X, (σ X)²) per entry, i.e. exp(-R_X n_obs / (2σ²)) for a
         constant σ as in Wulkow 2021, normalised as a density:
         -½ Σ r²/σ² - Σ log(σ |X|) - n/2 log 2π; for ``"absolute"`` and ``"sigma"``,
-        X ~ N(F, σ²). See `jcalib.bayes.likelihoods` for all noise models; sampled σ come
+        X ~ N(F, σ²). See `jcalib.probability.likelihoods` for all noise models; sampled σ come
         from the last ``n_noise`` entries of ``theta_internal``.
 
         Raises:

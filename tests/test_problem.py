@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from jcalib.data import Measurements, synthetic_measurements
-from jcalib.problem import CalibrationProblem, GaussianPrior
+from jcalib.probability import GaussianPrior
+from jcalib.problem import CalibrationProblem
 from tests.helpers import central_differences
 
 SIGMA = 0.02

@@ -2,7 +2,8 @@
 results, MCMC diagnostics (ArviZ), kernel density estimates of marginals and predictive bands;
 simulation-based calibration and recovery metrics of amortized posteriors.
 
-The log-normal *likelihood* is `jcalib.bayes.likelihoods.LogNormal` (or ``likelihood="lognormal"``);
+Priors and likelihoods live in `jcalib.probability` (below `jcalib.problem`) and are re-exported here.
+The log-normal *likelihood* is `jcalib.probability.likelihoods.LogNormal` (or ``likelihood="lognormal"``);
 `LogNormal` here is the prior."""
 
 from jcalib.bayes.diagnostics import (
@@ -19,7 +20,6 @@ from jcalib.bayes.diagnostics import (
     to_inference_data,
 )
 from jcalib.bayes.kde import default_grid, gaussian_kde, kde_1d, kde_2d, kernel_covariance
-from jcalib.bayes.likelihoods import AbsoluteGaussian, RelativeGaussian, get_likelihood
 from jcalib.bayes.mala import (
     MALAInfo,
     MALAState,
@@ -36,22 +36,26 @@ from jcalib.bayes.mala import (
 )
 from jcalib.bayes.preconditioning import laplace_covariance
 from jcalib.bayes.predictive import PredictiveBands, expand_draws, prediction_bands, predictive_bands
-from jcalib.bayes.priors import (
+from jcalib.bayes.recovery import RecoveryResult, recovery_metrics
+from jcalib.bayes.result import PosteriorResult
+from jcalib.bayes.sbc import ECDFBand, SBCResult, ecdf_band, run_sbc, sbc_ranks, sbc_uniformity
+from jcalib.probability import (
+    AbsoluteGaussian,
+    GaussianPrior,
     HalfNormal,
     LogNormal,
     LogUniform,
     Normal,
     PriorTruncationWarning,
+    RelativeGaussian,
     Uniform,
     bind_priors,
+    get_likelihood,
     truncation_fraction,
 )
-from jcalib.bayes.recovery import RecoveryResult, recovery_metrics
-from jcalib.bayes.result import PosteriorResult
-from jcalib.bayes.sbc import ECDFBand, SBCResult, ecdf_band, run_sbc, sbc_ranks, sbc_uniformity
 
 __all__ = [
-    "AbsoluteGaussian", "HalfNormal", "LogNormal", "LogUniform", "Normal", "PredictiveBands",
+    "AbsoluteGaussian", "GaussianPrior", "HalfNormal", "LogNormal", "LogUniform", "Normal", "PredictiveBands",
     "PriorTruncationWarning", "truncation_fraction",
     "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "prediction_bands",
     "predictive_bands",

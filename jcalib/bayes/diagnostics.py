@@ -22,9 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -66,19 +63,6 @@ _HINT = "use warmup=500 (adapts the step sizes), preconditioner='laplace' or mor
 class SamplingWarning(UserWarning):
     """A sampler's diagnostics say its draws are not a reliable picture of the posterior
     (stalled chains, chains that disagree, too few effective draws); see `sampling_warnings`."""
-
-
-def _warn_user(message: str, category: type[Warning]) -> None:
-    """`warnings.warn` attributed to the first caller outside jcalib (and equinox, whose
-    module metaclass calls ``__init__`` of classes such as `CalibrationProblem`)."""
-    import equinox
-
-    packages = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                     for m in (sys.modules["jcalib"], equinox))
-    level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of _warn_user
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(packages):
-        level, frame = level + 1, frame.f_back
-    warnings.warn(message, category, stacklevel=level)
 
 
 def _listing(labels: Sequence[str], values: np.ndarray, fmt: str) -> str:

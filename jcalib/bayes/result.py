@@ -16,6 +16,7 @@ import equinox as eqx
 import numpy as np
 
 from jcalib import fileio
+from jcalib._warnings import warn_user
 from jcalib.bayes import diagnostics
 from jcalib.jsonable import to_jsonable
 
@@ -139,7 +140,7 @@ class PosteriorResult(eqx.Module):
         settings["extra"] = {**(settings.get("extra") or {}), "warnings": list(messages)}
         if warn:
             for message in messages:
-                diagnostics._warn_user(message, diagnostics.SamplingWarning)
+                warn_user(message, diagnostics.SamplingWarning)
         return cls(
             names=names, samples=theta, samples_internal=z, logdensity=lp, acceptance_rate=acc,
             step_sizes=np.full(n, np.nan) if step_sizes is None else np.asarray(step_sizes, dtype=np.float64),

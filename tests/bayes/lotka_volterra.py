@@ -21,7 +21,7 @@ import diffrax as dfx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import jcalib  # noqa: E402
-from jcalib.bayes.priors import HalfNormal, LogNormal, Normal  # noqa: E402
+from jcalib.probability.priors import HalfNormal, LogNormal, Normal  # noqa: E402
 from jcalib.problem import initial_state_from_parameters  # noqa: E402
 
 

@@ -11,13 +11,13 @@ import pytest
 from scipy import stats
 
 import jcalib
-from jcalib.bayes.likelihoods import LogNormal
 from jcalib.bayes.predictive import (
     PredictiveBands,
     expand_draws,
     prediction_bands,
     predictive_bands,
 )
+from jcalib.probability.likelihoods import LogNormal
 from jcalib.problem import CalibrationProblem, initial_state_from_parameters
 
 N_DRAWS = 4000

@@ -13,8 +13,13 @@ from scipy import stats
 
 from jcalib.bayes import mala
 from jcalib.bayes.diagnostics import SamplingWarning, sampling_warnings
-from jcalib.bayes.likelihoods import AbsoluteGaussian
-from jcalib.bayes.priors import (
+from jcalib.bayes.result import PosteriorResult
+from jcalib.data import Measurements
+from jcalib.model import AbstractModel, Experiment
+from jcalib.models.four_substance_reactions import four_substance_reactions
+from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.probability.likelihoods import AbsoluteGaussian
+from jcalib.probability.priors import (
     HalfNormal,
     LogNormal,
     Normal,
@@ -22,11 +27,6 @@ from jcalib.bayes.priors import (
     bind_priors,
     truncation_fraction,
 )
-from jcalib.bayes.result import PosteriorResult
-from jcalib.data import Measurements
-from jcalib.model import AbstractModel, Experiment
-from jcalib.models.four_substance_reactions import four_substance_reactions
-from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.problem import CalibrationProblem
 
 SCALES = np.array([1.0, 2.0])  # the healthy target: independent N(0, 1) and N(0, 4)

@@ -11,9 +11,9 @@ import scipy.optimize
 from scipy import stats
 
 import jcalib
-from jcalib.bayes.likelihoods import AbsoluteGaussian, LogNormal, RelativeGaussian
-from jcalib.bayes.priors import HalfNormal
 from jcalib.data import Measurements
+from jcalib.probability.likelihoods import AbsoluteGaussian, LogNormal, RelativeGaussian
+from jcalib.probability.priors import HalfNormal
 from jcalib.problem import (
     CalibrationProblem,
     initial_state_from_parameters,

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from jcalib.bayes.priors import (
+from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.probability.priors import (
+    GaussianPrior,
     HalfNormal,
     LogNormal,
     LogUniform,
@@ -18,8 +20,7 @@ from jcalib.bayes.priors import (
     bind_priors,
     default_prior,
 )
-from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.problem import CalibrationProblem, GaussianPrior
+from jcalib.problem import CalibrationProblem
 
 # (prior, parameter, equivalent untruncated scipy distribution)
 CASES = [
@@ -134,7 +135,7 @@ def test_support_checks():
         bind_priors({"x": Normal(100.0, 1.0)}, zero)
     with pytest.raises(ValueError, match="prior: unknown parameter 'y'; known: 'x'"):
         bind_priors({"y": Normal(0.0, 1.0)}, zero)
-    with pytest.raises(ValueError, match="prior: the prior of 'x' must be a jcalib.bayes.priors prior"):
+    with pytest.raises(ValueError, match="prior: the prior of 'x' must be a jcalib.probability prior"):
         bind_priors({"x": stats.norm(0, 1)}, zero)
     with pytest.raises(ValueError, match="prior: expected a {name: prior} dict; got list"):
         bind_priors([Normal(0.0, 1.0)], zero)

@@ -1,4 +1,5 @@
-"""Per-parameter priors: uniform, log-uniform, normal, log-normal, half-normal.
+"""Per-parameter priors: uniform, log-uniform, normal, log-normal, half-normal; and
+`GaussianPrior`, independent normals on the internal coordinates (not truncated).
 
 A prior is given per parameter in PHYSICAL units, ``{name: prior}``, and passed to
 ``CalibrationProblem(prior=...)`` (Wulkow et al. 2021, §2.3 use uniform and Gaussian
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -50,10 +51,12 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 from scipy import special, stats
 
+from jcalib._warnings import warn_user
 from jcalib.parameters import Parameter, ParameterSpace
 
 __all__ = [
     "AbstractPrior",
+    "GaussianPrior",
     "HalfNormal",
     "LogNormal",
     "LogUniform",
@@ -383,7 +386,7 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
             raise ValueError(f"{what}: unknown parameter {name!r}; known: {known}")
         if not isinstance(prior, AbstractPrior):
             raise ValueError(
-                f"{what}: the prior of {name!r} must be a jcalib.bayes.priors prior (Uniform, "
+                f"{what}: the prior of {name!r} must be a jcalib.probability prior (Uniform, "
                 f"LogUniform, Normal, LogNormal, HalfNormal); got {type(prior).__name__}"
             )
     bound, log_mass = [], []
@@ -431,8 +434,6 @@ def _warn_truncation(what: str, prior: AbstractPrior, p: Parameter, log_m: float
     fraction = -math.expm1(log_m)
     if not fraction > TRUNCATION_WARNING_FRACTION:
         return
-    from jcalib.bayes.diagnostics import _warn_user  # the first caller outside jcalib
-
     bounds = f"[{p.lower}, {p.upper}]"
     if isinstance(prior, Normal) and not p.lower <= prior.mean <= p.upper:
         what_happens = (f"the mean {prior.mean} lies outside the bounds {bounds}, so {100 * fraction:.1f} % of its "
@@ -440,10 +441,112 @@ def _warn_truncation(what: str, prior: AbstractPrior, p: Parameter, log_m: float
     else:
         what_happens = (f"{100 * fraction:.1f} % of its mass lies outside the bounds {bounds} (the prior is "
                         "truncated to them and renormalised)")
-    _warn_user(
+    warn_user(
         f"{what}: {prior._name()} prior on {p.name!r}: {what_happens}; widen the bounds (space.replace(name, "
         "lower=..., upper=...), or noise_parameters={output: (lower, upper)} for a noise level) or change the prior",
         PriorTruncationWarning)
+
+
+class GaussianPrior(eqx.Module):
+    """Independent Gaussian priors on the *internal* coordinates of the free parameters.
+
+    For a log-scale parameter the prior is on ``log(theta)`` (a log-normal in physical
+    units). The prior is not truncated to the parameter bounds, but the model refuses
+    parameters outside them (its bounds check), so the log likelihood is -inf there; build
+    the problem on ``model.with_bounds_check(False)`` to let the posterior extend beyond.
+
+    Args:
+        mean: ``{name: mean}`` or an array ordered as the problem's ``free_names``.
+        std: ``{name: std}`` (same names as ``mean``), a scalar for all, or an array like
+            ``mean``; positive.
+        names: names of array entries (None: the problem's ``free_names``).
+
+    With dicts, names of parameters that a problem fixes are ignored, so the same prior
+    serves after `CalibrationProblem.fix`.
+
+    Example:
+        >>> prior = GaussianPrior({"kab": -9.2, "kac": -11.5}, 1.0)
+        >>> prior.names
+        ('kab', 'kac')
+    """
+
+    mean: Float[Array, " n"]
+    std: Float[Array, " n"]
+    names: tuple[str, ...] | None = eqx.field(static=True)
+
+    def __init__(self, mean, std, names: Sequence[str] | None = None):
+        if isinstance(mean, Mapping):
+            if names is not None:
+                raise ValueError("GaussianPrior: pass names only with array mean and std")
+            names = tuple(mean)
+            mean_np = np.array([float(mean[n]) for n in names], dtype=np.float64)
+            if isinstance(std, Mapping):
+                if set(std) != set(names):
+                    raise ValueError(
+                        f"GaussianPrior: mean and std must name the same parameters; got mean "
+                        f"{sorted(names)}, std {sorted(std)}"
+                    )
+                std_np = np.array([float(std[n]) for n in names], dtype=np.float64)
+            else:
+                std_np = np.array(std, dtype=np.float64)
+        else:
+            if isinstance(std, Mapping):
+                raise ValueError("GaussianPrior: std is a dict but mean is not; pass both by name")
+            mean_np = np.array(mean, dtype=np.float64)
+            std_np = np.array(std, dtype=np.float64)
+            if mean_np.ndim != 1 or mean_np.size == 0:
+                raise ValueError(
+                    f"GaussianPrior: mean must be a dict or a non-empty 1-D array; got shape "
+                    f"{mean_np.shape}"
+                )
+            if names is not None:
+                names = (names,) if isinstance(names, str) else tuple(names)
+                if len(names) != mean_np.size:
+                    raise ValueError(
+                        f"GaussianPrior: {len(names)} names for {mean_np.size} means"
+                    )
+        if std_np.ndim == 0:
+            std_np = np.full(mean_np.shape, float(std_np))
+        if std_np.shape != mean_np.shape:
+            raise ValueError(
+                f"GaussianPrior: std must be a scalar or have the shape of mean {mean_np.shape}; "
+                f"got shape {std_np.shape}"
+            )
+        if not np.all(np.isfinite(mean_np)):
+            raise ValueError(f"GaussianPrior: mean must be finite; got {mean_np}")
+        if not np.all(np.isfinite(std_np) & (std_np > 0)):
+            raise ValueError(f"GaussianPrior: std must be positive and finite; got {std_np}")
+        self.mean = jnp.asarray(mean_np)
+        self.std = jnp.asarray(std_np)
+        self.names = names
+
+    def log_prob(self, theta_internal: Float[Array, " n"]) -> Float[Array, ""]:
+        """Sum of the normal log densities."""
+        z = (theta_internal - self.mean) / self.std
+        n = self.mean.shape[0]
+        return -0.5 * jnp.sum(z**2) - jnp.sum(jnp.log(self.std)) - 0.5 * n * math.log(2.0 * math.pi)
+
+    def _resolve(self, free_names: tuple[str, ...], known: tuple[str, ...]) -> GaussianPrior:
+        """This prior for exactly ``free_names``, in that order."""
+        if self.names is None:
+            if self.mean.shape[0] != len(free_names):
+                raise ValueError(
+                    f"prior: GaussianPrior has {self.mean.shape[0]} entries but there are "
+                    f"{len(free_names)} free parameters ({', '.join(free_names)}); give mean "
+                    "and std by name"
+                )
+            return GaussianPrior(self.mean, self.std, names=free_names)
+        for n in self.names:
+            if n not in known:
+                raise ValueError(f"prior: unknown parameter {n!r}; known: {', '.join(repr(k) for k in known)}")
+        missing = [n for n in free_names if n not in self.names]
+        if missing:
+            raise ValueError(
+                f"prior: GaussianPrior has no entry for the free parameter(s) {', '.join(repr(k) for k in missing)}"
+            )
+        idx = [self.names.index(n) for n in free_names]
+        return GaussianPrior(np.asarray(self.mean)[idx], np.asarray(self.std)[idx],
+                             names=free_names)
 
 
 def _log_diff_ndtr(a: float, b: float) -> float:

@@ -1,0 +1,37 @@
+"""Probability building blocks below `jcalib.problem`: per-parameter priors, the Gaussian prior
+on internal coordinates and measurement-noise likelihoods. Imports only `jcalib.parameters`, so
+`jcalib.problem` imports it at module top and `jcalib.bayes` re-exports it.
+
+The log-normal *likelihood* is `jcalib.probability.likelihoods.LogNormal` (or
+``likelihood="lognormal"``); `LogNormal` here is the prior."""
+
+from jcalib.probability.likelihoods import (
+    LIKELIHOODS,
+    AbsoluteGaussian,
+    AbstractLikelihood,
+    RelativeGaussian,
+    get_likelihood,
+    noise_parameter_space,
+)
+from jcalib.probability.priors import (
+    TRUNCATION_WARNING_FRACTION,
+    AbstractPrior,
+    GaussianPrior,
+    HalfNormal,
+    LogNormal,
+    LogUniform,
+    Normal,
+    ParameterPriors,
+    PriorTruncationWarning,
+    Uniform,
+    bind_priors,
+    default_prior,
+    truncation_fraction,
+)
+
+__all__ = [
+    "LIKELIHOODS", "TRUNCATION_WARNING_FRACTION", "AbsoluteGaussian", "AbstractLikelihood", "AbstractPrior",
+    "GaussianPrior", "HalfNormal", "LogNormal", "LogUniform", "Normal", "ParameterPriors", "PriorTruncationWarning",
+    "RelativeGaussian", "Uniform", "bind_priors", "default_prior", "get_likelihood", "noise_parameter_space",
+    "truncation_fraction",
+]
