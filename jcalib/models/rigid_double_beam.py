@@ -139,6 +139,13 @@ class RigidDoubleBeam(AbstractModel):
         out["t_pulse_off"] = (float(self.t_off), "s")
         return out
 
+    def impu_settings(self) -> dict:
+        """The IMPU paper's settings for this model (Kessels et al. 2023, Sec. 4), read by
+        `jcalib.nn.impu.InverseMapping`: additive Gaussian measurement noise `NOISE_STD` per
+        output and frequency bins of interest 0-4 Hz for the FBoI feature kinds."""
+        return {"noise_std": tuple(NOISE_STD[name] for name in self.output_names), "relative_noise": False,
+                "fboi_options": {"f_max": 4.0}}
+
     # --- geometry ----------------------------------------------------------------------------
     def lever_arms(self, angle: Float[Array, ""]) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """``(a, b)``: horizontal and vertical position [m] of beam 2's centre of mass

@@ -170,6 +170,13 @@ class RollPlane(AbstractModel):
             out.update(h1=(h1, "m"), h2=(h2, "m"), t1=(t1, "s"), t2=(t2, "s"))
         return out
 
+    def impu_settings(self) -> dict:
+        """The IMPU paper's settings for this model (Kessels et al. 2023, Sec. 5), read by
+        `jcalib.nn.impu.InverseMapping`: relative measurement noise, `NOISE_RELATIVE` (1 %) of
+        the noise-free value on every output; the FBoI feature kinds keep their own defaults."""
+        return {"noise_std": (NOISE_RELATIVE,) * len(self.output_names), "relative_noise": True,
+                "fboi_options": {}}
+
     # --- AbstractModel -----------------------------------------------------------------------
     def inputs(self, t: Float[Array, ""]) -> Float[Array, " 2"]:
         """Road heights ``[u1, u2]`` under the left/right wheel at time ``t`` [m].

@@ -28,11 +28,11 @@ most 200 epochs of batches of 50, early stopping after 40 epochs without improve
 hidden ReLU layers. The paper's Table 4 (the layer widths) is not available to us: the
 default ``hidden=(64, 64)`` is **chosen here** (see `DEFAULT_HIDDEN`).
 
-Measurement noise (``noise``): ``"paper"`` takes the paper's noise of the built-in model
-(rigid_double_beam: additive Gaussian, σ = 2e-4 m on y1 and 2e-2 rad on y2; roll_plane:
-1 % of each noise-free value, ``ε ~ N(0, (0.01 y)²)``); a number (or one per output) is the
-standard deviation of additive Gaussian noise in the output's unit, or with
-``relative_noise=True`` the fraction of the noise-free value; None or 0: noise-free.
+Measurement noise (``noise``): ``"paper"`` takes the paper's noise from the model's
+``impu_settings()`` (`paper_noise`; rigid_double_beam: additive Gaussian, σ = 2e-4 m on y1 and
+2e-2 rad on y2; roll_plane: 1 % of each noise-free value, ``ε ~ N(0, (0.01 y)²)``); a number (or
+one per output) is the standard deviation of additive Gaussian noise in the output's unit, or
+with ``relative_noise=True`` the fraction of the noise-free value; None or 0: noise-free.
 
 Outside the training range. A measurement whose normalised features leave
 ``[−margin, 1 + margin]`` (any feature) or whose normalised estimate does
@@ -109,24 +109,30 @@ def paper_training() -> TrainingConfig:
 
 
 def paper_noise(model) -> tuple[np.ndarray, bool]:
-    """The paper's measurement noise for a built-in model: ``(std per output, relative)``.
+    """The IMPU paper's measurement noise for ``model``: ``(std per output, relative)``.
 
-    rigid_double_beam: additive, σ = (2e-4 m, 2e-2 rad); roll_plane: relative, 1 % of the
-    noise-free value on every output.
+    Read from the model's ``impu_settings()`` (the paper's settings belong to the models, not to
+    this module): rigid_double_beam: additive, σ = (2e-4 m, 2e-2 rad); roll_plane: relative, 1 %
+    of the noise-free value on every output. A model of your own gets ``noise="paper"`` by
+    defining ``impu_settings()`` returning ``{"noise_std": one σ per output, "relative_noise":
+    bool, "fboi_options": FeatureExtractor options for the FBoI kinds}``.
 
     Raises:
-        ValueError: another model (pass ``noise=`` explicitly).
+        ValueError: a model without ``impu_settings()`` (pass ``noise=`` explicitly).
     """
-    from jcalib.models import rigid_double_beam as rdb
-    from jcalib.models import roll_plane as rp
+    settings = _paper_settings(model)
+    if settings is None:
+        raise ValueError(f"InverseMapping: noise='paper' needs a model with the paper's settings (a method "
+                         f"impu_settings(), as rigid_double_beam and roll_plane have); got {type(model).__name__}: "
+                         "pass noise=<std per output> (relative_noise=True for a fraction of the noise-free value) "
+                         "or noise=None")
+    return np.asarray(settings["noise_std"], np.float64), bool(settings["relative_noise"])
 
-    if isinstance(model, rdb.RigidDoubleBeam):
-        return np.array([rdb.NOISE_STD[name] for name in model.output_names], np.float64), False
-    if isinstance(model, rp.RollPlane):
-        return np.full(len(model.output_names), rp.NOISE_RELATIVE, np.float64), True
-    raise ValueError(f"InverseMapping: noise='paper' is known for rigid_double_beam and roll_plane only; got "
-                     f"{type(model).__name__}: pass noise=<std per output> (relative_noise=True for a fraction "
-                     "of the noise-free value) or noise=None")
+
+def _paper_settings(model) -> dict | None:
+    """``model.impu_settings()``, or None for a model (or None) without the paper's settings."""
+    settings = getattr(model, "impu_settings", None)
+    return None if settings is None else dict(settings())
 
 
 def add_noise(key: PRNGKeyArray, signals: Float[ArrayLike, "... n_times n_outputs"],
@@ -268,8 +274,9 @@ class InverseMapping:
         relative_noise: ``noise`` is a fraction of the noise-free value.
         seed: initial weights of the network.
         feature_options: keywords of `FeatureExtractor.create` (``stride``, ``bins``,
-            ``f_max``, ``n_bins``, ``threshold``, ``n_extrema``, ``prominence``). For
-            rigid_double_beam the FBoI kinds default to the paper's 0-4 Hz (``f_max=4``).
+            ``f_max``, ``n_bins``, ``threshold``, ``n_extrema``, ``prominence``). The FBoI
+            kinds default to the model's ``impu_settings()["fboi_options"]`` (rigid_double_beam:
+            the paper's 0-4 Hz, ``f_max=4``).
         feature_margin, theta_margin: margins of the outside-the-training-range flag.
         space, ts, output_names: without a model, the parameter space, sample times and
             output names of the data passed to `fit_data`.
@@ -680,7 +687,7 @@ class InverseMapping:
                                  f"{noise!r}")
             if self._model is None:
                 raise ValueError("InverseMapping: noise='paper' needs a model; pass noise=<std per output>")
-            return paper_noise(self._model)
+            noise, relative = paper_noise(self._model)  # then checked like a user's noise
         if noise is None:
             return np.zeros(n_out or 1), bool(relative)
         std = np.atleast_1d(np.asarray(noise, np.float64))
@@ -693,14 +700,12 @@ class InverseMapping:
         return std, bool(relative)
 
     def _feature_defaults(self) -> dict:
-        """The paper's settings for its models where the user gave none."""
-        from jcalib.models.rigid_double_beam import RigidDoubleBeam
-
+        """The model's FBoI settings (``impu_settings()["fboi_options"]``) where the user gave none."""
         rules = ("bins", "f_max", "n_bins", "threshold")
-        if (self.feature.endswith("FBoI") and isinstance(self._model, RigidDoubleBeam)
-                and not any(k in self.feature_options for k in rules)):
-            return {"f_max": 4.0}  # the paper's FBoI for the rigid double beam: 0-4 Hz
-        return {}
+        settings = _paper_settings(self._model)
+        if settings is None or not self.feature.endswith("FBoI") or any(k in self.feature_options for k in rules):
+            return {}
+        return dict(settings.get("fboi_options") or {})  # rigid_double_beam: the paper's 0-4 Hz
 
     def _exclusion(self, exclude) -> tuple[Callable | None, dict | None]:
         """(drop function, the box as {name: [low, high]} or None) of an ``exclude`` argument."""

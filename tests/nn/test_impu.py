@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import jcalib
-from jcalib.nn.impu import (IMPUEstimate, InverseMapping, add_noise, paper_noise, paper_training,
-                            relative_error_metrics)
+from jcalib.nn.impu import IMPUEstimate, InverseMapping, add_noise, paper_noise, paper_training, relative_error_metrics
 from jcalib.nn.training import TrainingConfig
 
 N_TRAIN, N_VAL, N_TEST = 400, 112, 128
@@ -153,7 +152,8 @@ def test_relative_error_metrics_by_hand():
 def test_noise_models():
     beam, roll = jcalib.models.get("rigid_double_beam"), jcalib.models.get("roll_plane")
     std, relative = paper_noise(beam)
-    np.testing.assert_array_equal(std, [2e-4, 2e-2]) and not relative
+    np.testing.assert_array_equal(std, [2e-4, 2e-2])
+    assert not relative
     std, relative = paper_noise(roll)
     np.testing.assert_array_equal(std, [0.01] * 4)
     assert relative
@@ -164,6 +164,32 @@ def test_noise_models():
     noisy = add_noise(jax.random.key(0), y, [0.01, 0.1])
     np.testing.assert_allclose((noisy - y).reshape(-1, 2).std(0), [0.01, 0.1], rtol=5 * 0.005)
     assert paper_training().patience == 40 and paper_training().batch_size == 50
+
+
+class _OwnModel:
+    """A simulator of one's own that brings its IMPU settings (what InverseMapping reads of it)."""
+
+    def __init__(self, beam, noise_std=(1e-3, 5e-3)):
+        self.parameters, self.output_names, self.ts = beam.parameters, beam.output_names, beam.ts
+        self.noise_std = noise_std
+
+    def impu_settings(self):
+        return {"noise_std": self.noise_std, "relative_noise": True, "fboi_options": {"n_bins": 3}}
+
+
+def test_paper_settings_come_from_the_model(beam):
+    """noise='paper' and the FBoI defaults are the model's impu_settings(), for any model."""
+    own = _OwnModel(beam)
+    impu = InverseMapping(own, "RI-FBoI")
+    np.testing.assert_array_equal(impu.noise_std, [1e-3, 5e-3])
+    assert impu.relative_noise
+    assert impu._feature_defaults() == {"n_bins": 3}
+    assert InverseMapping(own, "RI-FBoI", feature_options={"f_max": 2.0})._feature_defaults() == {}
+    assert InverseMapping(own, "RI")._feature_defaults() == {}
+    assert InverseMapping(beam, "MP-FBoI")._feature_defaults() == {"f_max": 4.0}
+    assert InverseMapping(jcalib.models.get("roll_plane"), "RI-FBoI")._feature_defaults() == {}
+    with pytest.raises(ValueError, match=r"noise needs one value or one per output \(2\); got 3"):
+        InverseMapping(_OwnModel(beam, noise_std=(1e-3, 1e-3, 1e-3)))
 
 
 def test_bad_input(beam, impu):
@@ -188,7 +214,9 @@ def test_bad_input(beam, impu):
         impu.evaluate(jax.random.key(0), 1)
     with pytest.raises(ValueError, match="signals must have shape"):
         fresh.fit_data(np.ones((4, 4)), np.ones((4, 100, 2)))
-    with pytest.raises(ValueError, match="noise='paper' is known for rigid_double_beam and roll_plane only"):
+    with pytest.raises(ValueError, match=r"noise='paper' needs a model with the paper's settings \(a method "
+                                         r"impu_settings\(\), as rigid_double_beam and roll_plane have\); got "
+                                         "FourSubstanceReactions"):
         InverseMapping(jcalib.models.get("four_substance_reactions"))
     with pytest.raises(ValueError, match="hidden must be positive layer widths"):
         InverseMapping(beam, hidden=(64, 0))
