@@ -35,17 +35,15 @@ and network (CI smoke run; its numbers say little). The reference side takes a m
 two more for the first installation (pip reaches PyPI) and about 10 s to import.
 
 Usage:
-    python benchmarks/bayesflow.py [--quick] [--no-reference] [--n-train N] [--epochs E]
+    python -m benchmarks.bayesflow [--quick] [--no-reference] [--n-train N] [--epochs E]
         [--batch-size B] [--repeats R] [--seed S] [--venv PATH] [--out PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -57,8 +55,8 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
+from benchmarks import common  # noqa: E402
 from jcalib.bayes.sbc import rank_histogram, sbc_ranks, sbc_result  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.nn import training as _training_module  # noqa: E402
 from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
@@ -201,19 +199,6 @@ def fit_with_cpu_clock(posterior, *args):
         _training_module.tqdm = saved
 
 
-def time_calls(fn, repeats):
-    """Seconds of the first call, of ``repeats`` further calls, and the last output."""
-    t = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return first, times, out
-
-
 def sbc_summary(samples: np.ndarray, thetas: np.ndarray) -> dict:
     """SBC of the posterior draws ``(n_obs, n_samples, n_params)`` against the true parameters:
     chi-square p-values of the rank histograms, whether each rank ECDF stays in its 95 %
@@ -227,18 +212,15 @@ def sbc_summary(samples: np.ndarray, thetas: np.ndarray) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny problem and network (CI smoke run)")
+    parser = common.parser(__doc__, "bayesflow", quick_help="tiny problem and network (CI smoke run)")
     parser.add_argument("--no-reference", action="store_true", help="skip the bayesflow side (no installation)")
     parser.add_argument("--n-train", type=int, default=None, help="training simulations (rounded down to a "
                         "multiple of the batch size)")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None, help="warm timed sampling calls")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--venv", type=pathlib.Path, default=DEFAULT_VENV, help="the bayesflow virtual environment")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/benchmarks/bayesflow.json"))
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     s = {k: v[1 if args.quick else 0] for k, v in SETTINGS.items()}
     for name in ("n_train", "epochs", "batch_size", "repeats"):
         if getattr(args, name) is not None:
@@ -250,7 +232,7 @@ def main(argv=None):
     s["n_train"] = (s["n_train"] // s["batch_size"]) * s["batch_size"]
     if s["n_train"] < s["batch_size"]:
         raise ValueError(f"bayesflow benchmark: --n-train must be at least the batch size {s['batch_size']}")
-    load_at_start = list(os.getloadavg())
+    load_at_start = common.load_average()
 
     rng = np.random.default_rng(args.seed)
     theta_train = prior_samples(rng, s["n_train"])
@@ -295,7 +277,7 @@ def main(argv=None):
     epoch_times = list(tr.history["epoch_time_s"])
     epoch_cpu = _EpochCPUClock.epoch_cpu_s()
     key = jax.random.key(args.seed)
-    first, times, samples = time_calls(
+    first, times, samples = common.time_repeated(
         lambda: np.asarray(posterior.sample(key, x_obs, s["n_samples"])), s["repeats"])
     warm = float(np.median(times)) if times else first
     n_weights = _n_weights(posterior)
@@ -362,10 +344,7 @@ def main(argv=None):
         "jcalib": ours,
         "bayesflow": reference if reference is not None else {"skipped": "--no-reference"},
         "ratios": ratios,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
-                    "cpu_count": os.cpu_count(), "load_average_at_start": load_at_start,
-                    "load_average_at_end": list(os.getloadavg())},
+        "machine": common.machine_info(load_at_start),
         "notes": "Training throughput counts the samples of epochs 2..E over their wall time (epoch 1 includes "
                  "tracing and compilation on both sides; jcalib: TrainingResult.samples_per_second, bayesflow: "
                  "a Keras callback from on_epoch_begin to on_epoch_end). The reference side runs in its own "
@@ -379,11 +358,7 @@ def main(argv=None):
                  "dropout of 0.05 is turned off to match). Sampling times include the summary network on the "
                  "400 observations and the conversion to NumPy. The machine is shared: see the load averages.",
     }
-    report = to_jsonable(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
-    return report
+    return common.write_report(args.out, report)
 
 
 def _n_weights(posterior) -> int | None:

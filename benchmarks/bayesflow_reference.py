@@ -29,7 +29,7 @@ parent wrote (``--data``, an .npz with ``theta_train`` (n_train, n_params), ``x_
 4. writes the timings to ``--out`` (JSON) and the posterior draws of the last call to
    ``--samples-out`` (.npz, ``samples`` (n_obs, n_samples, n_params)) for the parent's SBC.
 
-Usage (normally through benchmarks/bayesflow.py):
+Usage (normally through ``python -m benchmarks.bayesflow``):
     KERAS_BACKEND=jax python benchmarks/bayesflow_reference.py --data D.npz --settings S.json \
         --out R.json --samples-out P.npz
 """

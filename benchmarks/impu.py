@@ -28,15 +28,12 @@ Writes JSON (default results/benchmarks/impu.json) with the machine's core count
 little).
 
 Usage:
-    python benchmarks/impu.py [--quick] [--n-calls 2000] [--batch 1000] [--seed 0] [--out PATH]
+    python -m benchmarks.impu [--quick] [--n-calls 2000] [--batch 1000] [--seed 0] [--out PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import pathlib
 import platform
 import time
 
@@ -48,8 +45,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from benchmarks import common  # noqa: E402
 from jcalib.filters.ekf import RelativeMeasurementNoise, run_ekf  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.models.roll_plane import NOISE_FLOOR, NOISE_RELATIVE, P_REF  # noqa: E402
 from jcalib.nn.impu import InverseMapping, add_noise, paper_noise, paper_training  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
@@ -92,14 +89,7 @@ def latency(fn, n_calls: int, n_warmup: int = 20) -> dict:
 
 def throughput(fn, n: int, repeats: int) -> dict:
     """Median seconds of ``fn()`` on a batch of ``n`` measurements, after one warm-up call."""
-    t = time.perf_counter()
-    fn()
-    first = time.perf_counter() - t
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
+    first, times, _ = common.time_repeated(fn, repeats)
     median = float(np.median(times))
     return {"batch": n, "first_call_s": first, "median_s": median, "min_s": float(np.min(times)),
             "measurements_per_s": n / median, "per_measurement_us": 1e6 * median / n}
@@ -134,17 +124,14 @@ def online(mapping: InverseMapping, one: np.ndarray, batch: np.ndarray, n_calls:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny training sets, 200 timed calls (CI smoke run)")
+    parser = common.parser(__doc__, "impu", quick_help="tiny training sets, 200 timed calls (CI smoke run)")
     parser.add_argument("--n-calls", type=int, default=None, help="timed single-measurement calls (>= 1,000 full)")
     parser.add_argument("--batch", type=int, default=None, help="measurements per batch for throughput")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/benchmarks/impu.json"))
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     s = {k: v[1 if args.quick else 0] for k, v in SETTINGS.items()}
     n_calls = args.n_calls or s["n_calls"]
     n_batch = args.batch or s["batch"]
-    load_at_start = list(os.getloadavg())
+    load_at_start = common.load_average()
     start = time.perf_counter()
     training = quick_training() if args.quick else paper_training()
     key = jax.random.key(args.seed)
@@ -253,11 +240,9 @@ def main(argv=None):
             "ekf_run_over_impu_inference_roll_plane": 1e6 * ekf_median / rp_latency["median_us"],
             "target_met": bool(median_us <= TARGET_MEDIAN_US),
         },
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
-                    "cpu_count": os.cpu_count(),
-                    "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-                    "load_average_at_start": load_at_start, "load_average_at_end": list(os.getloadavg())},
+        "machine": common.machine_info(
+            load_at_start, processor=platform.processor(),
+            cpus_available=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None),
         "wall_time_s": time.perf_counter() - start,
         "notes": "Latencies are wall-clock per call after 20 warm-up calls, each call blocked on its result "
                  "(block_until_ready); dispatch_floor_trivial_jit is jit(x + 1) on the same input, the cost of "
@@ -267,12 +252,9 @@ def main(argv=None):
                  "same 1,000 samples with the compiled solver (compile time = first call - warm). The machine is "
                  "shared with other jobs: see the load averages.",
     }
-    report = to_jsonable(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
     print(f"target {TARGET_MEDIAN_US:g} µs median: {'met' if report['ratios']['target_met'] else 'missed'} "
-          f"({median_us:.1f} µs); wrote {args.out}", flush=True)
-    return report
+          f"({median_us:.1f} µs)", flush=True)
+    return common.write_report(args.out, report)
 
 
 if __name__ == "__main__":

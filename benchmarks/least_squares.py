@@ -24,7 +24,7 @@ Writes JSON (default results/benchmarks/least_squares.json).
 relative weighting), so the CI smoke test stays within seconds; its ratios say little.
 
 Usage:
-    python benchmarks/least_squares.py [--quick] [--repeats 10] [--seed 0] [--out PATH]
+    python -m benchmarks.least_squares [--quick] [--repeats 10] [--seed 0] [--out PATH]
 """
 
 from __future__ import annotations
@@ -35,15 +35,12 @@ import sys
 # scipy's TRF takes an SVD of the (1008 x 14) Jacobian every iteration. On the 2-core
 # benchmark machine a multithreaded OpenBLAS competing with XLA's threads made that SVD take
 # ~70 ms instead of ~0.5 ms, for both methods; one BLAS thread avoids it. Effective only
-# when numpy is not imported yet (running this file as a script).
+# when numpy is not imported yet (running this module with python -m).
 _BLAS_SINGLE_THREAD = "numpy" not in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ
 if _BLAS_SINGLE_THREAD:
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import pathlib  # noqa: E402
-import platform  # noqa: E402
+import itertools  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
@@ -55,6 +52,7 @@ import numpy as np  # noqa: E402
 import scipy.optimize  # noqa: E402
 
 import jcalib  # noqa: E402
+from benchmarks import common  # noqa: E402
 from jcalib.estimation.least_squares import least_squares_trf  # noqa: E402
 
 CASES = {
@@ -82,13 +80,8 @@ def build(case: str, seed: int):
 
 def time_calls(fn, z, repeats):
     """Median seconds of ``repeats`` warm calls (after one untimed call)."""
-    jax.block_until_ready(fn(z))
-    times = []
-    for i in range(repeats):
-        zi = z + 1e-9 * (i + 1)  # a new point each time (no caching anywhere)
-        t = time.perf_counter()
-        jax.block_until_ready(fn(zi))
-        times.append(time.perf_counter() - t)
+    points = (z + 1e-9 * i for i in itertools.count())  # a new point each time (no caching anywhere)
+    _, times, _ = common.time_repeated(lambda: jax.block_until_ready(fn(next(points))), repeats)
     return float(np.median(times))
 
 
@@ -110,16 +103,14 @@ def run_scipy_fd(problem, theta0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="four_substance_reactions instead of thermal_office_r7c4 (CI smoke run)")
+    parser = common.parser(__doc__, "least_squares",
+                           quick_help="four_substance_reactions instead of thermal_office_r7c4 (CI smoke run)")
     parser.add_argument("--case", default=None, choices=sorted(CASES))
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per cost measurement")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/benchmarks/least_squares.json"))
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     case = args.case or ("four_substance_reactions" if args.quick else "thermal_office_r7c4")
     repeats = args.repeats or (5 if args.quick else 15)
+    load_at_start = common.load_average()
 
     problem, truth, theta0 = build(case, args.seed)
     z0 = problem.to_internal(jnp.asarray(theta0))
@@ -202,22 +193,10 @@ def main(argv=None):
         "jcalib": jcalib_row,
         "scipy": scipy_row,
         "ratios": ratios,
-        "machine": {"platform": platform.platform(), "devices": [str(d) for d in jax.devices()],
-                    "cpu_count": os.cpu_count(), "load_average_1m": _load(), "jax": jax.__version__,
-                    "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
-                    "blas_single_thread_set_here": _BLAS_SINGLE_THREAD},
+        "machine": common.machine_info(load_at_start, openblas_num_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
+                                       blas_single_thread_set_here=_BLAS_SINGLE_THREAD),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
-    return report
-
-
-def _load():
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
+    return common.write_report(args.out, report)
 
 
 if __name__ == "__main__":

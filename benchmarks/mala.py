@@ -49,17 +49,12 @@ the data with the real model's QSS variant (Tsit5, 1.2e-4 relative from the full
 far below the 5 % noise) to skip the full model's ~15 s compile.
 
 Usage:
-    python benchmarks/mala.py [--quick] [--chains 4] [--scaling 16,64] [--seed 0] [--out PATH]
+    python -m benchmarks.mala [--quick] [--chains 4] [--scaling 16,64] [--seed 0] [--out PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
-import pathlib
-import platform
 import time
 
 import jax
@@ -71,11 +66,11 @@ import numpy as np  # noqa: E402
 from scipy.integrate import solve_ivp  # noqa: E402
 
 import jcalib  # noqa: E402
+from benchmarks import common  # noqa: E402
 from jcalib.bayes import diagnostics  # noqa: E402
 from jcalib.bayes.mala import sample  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
 
 OUTPUTS = ("M", "Mw")
@@ -357,19 +352,16 @@ def run_jcalib(problem, key, z0, sizes, n_chains, preconditioner=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
+    parser = common.parser(__doc__, "mala")
     parser.add_argument("--chains", type=int, default=None, help="chains of jcalib and NUTS (default 4, quick 2)")
     parser.add_argument("--scaling", default=None,
                         help="comma-separated chain counts of extra jcalib-only runs (default 16,64; quick none)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/benchmarks/mala.json"))
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     sizes = {k: v[1 if args.quick else 0] for k, v in SIZES.items()}
     n_chains, n_steps = args.chains or sizes["n_chains"], sizes["n_steps"]
     scaling = sizes["scaling"] if args.scaling is None else args.scaling
     scaling = [int(c) for c in scaling.split(",") if c.strip()]
-    load_at_start = _load()
+    load_at_start = common.load_average()
 
     t = time.perf_counter()
     problem, data_info = build(args.seed, args.quick)
@@ -495,22 +487,9 @@ def main(argv=None):
         "nuts": nuts,
         "jcalib_chain_scaling": sweep,
         "ratios": ratios,
-        "machine": {"platform": platform.platform(), "devices": [str(d) for d in jax.devices()],
-                    "jax": jax.__version__, "cpu_count": os.cpu_count(), "load_average_1m_at_start": load_at_start,
-                    "load_average_1m_at_end": _load()},
+        "machine": common.machine_info(load_at_start),
     }
-    report = to_jsonable(report)  # what the file holds: plain JSON types, NaN -> None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
-    return report
-
-
-def _load():
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
+    return common.write_report(args.out, report)  # what the file holds: plain JSON types, NaN -> None
 
 
 if __name__ == "__main__":

@@ -31,16 +31,11 @@ a few epochs on 96 samples and generates 128 trajectories (CI smoke run; its num
 little).
 
 Usage:
-    python benchmarks/pelsvae.py [--quick] [--repeats 7] [--seed 0] [--out PATH]
+    python -m benchmarks.pelsvae [--quick] [--repeats 7] [--seed 0] [--out PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import pathlib
-import platform
 import time
 
 import jax
@@ -51,7 +46,7 @@ import equinox as eqx  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
+from benchmarks import common  # noqa: E402
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
 
@@ -85,16 +80,9 @@ def config(hidden_size, latent_size, epochs) -> PELSVAEConfig:
 
 
 def time_warm(fn, repeats):
-    """(seconds of the first call, median seconds of ``repeats`` further calls, last output);
-    ``fn`` must return a finished (blocked-on) result."""
-    t = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
+    """(seconds of the first call, median seconds of ``repeats`` further calls, last output,
+    all warm times); ``fn`` must return a finished (blocked-on) result."""
+    first, times, out = common.time_repeated(fn, repeats)
     return first, float(np.median(times)), out, times
 
 
@@ -105,15 +93,12 @@ def _timing(first, warm, times, n):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny network, few samples (CI smoke run)")
+    parser = common.parser(__doc__, "pelsvae", quick_help="tiny network, few samples (CI smoke run)")
     parser.add_argument("--repeats", type=int, default=None, help="warm timed calls per measurement")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/benchmarks/pelsvae.json"))
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     s = {k: v[1 if args.quick else 0] for k, v in SETTINGS.items()}
     repeats = args.repeats or s["repeats"]
-    load_at_start = list(os.getloadavg())
+    load_at_start = common.load_average()
 
     model = jcalib.models.get(MODEL)
     space = model.parameters
@@ -203,9 +188,7 @@ def main(argv=None):
             "generation_s_for_2000": best_surrogate_s * per_2000,
             "target_met": bool(best_surrogate_s * per_2000 < TARGET_S),
         },
-        "machine": {"platform": platform.platform(), "devices": [str(d) for d in jax.devices()],
-                    "jax": jax.__version__, "cpu_count": os.cpu_count(), "load_average_at_start": load_at_start,
-                    "load_average_at_end": list(os.getloadavg())},
+        "machine": common.machine_info(load_at_start),
         "notes": "Warm timings are medians (compile_s_estimate = first call - median). simulate_batch returns "
                  "float64 NumPy arrays (the transfer is included); the ODE model runs diffrax Tsit5 at "
                  "rtol = atol = 1e-6 on the same parameter sets, compiled already by the training-data "
@@ -213,7 +196,6 @@ def main(argv=None):
                  "covers their network (size not published) and whatever overhead their pipeline had; the "
                  "ratio to it is indicative only. The machine is shared: see the load averages.",
     }
-    report = to_jsonable(report)
     r = report["ratios"]
     print(f"  {n} trajectories: surrogate simulate_batch {warm:.3f} s (+ {surrogate_batch['compile_s_estimate']:.2f} "
           f"s compile), jitted generate {generate_rows[f'n_passes_{N_PASSES}']['median_s']:.3f} s "
@@ -223,10 +205,7 @@ def main(argv=None):
           flush=True)
     print(f"  accuracy: MAE {errors['generate']['mae']:.3f} K (scaled {errors['generate']['scaled_mae']:.4f}), "
           f"max |error| {report['accuracy_on_generated']['max_abs_error_K']:.2f} K", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
-    return report
+    return common.write_report(args.out, report)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,11 @@ largest relative difference between the two. Writes JSON (default
 results/benchmarks/simulate_batch.json).
 
 Usage:
-    python benchmarks/simulate_batch.py [--quick] [--cases four_substance_reactions,...]
+    python -m benchmarks.simulate_batch [--quick] [--cases four_substance_reactions,...]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
-import platform
-import sys
 import time
 
 import jax
@@ -27,32 +22,27 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from scipy_models import SCIPY_CASES  # noqa: E402
+from benchmarks import common  # noqa: E402
+from benchmarks.scipy_reference import SCIPY_CASES  # noqa: E402
 
 
 def time_jcalib(model, thetas, chunk_size):
-    t = time.perf_counter()
-    first = jcalib.simulate_batch(model, thetas, chunk_size=chunk_size, progress=False)
-    first_s = time.perf_counter() - t
-    t = time.perf_counter()
-    values = jcalib.simulate_batch(model, thetas, chunk_size=chunk_size, progress=False)
-    run_s = time.perf_counter() - t
-    assert np.array_equal(first, values, equal_nan=True)
+    """simulate_batch twice: (values, seconds of the first call (compile + run), of the second)."""
+    calls = []
+
+    def simulate():
+        calls.append(jcalib.simulate_batch(model, thetas, chunk_size=chunk_size, progress=False))
+        return calls[-1]
+
+    first_s, (run_s,), values = common.time_repeated(simulate, 1)
+    assert np.array_equal(calls[0], values, equal_nan=True)
     return values, first_s, run_s
 
 
 def time_scipy(case, model, thetas, n_scipy):
-    out = np.full((n_scipy, model.experiment.n_times, model.n_outputs), np.nan)
-    failures = 0
+    """The scipy loop on the first ``n_scipy`` sets: (outputs, seconds, failures)."""
     t = time.perf_counter()
-    for i in range(n_scipy):
-        values = case.run(thetas[i], model)
-        if values is None:
-            failures += 1
-        else:
-            out[i] = values
+    out, failures = case.run_batch(thetas[:n_scipy], model)
     return out, time.perf_counter() - t, failures
 
 
@@ -95,16 +85,13 @@ def run_case(name, n, n_scipy, chunk_size, seed):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, "simulate_batch")
     parser.add_argument("--cases", default=",".join(SCIPY_CASES))
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
     parser.add_argument("--n-scipy", type=int, default=None,
                         help="scipy loop only on the first N sets (per-sample rate extrapolated)")
     parser.add_argument("--chunk-size", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=pathlib.Path,
-                        default=pathlib.Path("results/benchmarks/simulate_batch.json"))
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
+    load_at_start = common.load_average()
     results = []
     for name in args.cases.split(","):
         case = SCIPY_CASES[name]
@@ -114,14 +101,10 @@ def main(argv=None):
     report = {
         "benchmark": "simulate_batch",
         "quick": args.quick,
-        "machine": {"platform": platform.platform(), "devices": [str(d) for d in jax.devices()],
-                    "jax": jax.__version__},
+        "machine": common.machine_info(load_at_start),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
-    return report
+    return common.write_report(args.out, report)
 
 
 if __name__ == "__main__":

@@ -20,17 +20,11 @@ SALib's sampler mapped through the parameter space), so:
 Writes JSON (default results/benchmarks/sobol.json).
 
 Usage:
-    python benchmarks/sobol.py [--quick] [--cases cabin_thermal,four_substance_reactions]
+    python -m benchmarks.sobol [--quick] [--cases cabin_thermal,four_substance_reactions]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import pathlib
-import platform
-import sys
 import time
 import warnings
 
@@ -43,10 +37,9 @@ from SALib.analyze import sobol as salib_analyze  # noqa: E402
 from SALib.sample import sobol as salib_sample  # noqa: E402
 
 import jcalib  # noqa: E402
+from benchmarks import common  # noqa: E402
+from benchmarks.scipy_reference import SCIPY_CASES  # noqa: E402
 from jcalib.sensitivity.sobol import saltelli_design, sobol_indices  # noqa: E402
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from scipy_models import SCIPY_CASES  # noqa: E402
 
 # N full, N quick, scipy solves timed (None: all) full / quick, output elements SALib analyze
 # is timed on (None: all) full / quick; the rest is extrapolated per solve / per element
@@ -66,13 +59,16 @@ def _problem(space):
 
 
 def time_jcalib(model, n, key):
-    t = time.perf_counter()
-    first = sobol_indices(model, None, n, key, n_bootstrap=N_BOOTSTRAP, progress=False)
-    first_s = time.perf_counter() - t
-    t = time.perf_counter()
-    result = sobol_indices(model, None, n, key, n_bootstrap=N_BOOTSTRAP, progress=False)
-    run_s = time.perf_counter() - t
-    assert np.array_equal(np.asarray(first.first_order), np.asarray(result.first_order))
+    """sobol_indices twice with the same key: (result, seconds of the first call (compile +
+    run), of the second)."""
+    calls = []
+
+    def indices():
+        calls.append(sobol_indices(model, None, n, key, n_bootstrap=N_BOOTSTRAP, progress=False))
+        return calls[-1]
+
+    first_s, (run_s,), result = common.time_repeated(indices, 1)
+    assert np.array_equal(np.asarray(calls[0].first_order), np.asarray(result.first_order))
     return result, first_s, run_s
 
 
@@ -84,15 +80,9 @@ def time_salib_sample(space, n, seed):
 
 
 def time_scipy(case, model, thetas):
-    out = np.full((thetas.shape[0], model.experiment.n_times, model.n_outputs), np.nan)
-    failures = 0
+    """The scipy loop over ``thetas``: (outputs, seconds, failures)."""
     t = time.perf_counter()
-    for i, theta in enumerate(thetas):
-        values = case.run(theta, model)
-        if values is None:
-            failures += 1
-        else:
-            out[i] = values
+    out, failures = case.run_batch(thetas, model)
     return out, time.perf_counter() - t, failures
 
 
@@ -205,13 +195,10 @@ def run_case(name, n, n_timed, n_analyze, seed):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, "sobol")
     parser.add_argument("--cases", default=",".join(SETTINGS))
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=pathlib.Path,
-                        default=pathlib.Path("results/benchmarks/sobol.json"))
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
+    load_at_start = common.load_average()
     results = []
     for name in args.cases.split(","):
         if name not in SETTINGS:
@@ -222,15 +209,10 @@ def main(argv=None):
         "benchmark": "sobol",
         "quick": args.quick,
         "target": "jcalib >= 100x faster than SALib sample + scipy solve_ivp loop + SALib analyze",
-        "machine": {"platform": platform.platform(), "devices": [str(d) for d in jax.devices()],
-                    "jax": jax.__version__, "cpu_count": os.cpu_count(),
-                    "load_average_at_start": list(os.getloadavg())},
+        "machine": common.machine_info(load_at_start),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
-    return report
+    return common.write_report(args.out, report)
 
 
 if __name__ == "__main__":

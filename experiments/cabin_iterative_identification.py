@@ -39,16 +39,14 @@ smoke test for CI, not a result.
 Writes results/cabin_iterative_identification/{metrics.json, identification.png,
 identification_one_shot.png, recovery.png, recovery_one_shot.png, outputs.png, report.md}.
 
-Usage: python experiments/cabin_iterative_identification.py [--out DIR] [--seed 0]
+Usage: python -m experiments.cabin_iterative_identification [--out DIR] [--seed 0]
        [--n-samples 2000] [--epochs N] [--generator surrogate|model] [--fixed-observation]
        [--reduced | --quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import pathlib
 import time
@@ -61,13 +59,16 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.nn.bayesflow import BayesFlowConfig  # noqa: E402
 from jcalib.nn.pelsvae import PELSVAEConfig  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
 from jcalib.plotting import plot_identification, plot_identification_recovery  # noqa: E402
-from jcalib.workflows.iterative_identification import (IdentificationConfig, iterative_identification,  # noqa: E402
-                                                       one_shot_identification)
+from jcalib.workflows.iterative_identification import (  # noqa: E402
+    IdentificationConfig,
+    iterative_identification,
+    one_shot_identification,
+)
 
 # Zhang & Mikelsons 2023: "Parameter inference with BayesFlow" and Fig. 6
 PAPER = {
@@ -133,8 +134,7 @@ def output_figure(model, truth, results: dict, path: pathlib.Path) -> None:
     axes[0, 0].set_ylabel("air temperature [°C]")
     axes[0, 0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save(fig, path, dpi=110)
 
 
 def row(result) -> dict:
@@ -185,9 +185,7 @@ def report(metrics: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/cabin_iterative_identification"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "cabin_iterative_identification", quick_help=None)
     parser.add_argument("--n-samples", type=int, default=None,
                         help="simulated samples, split 80 %% / 20 %% - 1 / 1 (default 2000: the paper's 1600/399/1)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs of each formal inference")
@@ -208,8 +206,7 @@ def main(argv=None):
     config, _ = settings(mode, args.epochs)
     config = dataclasses.replace(config, generator=args.generator,
                                  regenerate_observation=not args.fixed_observation)
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.prepare_out(args.out)
 
     model = jcalib.models.get("cabin_thermal")
     space = model.parameters
@@ -241,19 +238,14 @@ def main(argv=None):
         metrics[label.replace("-", "_")] = {"summary": row(result), "result": result.to_dict(include_arrays=False)}
     if "one_shot" not in metrics:
         metrics["one_shot"] = None
-    metrics = to_jsonable(metrics)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    metrics = common.write_metrics(out, metrics, indent=1)
     if metrics["one_shot"] is not None:
-        (out / "report.md").write_text(report(metrics))
+        common.write_text(out / "report.md", report(metrics))
     for label, result in results.items():
         suffix = "" if label == "iterative" else "_one_shot"
-        plot_identification(result, title=f"cabin_thermal: {label}").savefig(out / f"identification{suffix}.png",
-                                                                             dpi=110)
-        plot_identification_recovery(result).savefig(out / f"recovery{suffix}.png", dpi=110)
+        common.save(plot_identification(result, title=f"cabin_thermal: {label}"), out / f"identification{suffix}.png")
+        common.save(plot_identification_recovery(result), out / f"recovery{suffix}.png")
     output_figure(model, truth, results, out / "outputs.png")
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
     print(f"wrote {out}/metrics.json and figures", flush=True)
     return metrics
 

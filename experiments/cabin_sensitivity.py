@@ -15,25 +15,22 @@ The paper used N = 64 (their model takes seconds per run); N = 1024 here (21,504
 round 1). The paper also filters each group by trial inference with BayesFlow; this script
 is the sensitivity part only, with the groups fixed at nominal values instead of estimates.
 
-Usage: python experiments/cabin_sensitivity.py [--out results/cabin_sensitivity] [--n 1024]
+Usage: python -m experiments.cabin_sensitivity [--out results/cabin_sensitivity] [--n 1024]
        [--quick] [--seed 0] [--delta 0.001]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
 import time
 
 import jax
 
 jax.config.update("jax_enable_x64", True)  # entry point: simulations run in float64
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.plotting import plot_sobol_over_time, plot_sorted_indices  # noqa: E402
 from jcalib.sensitivity.sobol import sobol_indices  # noqa: E402
 
@@ -47,17 +44,14 @@ def run_round(model, names, n, key, delta, n_bootstrap):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/cabin_sensitivity"))
+    parser = common.parser(__doc__, "cabin_sensitivity", quick_help="N = 64, 50 bootstrap draws (CI)")
     parser.add_argument("--n", type=int, default=None, help="base samples (default 1024, quick 64)")
     parser.add_argument("--n-bootstrap", type=int, default=100)
     parser.add_argument("--delta", type=float, default=1e-3, help="Algorithm 1 threshold")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="N = 64, 50 bootstrap draws (CI)")
     args = parser.parse_args(argv)
     n = args.n or (64 if args.quick else 1024)
     n_bootstrap = 50 if args.quick else args.n_bootstrap
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     key = jax.random.key(args.seed)
 
     model = jcalib.models.get("cabin_thermal")
@@ -90,15 +84,14 @@ def main(argv=None):
         })
         fig = plot_sorted_indices(selection, title=f"round {index}: {len(remaining)} parameters, "
                                   f"{len(selection.selected)} selected")
-        fig.savefig(args.out / f"sorted_indices_round{index}.png", dpi=110)
+        common.save(fig, args.out / f"sorted_indices_round{index}.png", dpi=110)
         figures.append(f"sorted_indices_round{index}.png")
         if index == 1:
             for which in ("first", "total"):
                 fig = plot_sobol_over_time(result, np.asarray(model.ts), model.output_names,
                                            which=which, title=f"cabin, 19 parameters, N = {n}")
-                fig.savefig(args.out / f"sobol_over_time_{which}.png", dpi=110)
+                common.save(fig, args.out / f"sobol_over_time_{which}.png", dpi=110)
                 figures.append(f"sobol_over_time_{which}.png")
-        plt.close("all")
         print(f"round {index}: {len(remaining)} parameters, {result.n_simulations} simulations in "
               f"{result.wall_time_s:.1f} s, K = {selection.K:.3f}, selected "
               f"{list(selection.selected)} (stop: {selection.stop_reason})", flush=True)
@@ -126,7 +119,7 @@ def main(argv=None):
         "rounds": rounds,
         "figures": figures,
     }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    common.write_metrics(args.out, metrics)
     print(f"groups: {groups}; ungrouped: {remaining} ({stop_reason}); "
           f"{metrics['total_simulations']} simulations in {metrics['total_time_s']:.1f} s")
     print(f"wrote {args.out / 'metrics.json'} and {', '.join(figures)}")

@@ -21,14 +21,11 @@
    where the simple model misses [M];
 6. write results/demo/metrics.json, report.md, the data as CSV, the posterior (npz) and figures.
 
-Usage: python experiments/demo.py [--out results/demo] [--seed 0] [--sigma 0.05] [--steps 1500]
+Usage: python -m experiments.demo [--out results/demo] [--seed 0] [--sigma 0.05] [--steps 1500]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
 import time
 
 import jax
@@ -39,13 +36,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.bayes import mala, predictive  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.estimation.uncertainty import parameter_covariance  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
-from jcalib.plotting import (plot_bands, plot_marginals, plot_pair, plot_simulation,  # noqa: E402
-                             plot_singular_values, plot_trace)
+from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_simulation, plot_singular_values, plot_trace  # noqa: E402
 from jcalib.probability.likelihoods import RelativeGaussian  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
 
@@ -147,21 +143,17 @@ def write_report(path, metrics, posterior):
     lines += ["", f"Wall time of the whole demo: {metrics['wall_time_s']:.0f} s.", "",
               "Figures: recipe1_fit.png, singular_values.png, marginals.png, pair.png, trace.png, "
               "recipe2_bands.png.", ""]
-    path.write_text("\n".join(lines))
+    common.write_text(path, "\n".join(lines))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/demo"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "demo", quick_help="short chains (2 x 300), bands from 50 draws; figure curves "
+                                                       "at the observation times only")
     parser.add_argument("--sigma", type=float, default=0.05, help="relative noise level")
     parser.add_argument("--steps", type=int, default=1500, help="recorded MALA steps per chain")
     parser.add_argument("--chains", type=int, default=4)
-    parser.add_argument("--quick", action="store_true",
-                        help="short chains (2 x 300), bands from 50 draws; figure curves at the observation "
-                             "times only")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     demo_start = time.perf_counter()
     key, mala_key = jax.random.split(jax.random.key(args.seed))
     chains, steps, warmup, burn_in = ((2, 300, 200, 100) if args.quick else (args.chains, args.steps, 300, 300))
@@ -284,8 +276,7 @@ def main(argv=None):
         },
         "wall_time_s": time.perf_counter() - demo_start,
     }
-    metrics = to_jsonable(metrics)
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    metrics = common.write_metrics(args.out, metrics)
     write_report(args.out / "report.md", metrics, posterior)
 
     # the fits hold ktd = 0, below its bound [1, 1e8]: simulate them with the bounds check off
@@ -304,11 +295,11 @@ def main(argv=None):
     fig = plot_simulation(dense, curves, real.output_names, data=data,
                           units=("mol/L", "kg/mol", "mmol/L"), time_unit="s",
                           title="Radical polymerization, recipe 1")
-    fig.savefig(args.out / "recipe1_fit.png", dpi=120)
+    common.save(fig, args.out / "recipe1_fit.png", dpi=120)
     fig = plot_singular_values({k: v["singular_values"] for k, v in spectra.items()
                                 if k.endswith("(f, ktc, ktd)")},
                                title="simple model: d log y / d log (f, ktc, ktd)")
-    fig.savefig(args.out / "singular_values.png", dpi=120)
+    common.save(fig, args.out / "singular_values.png", dpi=120)
     real2_bands = y_real2[:, [list(real2.output_names).index(o) for o in BAND_OUTPUTS]]
     figures = {"marginals.png": plot_marginals(posterior, title="posterior of f, kt,c ([M] + Mw, KDE)"),
                "pair.png": plot_pair(posterior), "trace.png": plot_trace(posterior),
@@ -318,7 +309,7 @@ def main(argv=None):
                    title="recipe 2: simple-model 90 % band vs real model (points)", units=("mol/L", "kg/mol"),
                    time_unit="s")}
     for name, fig in figures.items():
-        fig.savefig(args.out / name, dpi=120)
+        common.save(fig, args.out / name, dpi=120)
 
     for label, sp in spectra.items():
         print(f"{label:22s} condition {sp['condition_number']:10.3g}   essential directions "

@@ -57,17 +57,15 @@ reaches d = 0. Digital twin: mean RMSE before → after the update 5.8e-4 → 3.
 0.041 → 0.025 rad (y2); the never-updated reference model 3.0e-3 m, 0.145 rad.
 ``--quick``: tiny sizes and epochs, four feature types (a smoke test, not a result).
 
-Usage: python experiments/double_beam_impu.py [--out results/double_beam_impu] [--seed 0]
+Usage: python -m experiments.double_beam_impu [--out results/double_beam_impu] [--seed 0]
        [--sizes 100 200 500 1000 2000] [--zone-sizes 500 1000 2000 4000] [--n-val 1000]
        [--n-test 1000] [--per-zone 200] [--features ...] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import pathlib
 import time
 
 import jax
@@ -77,8 +75,8 @@ jax.config.update("jax_enable_x64", True)  # entry point: simulations run in flo
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib import plotting  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.nn.features import FEATURE_TYPES  # noqa: E402
 from jcalib.nn.impu import InverseMapping, add_noise, paper_noise, paper_training, relative_error_metrics  # noqa: E402
 from jcalib.workflows.impu_updating import impu_updating  # noqa: E402
@@ -310,9 +308,7 @@ def markdown(m: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/double_beam_impu"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "double_beam_impu")
     parser.add_argument("--sizes", type=int, nargs="+", default=None, help=f"n_s sweep (default {SIZES})")
     parser.add_argument("--zone-sizes", type=int, nargs="+", default=None,
                         help=f"hypercube sizes of the zone study before the exclusion (default {ZONE_SIZES})")
@@ -321,7 +317,6 @@ def main(argv=None):
     parser.add_argument("--n-test", type=int, default=None)
     parser.add_argument("--per-zone", type=int, default=None, help="test samples per zone (default 200)")
     parser.add_argument("--epochs", type=int, default=None, help="epoch cap (default the paper's 200)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args(argv)
     quick = args.quick
     features = tuple(args.features or (QUICK_FEATURES if quick else FEATURE_TYPES))
@@ -338,7 +333,7 @@ def main(argv=None):
     hidden = (16, 16) if quick else (64, 64)
     if quick or args.epochs:
         config = dataclasses.replace(config, epochs=args.epochs or 10, patience=None if quick else config.patience)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     start = time.perf_counter()
 
     model = jcalib.models.get("rigid_double_beam")
@@ -439,7 +434,7 @@ def main(argv=None):
         history.save(args.out / "twin_history.json")
         twin = {"summary": history.summary(), "drift": "unit cube 0.5 -> (0.2, 0.75, 0.8, 0.3) linearly"}
         fig = plotting.plot_impu_updating(history)
-        fig.savefig(args.out / "twin_updating.png", dpi=110)
+        common.save(fig, args.out / "twin_updating.png", dpi=110)
 
     metrics = {
         "setup": {"model": "rigid_double_beam", "names": names, "noise_std": std, "seed": args.seed,
@@ -454,16 +449,12 @@ def main(argv=None):
     }
     metrics["checks"] = paper_checks(table5, names, zones)
     metrics["wall_time_s"] = time.perf_counter() - start
-    metrics = json.loads(json.dumps(to_jsonable(metrics)))
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    (args.out / "tables.md").write_text(markdown(metrics))
+    metrics = common.write_metrics(args.out, metrics)
+    common.write_text(args.out / "tables.md", markdown(metrics))
 
     # --- figures ----------------------------------------------------------------------------------------
     def save(fig, name):
-        fig.savefig(args.out / name, dpi=110)
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
+        common.save(fig, args.out / name, dpi=110)
 
     if "RI-FBoI" in test_metrics:
         save(plotting.plot_impu_error_histograms(test_metrics["RI-FBoI"], title=f"RI (FBoI), n_s = {table5_size}"),

@@ -55,7 +55,7 @@ optimum 0.035-1.18 (paper 0.03-3.45), after the polish 0.00631-0.00788 (the mult
 n_total 156, 129, 219, 368, 583, 1085, 1604, 2151, 4227 for n_train 32 ... 4096 (paper 260,
 188, 299, 562, 651, 1089, 1616, 2113, 4297), test MAE 1.62 K (n = 32) to 0.33 K (4096).
 
-Usage: python experiments/office_surrogate_calibration.py [--out results/office_surrogate_calibration]
+Usage: python -m experiments.office_surrogate_calibration [--out results/office_surrogate_calibration]
        [--seed 0] [--stride 16] [--n-train 32 64 ...] [--starts 16 32] [--de-generations 10]
        [--steps 2000] [--quick]
 """
@@ -70,8 +70,6 @@ import sys
 if "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import pathlib  # noqa: E402
 import time  # noqa: E402
@@ -84,8 +82,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.estimation import differential_evolution, multistart, scipy_minimize  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
 from jcalib.workflows import surrogate_calibration  # noqa: E402
@@ -309,21 +307,17 @@ def plot_polish(metrics: dict, path: pathlib.Path) -> None:
            title="polish from the surrogate optimum (cf. Aka et al. 2023, Fig. 9)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save(fig, path, dpi=110)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/office_surrogate_calibration"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "office_surrogate_calibration")
     parser.add_argument("--stride", type=int, default=None, help="observe every stride-th half hour (default 16)")
     parser.add_argument("--n-train", type=int, nargs="+", default=None, help=f"training-set sizes (default {N_TRAIN})")
     parser.add_argument("--starts", type=int, nargs="+", default=None, help=f"multistart sizes (default {STARTS})")
     parser.add_argument("--de-generations", type=int, default=None,
                         help="generation cap of DE on the true model (default 10; the paper ran to convergence)")
     parser.add_argument("--steps", type=int, default=None, help="Adam steps per PELS-VAE (default 2000)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args(argv)
     quick = args.quick
     stride = args.stride or 16
@@ -332,7 +326,7 @@ def main(argv=None):
     de_generations = args.de_generations or (2 if quick else 10)
     steps = args.steps or (100 if quick else 2000)
     n_val, n_test = (16, 16) if quick else (N_VAL, N_TEST)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     start = time.perf_counter()
 
     k_problem, k_direct, k_surrogate = jax.random.split(jax.random.key(args.seed), 3)
@@ -354,9 +348,8 @@ def main(argv=None):
         "paper": {"table3": PAPER_TABLE3, "table4": PAPER_TABLE4}, "quick": quick,
         "wall_time_s": time.perf_counter() - start,
     }
-    metrics = json.loads(json.dumps(to_jsonable(metrics)))
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    (args.out / "tables.md").write_text(markdown(metrics))
+    metrics = common.write_metrics(args.out, metrics)
+    common.write_text(args.out / "tables.md", markdown(metrics))
     plot_polish(metrics, args.out / "polish.png")
     print(markdown(metrics))
     print(f"wrote {args.out}/metrics.json, tables.md, polish.png in {metrics['wall_time_s']:.0f} s")

@@ -38,16 +38,12 @@ Every test is sampled on the simple model with all outputs (M, Mw, EG) and σ =
 ``UNUSED_SIGMA`` (1e6) on the outputs the test does not use (see ``reactions_bayesian.py``),
 so Tests 1-2 and Tests 3-4 (and the σ = 0.1 run) each share one compiled sampler.
 
-Usage: python experiments/polymerization_bayesian.py [--out results/polymerization_bayesian]
+Usage: python -m experiments.polymerization_bayesian [--out results/polymerization_bayesian]
        [--seed 0] [--n-chains 2] [--steps-factor 0.5] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
-import sys
 import time
 
 import jax
@@ -58,22 +54,20 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
-from jcalib.bayes import mala  # noqa: E402
-from jcalib.bayes.predictive import prediction_bands, predictive_bands  # noqa: E402
-from jcalib.bayes.result import PosteriorResult  # noqa: E402
-from jcalib.data import Measurements  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
-from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from polymerization_classical import OUTPUTS, TESTS, real_data  # noqa: E402  (same data and tests)
-from reactions_bayesian import (  # noqa: E402  (shared posterior and band summaries)
+from experiments import common  # noqa: E402
+from experiments.polymerization_classical import OUTPUTS, TESTS, real_data  # noqa: E402  (same data and tests)
+from experiments.reactions_bayesian import (  # noqa: E402  (shared posterior and band summaries)
     UNUSED_SIGMA,
     band_draws,
     band_misses,
     posterior_summary,
     sampling_problem,
 )
+from jcalib.bayes import mala  # noqa: E402
+from jcalib.bayes.predictive import prediction_bands, predictive_bands  # noqa: E402
+from jcalib.bayes.result import PosteriorResult  # noqa: E402
+from jcalib.data import Measurements  # noqa: E402
+from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
 
 SIGMA, SIGMA_HIGH = 0.05, 0.1  # Appendix B.2 and Figure 13
 FRACTION = 1 / 200  # τ_i = range / 200 (Appendix B.2.1)
@@ -143,16 +137,14 @@ def pool_chains(runs: list[PosteriorResult]) -> tuple[PosteriorResult, Posterior
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/polymerization_bayesian"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "polymerization_bayesian",
+                           quick_help="Tests 1 and 2 only (recipe 2 from Test 2), 2 chains x 300 steps after 300 "
+                                      "burn-in")
     parser.add_argument("--n-chains", type=int, default=2)
     parser.add_argument("--steps-factor", type=float, default=0.5,
                         help="steps and burn-in per chain as a fraction of the paper's")
-    parser.add_argument("--quick", action="store_true",
-                        help="Tests 1 and 2 only (recipe 2 from Test 2), 2 chains x 300 steps after 300 burn-in")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     t0 = time.perf_counter()
     names = ("Test 1", "Test 2") if args.quick else tuple(TESTS)
     n_chains = 2 if args.quick else args.n_chains
@@ -177,15 +169,15 @@ def main(argv=None):
                        "dropped_chains": result.extra["dropped_chains"],
                        "all_chains": posterior_summary(run)["chains"],
                        **posterior_summary(result), "paper": PAPER[name]}
-        plot_pair(result, internal=True, title=f"{name}: posterior ({', '.join(spec['outputs'])})").savefig(
-            args.out / f"pair_{tag}.png", dpi=110)
-        plot_trace(run, internal=True, title=f"{name}: prescaled MALA traces (all chains)").savefig(
-            args.out / f"trace_{tag}.png", dpi=110)
+        common.save(plot_pair(result, internal=True, title=f"{name}: posterior ({', '.join(spec['outputs'])})"),
+                    args.out / f"pair_{tag}.png", dpi=110)
+        common.save(plot_trace(run, internal=True, title=f"{name}: prescaled MALA traces (all chains)"),
+                    args.out / f"trace_{tag}.png", dpi=110)
     for pair in (("Test 1", "Test 2"), ("Test 3", "Test 4")):
         if all(n in results for n in pair):
-            plot_marginals({n: results[n] for n in pair}, internal=True,
-                           title=f"marginal posteriors, {pair[0]} vs {pair[1]}").savefig(
-                args.out / f"marginals_tests{pair[0][-1]}{pair[1][-1]}.png", dpi=110)
+            common.save(plot_marginals({n: results[n] for n in pair}, internal=True,
+                                       title=f"marginal posteriors, {pair[0]} vs {pair[1]}"),
+                        args.out / f"marginals_tests{pair[0][-1]}{pair[1][-1]}.png", dpi=110)
 
     # Figure 13: recipe 2 predicted from the last test's posterior, sigma 0.05 and 0.1
     source = names[-1]
@@ -208,9 +200,10 @@ def main(argv=None):
             "confidence": {o: band_misses(bands, real2, o) for o in OUTPUTS},
             "prediction": {o: band_misses(noisy, real2, o) for o in OUTPUTS},
         }
-        plot_bands(bands, real2, units=UNITS, time_unit="s",
-                   title=f"recipe 2: 90 % band over the {source} posterior (sigma={sigma}) vs the real model").savefig(
-            args.out / f"recipe2_bands_sigma{sigma}.png", dpi=110)
+        common.save(plot_bands(bands, real2, units=UNITS, time_unit="s",
+                               title=f"recipe 2: 90 % band over the {source} posterior (sigma={sigma}) vs the "
+                                     "real model"),
+                    args.out / f"recipe2_bands_sigma{sigma}.png", dpi=110)
 
     sd1, sd2 = (np.asarray(list(tests[n]["sd_internal"].values())) for n in ("Test 1", "Test 2"))
     metrics = {
@@ -226,8 +219,7 @@ def main(argv=None):
         "quick": args.quick,
         "wall_time_s": time.perf_counter() - t0,
     }
-    metrics = json.loads(json.dumps(to_jsonable(metrics)))
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    metrics = common.write_metrics(args.out, metrics)
 
     print(f"{'test':7s} {'accept':>6s} {'paper':>5s} {'factors':>9s} {'R-hat':>5s} {'dropped':>7s}  "
           "90 % interval (physical)")

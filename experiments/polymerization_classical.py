@@ -20,15 +20,12 @@ very different optima with similar residuals; Test 2 a very small condition numb
 essential directions; Test 3 2 essential directions and non-unique (ktc, ktd); Test 4 2
 essential directions and a much lower condition number than Test 3, ktd near its start.
 
-Usage: python experiments/polymerization_classical.py [--out results/polymerization_classical]
+Usage: python -m experiments.polymerization_classical [--out results/polymerization_classical]
        [--digits 3] [--qss] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
 import time
 
 import jax
@@ -39,9 +36,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.plotting import plot_simulation  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
 
@@ -99,17 +96,14 @@ def run_test(spec, ts, y, mask, qss):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path,
-                        default=pathlib.Path("results/polymerization_classical"))
+    parser = common.parser(__doc__, "polymerization_classical", quick_help="Tests 1 and 2 only, with --qss", seed=False)
     parser.add_argument("--digits", type=int, default=3,
                         help="round the data to this many significant digits (0: no rounding)")
     parser.add_argument("--qss", action="store_true",
                         help="quasi-steady radicals in both models (< 2e-4 from the full models; "
                              "explicit solves, ~4x shorter compiles)")
-    parser.add_argument("--quick", action="store_true", help="Tests 1 and 2 only, with --qss")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     qss = args.qss or args.quick
     t0 = time.perf_counter()
     ts, y, mask = real_data(qss, args.digits)
@@ -134,15 +128,14 @@ def main(argv=None):
     data = Measurements(ts, y, mask=mask, output_names=OUTPUTS)
     fig = plot_simulation(dense, curves, OUTPUTS, data=data, units=("mol/L", "kg/mol", "mmol/L"),
                           time_unit="s", title="simple model fitted to real-model data (recipe 1)")
-    fig.savefig(args.out / "fits.png", dpi=110)
+    common.save(fig, args.out / "fits.png", dpi=110)
 
     metrics = {"data": {"model": "radical_polymerization_real", "recipe": 1, "qss": qss,
                         "rounded_digits": args.digits, "noise": "none"},
                "parameter_scaling": "internal coordinates: f linear, log ktc, log ktd; "
                                     "relative residuals",
                "tests": results, "quick": args.quick, "wall_time_s": time.perf_counter() - t0}
-    metrics = json.loads(json.dumps(to_jsonable(metrics)))
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    metrics = common.write_metrics(args.out, metrics)
 
     print(f"{'test':7s} {'start':28s} {'f':>6s} {'ktc':>9s} {'ktd':>9s} {'R_X':>8s} {'cond':>9s} ess"
           "  paper")

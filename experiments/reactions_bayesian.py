@@ -24,16 +24,12 @@ the A-only one (the log densities differ by a constant; tests/test_experiments_b
 checks it), and all three posteriors share one compiled sampler (compilation dominates the
 run time).
 
-Usage: python experiments/reactions_bayesian.py [--out results/reactions_bayesian]
+Usage: python -m experiments.reactions_bayesian [--out results/reactions_bayesian]
        [--seed 0] [--n-steps 2000] [--burn-in 500] [--n-chains 4] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
-import sys
 import time
 
 import jax
@@ -44,15 +40,13 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
+from experiments.reactions_classical import TRUTH, _problem, fit_case  # noqa: E402  (same data, same fits)
 from jcalib.bayes import mala  # noqa: E402
 from jcalib.bayes.predictive import prediction_bands, predictive_bands  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from reactions_classical import TRUTH, _problem, fit_case  # noqa: E402  (same data, same fits)
 
 CASES = (("A", 0.1), ("ABCD", 0.1), ("ABCD", 0.03))  # Figure 6: blue, red, orange
 FRACTION = 1 / 50  # τ_i = range / 50 (§3.1.1)
@@ -132,16 +126,13 @@ def band_misses(bands, data: Measurements, output: str) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/reactions_bayesian"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "reactions_bayesian",
+                           quick_help="2 chains x 500 steps after 200 burn-in, started at the truth (no Gauss-Newton)")
     parser.add_argument("--n-steps", type=int, default=2000, help="kept steps per chain (paper: 2000)")
     parser.add_argument("--burn-in", type=int, default=500, help="discarded steps (paper: 500)")
     parser.add_argument("--n-chains", type=int, default=4)
-    parser.add_argument("--quick", action="store_true",
-                        help="2 chains x 500 steps after 200 burn-in, started at the truth (no Gauss-Newton)")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     n_steps, burn_in, n_chains = (500, 200, 2) if args.quick else (args.n_steps, args.burn_in, args.n_chains)
     t0 = time.perf_counter()
     # the classical script's keys: the same noise draws for the same seed
@@ -180,16 +171,17 @@ def main(argv=None):
                                   "prediction": band_misses(noisy, data[sigma], "D")}
         fig = plot_bands(bands[label], data[sigma], units=["mol/L"] * 4, time_unit="s",
                          title=f"90 % band of the forward simulations, posterior {label}")
-        fig.savefig(args.out / f"bands_{observe}_sigma{sigma}.png", dpi=110)
-        plot_trace(results[label], internal=True, title=f"prescaled MALA traces, {label}").savefig(
-            args.out / f"trace_{observe}_sigma{sigma}.png", dpi=110)
+        common.save(fig, args.out / f"bands_{observe}_sigma{sigma}.png", dpi=110)
+        common.save(plot_trace(results[label], internal=True, title=f"prescaled MALA traces, {label}"),
+                    args.out / f"trace_{observe}_sigma{sigma}.png", dpi=110)
 
-    plot_marginals(results, truth=TRUTH, title="marginal posteriors (Figure 6)").savefig(
-        args.out / "marginals.png", dpi=110)
-    plot_marginals(results, truth=TRUTH, internal=True, title="marginal posteriors, log k").savefig(
-        args.out / "marginals_log.png", dpi=110)
-    plot_pair(results["A, sigma=0.1"], truth=TRUTH, internal=True, title="posterior pairs, A only, sigma=0.1").savefig(
-        args.out / "pair_A_sigma0.1.png", dpi=110)
+    common.save(plot_marginals(results, truth=TRUTH, title="marginal posteriors (Figure 6)"),
+                args.out / "marginals.png", dpi=110)
+    common.save(plot_marginals(results, truth=TRUTH, internal=True, title="marginal posteriors, log k"),
+                args.out / "marginals_log.png", dpi=110)
+    common.save(plot_pair(results["A, sigma=0.1"], truth=TRUTH, internal=True,
+                          title="posterior pairs, A only, sigma=0.1"),
+                args.out / "pair_A_sigma0.1.png", dpi=110)
 
     sd = {label: np.asarray(list(c["sd_internal"].values())) for label, c in cases.items()}
 
@@ -209,8 +201,7 @@ def main(argv=None):
         "quick": args.quick,
         "wall_time_s": time.perf_counter() - t0,
     }
-    metrics = json.loads(json.dumps(to_jsonable(metrics)))
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    metrics = common.write_metrics(args.out, metrics)
 
     print(f"{'case':17s} {'accept':>6s} {'R-hat':>5s}  90 % interval (kab; kac; kad)"
           f"{'':28s} truth in  D in band (conf./pred.)")

@@ -17,15 +17,12 @@ intervals. A coverage study repeats the ABCD fits over ``--n-seeds`` noise draws
 fraction of 95 % Wald intervals that contain the truth (should be near 0.95). Our noise
 draws differ from the paper's, so estimates agree only in kind, not digit for digit.
 
-Usage: python experiments/reactions_classical.py [--out results/reactions_classical]
+Usage: python -m experiments.reactions_classical [--out results/reactions_classical]
        [--seed 0] [--n-seeds 100] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
 import time
 
 import jax
@@ -36,10 +33,10 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.estimation.uncertainty import parameter_covariance, profile_likelihood  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.plotting import plot_fit, plot_profile  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
 
@@ -115,14 +112,11 @@ def coverage(model, key, sigma, n_seeds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/reactions_classical"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "reactions_classical",
+                           quick_help="coverage over 3 seeds, 9-point profile, fit curves at the data times")
     parser.add_argument("--n-seeds", type=int, default=100, help="coverage study size")
-    parser.add_argument("--quick", action="store_true",
-                        help="coverage over 3 seeds, 9-point profile, fit curves at the data times")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     n_seeds = 3 if args.quick else args.n_seeds
     t0 = time.perf_counter()
     key_data, key_coverage = jax.random.split(jax.random.key(args.seed))
@@ -140,11 +134,11 @@ def main(argv=None):
             problems[label] = (problem, best)
             fig = plot_fit(problem, best, title=f"four substances, {label}", units=["mol/L"] * 4,
                            time_unit="s", n_dense=None if args.quick else 200)
-            fig.savefig(args.out / f"fit_{observe}_sigma{sigma}.png", dpi=110)
+            common.save(fig, args.out / f"fit_{observe}_sigma{sigma}.png", dpi=110)
 
     problem, best = problems["ABCD, sigma=0.1"]
     profile = profile_likelihood(problem, best, "kac", 9 if args.quick else 21, sigma=0.1)
-    plot_profile(profile).savefig(args.out / "profile_kac_ABCD_sigma0.1.png", dpi=110)
+    common.save(plot_profile(profile), args.out / "profile_kac_ABCD_sigma0.1.png", dpi=110)
 
     metrics = {
         "truth": TRUTH,
@@ -158,7 +152,7 @@ def main(argv=None):
         "quick": args.quick,
         "wall_time_s": time.perf_counter() - t0,
     }
-    (args.out / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=2))
+    written = common.write_metrics(args.out, metrics)
 
     print(f"{'case':18s} {'kab':>9s} {'kac':>9s} {'kad':>9s} {'R_X':>8s} {'cond':>9s} ess  "
           "paper (kab, kac, kad; cond)")
@@ -175,7 +169,7 @@ def main(argv=None):
     print(f"coverage of 95% intervals over {cov['n_seeds']} seeds (ABCD, sigma 0.1): "
           f"{cov['coverage_95']}")
     print(f"wrote {args.out / 'metrics.json'} and figures in {metrics['wall_time_s']:.1f} s")
-    return json.loads(json.dumps(to_jsonable(metrics)))
+    return written
 
 
 if __name__ == "__main__":

@@ -36,15 +36,12 @@ shared by all runs.
 
 Writes ``metrics.json`` and ``error_versus_training_size.png`` (Fig. 19) under ``--out``.
 
-Usage: python experiments/roll_plane_impu_vs_ekf.py [--out results/roll_plane_impu_vs_ekf]
+Usage: python -m experiments.roll_plane_impu_vs_ekf [--out results/roll_plane_impu_vs_ekf]
        [--seed 0] [--sizes 25 50 100 ...] [--n-draws 20] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
 import time
 
 import jax
@@ -55,8 +52,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.filters.ekf import RelativeMeasurementNoise, run_ekf  # noqa: E402
-from jcalib.jsonable import to_jsonable  # noqa: E402
 from jcalib.models.roll_plane import NOISE_FLOOR, NOISE_RELATIVE, P_REF  # noqa: E402
 from jcalib.nn.impu import InverseMapping, add_noise, paper_noise, paper_training  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
@@ -128,17 +125,14 @@ def ekf_on_p_ref(model, measurements) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/roll_plane_impu_vs_ekf"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "roll_plane_impu_vs_ekf", quick_help="tiny sets and 15 epochs (CI smoke run)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None, help="training-set sizes n_s")
     parser.add_argument("--n-draws", type=int, default=None, help="noise draws of the p_ref measurement")
-    parser.add_argument("--quick", action="store_true", help="tiny sets and 15 epochs (CI smoke run)")
     args = parser.parse_args(argv)
     s = {k: v[1 if args.quick else 0] for k, v in SETTINGS.items()}
     sizes = tuple(args.sizes or s["sizes"])
     n_draws = args.n_draws or s["n_draws"]
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     start = time.perf_counter()
 
     model = jcalib.models.get("roll_plane")
@@ -234,9 +228,8 @@ def main(argv=None):
         "paper": PAPER,
         "wall_time_s": time.perf_counter() - start,
     }
-    metrics = to_jsonable(metrics)
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    figure(sizes, impu, ekf_error, names).savefig(args.out / "error_versus_training_size.png", dpi=120)
+    metrics = common.write_metrics(args.out, metrics)
+    common.save(figure(sizes, impu, ekf_error, names), args.out / "error_versus_training_size.png", dpi=120)
     return metrics
 
 

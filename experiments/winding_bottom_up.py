@@ -25,16 +25,12 @@
 
 ``--quick``: the first 2 ranked parameters only (compilation dominates), for CI.
 
-Usage: python experiments/winding_bottom_up.py [--out results/winding_bottom_up] [--seed 0]
+Usage: python -m experiments.winding_bottom_up [--out results/winding_bottom_up] [--seed 0]
        [--ranking correlation|j_sensitivity] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
-import sys
 import time
 
 import jax
@@ -47,17 +43,16 @@ import numpy as np  # noqa: E402
 import scipy.stats  # noqa: E402
 
 import jcalib  # noqa: E402
-from jcalib.estimation.bottom_up import KNEE_THRESHOLD, bottom_up, find_knee  # noqa: E402
-from jcalib.plotting import plot_cost_versus_parameters, plot_simulation  # noqa: E402
-from jcalib.sensitivity.identifiability import identifiability  # noqa: E402
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from winding_identifiability import (  # noqa: E402  (the same plant, noise and ranking settings)
+from experiments import common  # noqa: E402
+from experiments.winding_identifiability import (  # noqa: E402  (the same plant, noise and ranking settings)
     RANK_RTOL,
     SIGMA,
     SIGMA_MIN_THRESHOLD,
     plant_point,
 )
+from jcalib.estimation.bottom_up import KNEE_THRESHOLD, bottom_up, find_knee  # noqa: E402
+from jcalib.plotting import plot_cost_versus_parameters, plot_simulation  # noqa: E402
+from jcalib.sensitivity.identifiability import identifiability  # noqa: E402
 
 QUICK_PARAMS = 2  # --quick: a short run (compilation dominates: ~8 s per step)
 # Validation excitation (chosen here): the spec's multisine amplitudes with other frequencies
@@ -87,14 +82,10 @@ def relative_errors(estimate: dict, truth: dict) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/winding_bottom_up"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = common.parser(__doc__, "winding_bottom_up", quick_help=f"the first {QUICK_PARAMS} ranked parameters only")
     parser.add_argument("--ranking", choices=("correlation", "j_sensitivity"), default="correlation")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"the first {QUICK_PARAMS} ranked parameters only")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     t_total = time.perf_counter()
     key = jax.random.key(args.seed)
     plant_key, noise_key = jax.random.split(key)  # as winding_identifiability.py: same data
@@ -217,8 +208,7 @@ def main(argv=None):
         "paper": PAPER,
         "comparison": comparison,
     }
-    metrics = jcalib.jsonable.to_jsonable(metrics)
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    metrics = common.write_metrics(args.out, metrics)
 
     fig = plot_cost_versus_parameters(
         result, title=f"winding, {args.ranking} ranking: knee {result.knee} (paper {PAPER['knee']})")
@@ -227,7 +217,7 @@ def main(argv=None):
             label="validation data (other excitation)")
     ax.axhline(plant_cost, color="gray", ls=":", lw=1, label="plant on estimation data (noise)")
     ax.legend(fontsize=8)
-    fig.savefig(args.out / "cost_versus_parameters.png", dpi=120)
+    common.save(fig, args.out / "cost_versus_parameters.png", dpi=120)
     knee_label = f"j={result.knee}"
     fig = plot_simulation(
         model.ts, {"nominal": sims[1], f"bottom-up, {result.knee} parameters": sims[2 + result.knee - 1]},
@@ -235,7 +225,7 @@ def main(argv=None):
         units=["V", "V"], time_unit="s")
     for j, ax in enumerate(fig.axes):
         ax.plot(np.asarray(model.ts), y_validation[:, j], ".", ms=1.5, color="k", zorder=0)
-    fig.savefig(args.out / "validation.png", dpi=110)
+    common.save(fig, args.out / "validation.png", dpi=110)
 
     print(f"ranking ({args.ranking}): {', '.join(ranking)}")
     print("cost vs j: " + ", ".join(f"{c:.3g}" for c in curve) + f" (noise floor {plant_cost:.3g})")

@@ -18,15 +18,12 @@
 Columns are log-parameter sensitivities dy/d ln θ (V): unit-free in the parameters, so the
 rank, the rankings and the σ_min spectrum do not depend on the parameters' units.
 
-Usage: python experiments/winding_identifiability.py [--out results/winding_identifiability]
+Usage: python -m experiments.winding_identifiability [--out results/winding_identifiability]
        [--seed 0] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import pathlib
 import time
 
 import jax
@@ -37,6 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
+from experiments import common  # noqa: E402
 from jcalib.plotting import (  # noqa: E402
     plot_sensitivity_functions,
     plot_sigma_min_spectrum,
@@ -95,14 +93,10 @@ def finite_difference_sensitivities(values, n_times, n_outputs, names, columns):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path,
-                        default=pathlib.Path("results/winding_identifiability"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"finite-difference check of {', '.join(FD_QUICK)} only")
+    parser = common.parser(__doc__, "winding_identifiability",
+                           quick_help=f"finite-difference check of {', '.join(FD_QUICK)} only")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    common.prepare_out(args.out)
     plant_key, noise_key = jax.random.split(jax.random.key(args.seed))
 
     # 1. passive data from the "plant"
@@ -199,7 +193,7 @@ def main(argv=None):
         "paper": PAPER,
         "comparison": comparison,
     }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    common.write_metrics(args.out, metrics)
 
     ts = np.asarray(model.ts)
     # in newtons: γ_i⁻¹ dy_i/d ln θ = dT_i/d ln θ for every θ but γ_i (for which it is T_i)
@@ -208,12 +202,12 @@ def main(argv=None):
         ts, sens / gammas[None, :, None], ["T1", "T3"], names,
         reference=fd / gammas[None, :, None], time_unit="s", ylabel="dT/d ln θ [N]",
         title="Sensitivity functions of T1, T3 (solid: autodiff, dotted: finite differences)")
-    fig.savefig(args.out / "sensitivity_functions.png", dpi=110)
+    common.save(fig, args.out / "sensitivity_functions.png", dpi=110)
     fig = plot_sigma_min_spectrum(report, title="σ_min spectrum of Σ_1..j (dy/d ln θ columns)")
-    fig.savefig(args.out / "sigma_min_spectrum.png", dpi=120)
+    common.save(fig, args.out / "sigma_min_spectrum.png", dpi=120)
     fig = plot_singular_values({"S_y, 16 parameters": report.jacobian.singular_values},
                                title="winding process: dy/d ln θ")
-    fig.savefig(args.out / "singular_values.png", dpi=120)
+    common.save(fig, args.out / "singular_values.png", dpi=120)
 
     print(f"rank {report.rank} of {len(names)} (paper {PAPER['rank']}); null: "
           f"{', '.join(report.null_parameters)}")

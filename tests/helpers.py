@@ -46,15 +46,12 @@ class LinearModel(eqx.Module):
 
 
 def load_script(relative):
-    """Import a script of the repository (e.g. ``"experiments/demo.py"``) as a module."""
-    import importlib.util
-    import pathlib
+    """Import a script of the repository (e.g. ``"experiments/demo.py"``) as the module it is
+    run as (``python -m experiments.demo``): ``experiments`` and ``benchmarks`` are packages
+    of the repository root, which pytest puts on ``sys.path``."""
+    import importlib
 
-    root = pathlib.Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], root / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(relative.removesuffix(".py").replace("/", "."))
 
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"

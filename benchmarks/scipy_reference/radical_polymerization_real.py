@@ -1,30 +1,20 @@
-"""NumPy right-hand sides of the built-in models for the scipy baselines (what a user
-would write for solve_ivp), with the sampling used by each benchmark case."""
+"""scipy baseline of ``radical_polymerization_real`` (the full 11-state stiff model, scheme 51):
+the NumPy right-hand side a user would write for ``solve_ivp`` (LSODA) on the model's scaled
+states, with the sampling of the benchmark cases. Both cases (the full jcalib model and its
+quasi-steady-state variant) are compared with this full-model baseline."""
 
 from __future__ import annotations
-
-import importlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy_case import ScipyCase
 
 import jcalib
 
-
-def _four_substance_build(theta, model):
-    kab, kac, kad = theta
-
-    def rhs(t, y):
-        a = y[0]
-        r1, r2, r3 = kab * a * a, kac * a**3, kad * a**3
-        return np.array([-2 * r1 - 3 * r2 - 3 * r3, r1, r2, r3])
-
-    return rhs, np.array([10.0, 0.0, 0.0, 0.0]), lambda ys: ys
+from .case import ScipyCase
 
 
-def _polymerization_real_build(theta, model):
+def _build(theta, model):
     """Full 11-state real model (scheme 51) on the model's scaled states, NumPy RHS."""
     ktc, ktd, kcage, kprim = theta
     kd, kp, a_t = float(model.kd), float(model.kp), float(model.termination_factor)
@@ -58,7 +48,7 @@ def _polymerization_real_build(theta, model):
     return rhs, y0, observe
 
 
-def _polymerization_real_sample(model, key, n):
+def _sample(model, key, n):
     """ktc, kcage, kprim within +-30 % of Table 1; ktd (nominal 0) uniform in [0, 2e6]."""
     nominal = model.parameters.nominal
     u = np.asarray(jax.random.uniform(key, (n, 4), dtype=jnp.float64))
@@ -67,33 +57,21 @@ def _polymerization_real_sample(model, key, n):
     return thetas
 
 
-SCIPY_CASES = {
-    "four_substance_reactions": ScipyCase(
-        model=lambda: jcalib.models.get("four_substance_reactions"),
-        build=_four_substance_build,
-        sample=lambda model, key, n: model.parameters.sample(key, n, "lhs"),
-        rtol=1e-8, atol=1e-10, n_full=10_000, n_quick=200,
-        notes="Tsit5 + PID vmapped vs LSODA loop; LHS over the prior box",
-    ),
+CASES = {
     "radical_polymerization_real": ScipyCase(
         model=lambda: jcalib.models.get("radical_polymerization_real"),
-        build=_polymerization_real_build,
-        sample=_polymerization_real_sample,
+        build=_build,
+        sample=_sample,
         rtol=1e-8, atol=1e-10, n_full=1_000, n_quick=16,
         notes="full stiff model: Kvaerno5 (chord tol 1e-5/1e-7, PI control) vmapped vs "
               "LSODA loop, both on scaled states; differences on measured entries",
     ),
     "radical_polymerization_real_qss": ScipyCase(
         model=lambda: jcalib.models.get("radical_polymerization_real", qss=True),
-        build=_polymerization_real_build,
-        sample=_polymerization_real_sample,
+        build=_build,
+        sample=_sample,
         rtol=1e-8, atol=1e-10, n_full=1_000, n_quick=16,
         notes="quasi-steady-state radicals + Tsit5 vmapped vs LSODA loop of the FULL model: "
               "max_rel_difference is the QSS model error against the full model",
     ),
 }
-
-# Models with a longer NumPy baseline keep it in benchmarks/scipy_<model>.py (exports CASES).
-for _module in ("rigid_double_beam", "roll_plane", "cabin_thermal", "thermal_office_r7c4",
-                "winding_process"):
-    SCIPY_CASES.update(importlib.import_module(f"scipy_{_module}").CASES)

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.integrate import solve_ivp
-from scipy_case import ScipyCase
 
 import jcalib
 from jcalib.models import thermal_office_r7c4 as office
+
+from .case import ScipyCase
 
 METHOD = "LSODA"
 

@@ -39,3 +39,20 @@ class ScipyCase:
                         method=self.method, t_eval=np.asarray(model.ts), rtol=self.rtol,
                         atol=self.atol)
         return observe(sol.y.T) if sol.success else None
+
+    def run_batch(self, thetas, model) -> tuple[np.ndarray, int]:
+        """`run` on every row of ``thetas`` in a Python loop (what a scipy user would write).
+
+        Returns:
+            ``(outputs, n_failures)``: outputs ``(n, n_times, n_outputs)``, NaN where a solve
+            failed, and the number of failed solves.
+        """
+        out = np.full((len(thetas), model.experiment.n_times, model.n_outputs), np.nan)
+        failures = 0
+        for i, theta in enumerate(thetas):
+            values = self.run(theta, model)
+            if values is None:
+                failures += 1
+            else:
+                out[i] = values
+        return out, failures

@@ -7,10 +7,11 @@ import math
 
 import numpy as np
 from scipy.integrate import solve_ivp
-from scipy_case import ScipyCase
 
 import jcalib
 from jcalib.models import rigid_double_beam as _registers_the_model  # noqa: F401
+
+from .case import ScipyCase
 
 
 def _rhs(t, x, d1, d2, k1, k2, c, u1, u2):

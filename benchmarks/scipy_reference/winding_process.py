@@ -19,10 +19,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy_case import ScipyCase
 
 import jcalib
 from jcalib.models import winding_process as wp
+
+from .case import ScipyCase
 
 
 def _constants(model):

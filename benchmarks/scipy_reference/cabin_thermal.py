@@ -15,10 +15,11 @@ import dataclasses
 
 import numpy as np
 from scipy.integrate import solve_ivp
-from scipy_case import ScipyCase
 
 import jcalib
 from jcalib.models import cabin_thermal as ct
+
+from .case import ScipyCase
 
 # zones FLT, FLB, FRT, FRB, RLT, RLB, RRT, RRB; masses FL, FR, RL, RR
 _FRONT = np.array([1, 1, 1, 1, 0, 0, 0, 0], bool)

@@ -18,10 +18,11 @@ import math
 
 import numpy as np
 from scipy.integrate import solve_ivp
-from scipy_case import ScipyCase
 
 import jcalib
 from jcalib.models import roll_plane as _roll_plane  # noqa: F401  (registers the model)
+
+from .case import ScipyCase
 
 
 def _road(model):
