@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python experiments/demo.py
+	$(BIN)/python -m experiments.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15 $(PYTEST_ARGS)
@@ -25,7 +25,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 benchmark: $(STAMP)
-	$(BIN)/python benchmarks/simulate_batch.py
+	$(BIN)/python -m benchmarks.simulate_batch
 
 clean:
 	rm -rf $(VENV) .jax_cache results .pytest_cache
