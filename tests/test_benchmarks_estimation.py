@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 from tests.helpers import load_script
 
 
@@ -21,5 +23,15 @@ def test_least_squares_benchmark_quick(tmp_path):
         "jacobian_cost_simulation_equivalents"]
     # same problem, same start: both reach the same least-squares optimum
     assert abs(jc["mse"] / fd["mse"] - 1) < 1e-4
-    for key in ("wall_speedup", "simulation_equivalents_ratio", "mse_ratio_jcalib_over_scipy"):
-        assert report["ratios"][key] > 0
+    # scipy's calls: one per function evaluation plus n_free per finite-difference Jacobian
+    assert fd["n_simulations"] == fd["iterations"] + report["n_free"] * fd["n_jacobians_by_finite_differences"]
+    assert fd["simulation_equivalents"] == fd["n_simulations"]
+    # the ratios are the ratios of the rows' entries
+    ratios = report["ratios"]
+    assert ratios["wall_speedup"] == pytest.approx(fd["wall_s"] / jc["wall_s"])
+    assert ratios["wall_speedup_including_jacobian_compile"] == pytest.approx(
+        fd["wall_s"] / jc["wall_s_including_jacobian_compile"])
+    assert ratios["simulation_equivalents_ratio"] == pytest.approx(
+        fd["simulation_equivalents"] / jc["simulation_equivalents"])
+    assert ratios["mse_ratio_jcalib_over_scipy"] == pytest.approx(jc["mse"] / fd["mse"])
+    assert ratios["target_5x_full_runs_met"] == (ratios["wall_speedup"] >= 5.0 and jc["mse"] <= fd["mse"] * (1 + 1e-6))
