@@ -25,6 +25,8 @@ A missing file raises `FileNotFoundError`; an unreadable, foreign or damaged one
 
 from __future__ import annotations
 
+import errno
+import functools
 import hashlib
 import io
 import json
@@ -112,19 +114,47 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> pat
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then
-    ``os.replace`` (readers see the old file or the new one, never a partial one)."""
+    ``os.replace`` (readers see the old file or the new one, never a partial one). The file
+    gets the permissions of a plain ``open(path, "w")`` (0666 less the umask).
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder.
+        NotADirectoryError: a parent of ``path`` is a file.
+        OSError: the folder cannot be written; ``filename`` is ``path``, never the temporary file.
+    """
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder; give a file name", os.fspath(path))
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{os.fspath(parent)!r} is a file, not a folder",
+                                     os.fspath(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise type(err)(err.errno, err.strerror, os.fspath(path)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
         os.replace(tmp, path)
+    except OSError as err:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise type(err)(err.errno, err.strerror, os.fspath(path)) from None
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@functools.cache
+def _umask() -> int:
+    """The process umask (read once: os.umask can only be read by setting it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
