@@ -230,20 +230,24 @@ def mcse(samples: Float[ArrayLike, "n_chains n_draws n_params"], method: str = "
 
 def chain_diagnostics(samples: Float[ArrayLike, "n_chains n_draws n_params"]) -> ChainDiagnostics:
     """Bulk and tail ESS, R-hat and MCSE of mean and sd in one pass over one
-    ``InferenceData``; NaN where ArviZ cannot compute them (e.g. fewer than 4 draws)."""
+    ``InferenceData``; NaN where ArviZ cannot compute them (e.g. fewer than 4 draws) and for
+    every parameter in which some chain never moved (ArviZ reports a constant chain's ESS as
+    its full length, which would pass a stalled sampler as perfectly mixed)."""
     import arviz as az  # imported on use: arviz takes ~1 s to import
 
     arr = _check(samples, "chain_diagnostics")
     names = _names(None, arr.shape[2], "chain_diagnostics")
     idata = to_inference_data(arr)
     with np.errstate(divide="ignore", invalid="ignore"):  # constant chains: NaN by design, no RuntimeWarning
-        return ChainDiagnostics(
-            ess_bulk=_per_parameter(az.ess(idata, method="bulk"), names),
-            ess_tail=_per_parameter(az.ess(idata, method="tail"), names),
-            rhat=_per_parameter(az.rhat(idata), names),
-            mcse_mean=_per_parameter(az.mcse(idata, method="mean"), names),
-            mcse_sd=_per_parameter(az.mcse(idata, method="sd"), names),
-        )
+        values = {
+            "ess_bulk": _per_parameter(az.ess(idata, method="bulk"), names),
+            "ess_tail": _per_parameter(az.ess(idata, method="tail"), names),
+            "rhat": _per_parameter(az.rhat(idata), names),
+            "mcse_mean": _per_parameter(az.mcse(idata, method="mean"), names),
+            "mcse_sd": _per_parameter(az.mcse(idata, method="sd"), names),
+        }
+    stuck = np.any(np.ptp(arr, axis=1) == 0, axis=0)  # (n_params,): a chain with one value throughout
+    return ChainDiagnostics(**{k: np.where(stuck, np.nan, v) for k, v in values.items()})
 
 
 def summary(samples: Float[ArrayLike, "n_chains n_draws n_params"], names: Sequence[str] | None = None,

@@ -105,3 +105,13 @@ def test_posterior_plots(posterior):
         plt.close(fig)
     with pytest.raises(ValueError, match=r"truth: expected 3 values \(k, c, d\)"):
         plotting.plot_marginals(posterior, truth=[1.0, 2.0])
+
+
+def test_a_chain_that_never_moves_has_no_ess_or_rhat():
+    """ArviZ gives a constant chain the ESS of its full length; a stalled sampler must not look mixed."""
+    rng = np.random.default_rng(3)
+    samples = rng.normal(size=(2, 200, 2))
+    samples[1, :, 0] = 0.7  # chain 1 stuck in parameter 0
+    d = diagnostics.chain_diagnostics(samples)
+    assert np.isnan(d.ess_bulk[0]) and np.isnan(d.ess_tail[0]) and np.isnan(d.rhat[0])
+    assert 100 < d.ess_bulk[1] < 600 and abs(d.rhat[1] - 1) < 0.05  # the moving parameter is unaffected

@@ -55,10 +55,11 @@ SAMPLER_ROWS = [
     ("stalled: steps far too large, no warm-up",
      {"n_steps": 200, "step_sizes": 1e3},
      ["acceptance below 5 % in chain 0 (0.0 %), chain 1 (0.0 %)", "warmup=500",
-      "R-hat above 1.05 (or undefined) for x0 (nan), x1 (nan)"], ["bulk ESS"]),
+      "R-hat above 1.05 (or undefined) for x0 (nan), x1 (nan)",
+      "bulk ESS below 100 for x0 (nan), x1 (nan)"], []),  # a chain that never moved has no ESS (not n_draws)
     ("stalled single chain: no R-hat warning",
      {"n_steps": 200, "step_sizes": 1e3, "n_chains": 1},
-     ["acceptance below 5 % in chain 0 (0.0 %)"], ["R-hat"]),
+     ["acceptance below 5 % in chain 0 (0.0 %)", "bulk ESS below 100 for x0 (nan)"], ["R-hat"]),
     ("chains stuck apart: tiny steps from distant starts",
      {"n_steps": 200, "step_sizes": 1e-8, "theta0_internal": jnp.asarray([[-3.0, 3.0], [3.0, -3.0]])},
      ["R-hat above 1.05 (or undefined) for x0 (", "x1 (", "bulk ESS below 100 for x0 (",
