@@ -34,6 +34,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from jcalib import fileio
 from jcalib.model import AbstractModel, SimulationError, SolveStatus
+from jcalib.probability.likelihoods import add_noise
 
 __all__ = ["MISSING_FILL", "Measurements", "synthetic_measurements"]
 
@@ -396,8 +397,7 @@ def synthetic_measurements(
         )
     sigma_np = _check_sigma(sigma, mask_np.astype(bool), model.output_names)
     sigma_full = np.broadcast_to(sigma_np[None, :] if sigma_np.ndim == 1 else sigma_np, f.shape)
-    eps = np.asarray(jax.random.normal(key, f.shape, dtype=jnp.float64))
-    values = f * (1.0 + sigma_full * eps) if noise == "multiplicative" else f + sigma_full * eps
+    values = np.asarray(add_noise(key, f, sigma_full, noise), np.float64)
     return Measurements(np.asarray(model.ts), values, mask_np, sigma_np, model.output_names)
 
 

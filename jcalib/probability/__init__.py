@@ -7,9 +7,11 @@ The log-normal *likelihood* is `jcalib.probability.likelihoods.LogNormal` (or
 
 from jcalib.probability.likelihoods import (
     LIKELIHOODS,
+    NOISE_MODELS,
     AbsoluteGaussian,
     AbstractLikelihood,
     RelativeGaussian,
+    add_noise,
     get_likelihood,
     noise_parameter_space,
 )
@@ -30,8 +32,8 @@ from jcalib.probability.priors import (
 )
 
 __all__ = [
-    "LIKELIHOODS", "TRUNCATION_WARNING_FRACTION", "AbsoluteGaussian", "AbstractLikelihood", "AbstractPrior",
-    "GaussianPrior", "HalfNormal", "LogNormal", "LogUniform", "Normal", "ParameterPriors", "PriorTruncationWarning",
-    "RelativeGaussian", "Uniform", "bind_priors", "default_prior", "get_likelihood", "noise_parameter_space",
-    "truncation_fraction",
+    "LIKELIHOODS", "NOISE_MODELS", "TRUNCATION_WARNING_FRACTION", "AbsoluteGaussian", "AbstractLikelihood",
+    "AbstractPrior", "GaussianPrior", "HalfNormal", "LogNormal", "LogUniform", "Normal", "ParameterPriors",
+    "PriorTruncationWarning", "RelativeGaussian", "Uniform", "add_noise", "bind_priors", "default_prior",
+    "get_likelihood", "noise_parameter_space", "truncation_fraction",
 ]
