@@ -152,9 +152,10 @@ def main(argv=None):
     x_val = jcalib.simulate_batch(beam, thetas_val, progress=False)
     val_s = time.perf_counter() - t
     noise_std, relative = paper_noise(beam)
+    noise_model = "multiplicative" if relative else "additive"  # jcalib.probability.add_noise's noise
     k_n1, k_n2 = jax.random.split(k_noise)
-    x_train_noisy = add_noise(k_n1, x_train, noise_std, relative)
-    x_val_noisy = add_noise(k_n2, x_val, noise_std, relative)
+    x_train_noisy = add_noise(k_n1, x_train, noise_std, noise_model)
+    x_val_noisy = add_noise(k_n2, x_val, noise_std, noise_model)
     mapping = InverseMapping(beam, "RI-FBoI", training=training, seed=args.seed)
     t = time.perf_counter()
     mapping.fit_data(thetas_train, x_train_noisy, val=(thetas_val, x_val_noisy), progress=False)
@@ -167,7 +168,7 @@ def main(argv=None):
     # --- 2./3. online: one measurement and batches ----------------------------------------------
     thetas_test = np.asarray(space.sample(k_test, n_batch, "uniform"))
     x_test = add_noise(jax.random.fold_in(k_test, 1), jcalib.simulate_batch(beam, thetas_test, progress=False),
-                       noise_std, relative)
+                       noise_std, noise_model)
     beam_online = online(mapping, x_test[0], x_test, n_calls, s["batch_repeats"])
     accuracy = mapping.evaluate_data(thetas_test, x_test)
     single = beam_online["single"]
@@ -183,7 +184,8 @@ def main(argv=None):
     rp_thetas = np.concatenate([np.asarray(rp.parameters.sample(k_rp_train, s["roll_plane_n_train"], "lhs")),
                                 np.asarray(rp.parameters.sample(k_rp_val, s["n_val"] // 4, "uniform"))])
     rp_noise_std, rp_relative = paper_noise(rp)
-    rp_x = add_noise(k_rp_noise, jcalib.simulate_batch(rp, rp_thetas, progress=False), rp_noise_std, rp_relative)
+    rp_x = add_noise(k_rp_noise, jcalib.simulate_batch(rp, rp_thetas, progress=False), rp_noise_std,
+                     "multiplicative" if rp_relative else "additive")
     n_rp = s["roll_plane_n_train"]
     rp_mapping = InverseMapping(rp, "RI", training=training, seed=args.seed)
     rp_mapping.fit_data(rp_thetas[:n_rp], rp_x[:n_rp], val=(rp_thetas[n_rp:], rp_x[n_rp:]), progress=False)

@@ -140,6 +140,7 @@ def main(argv=None):
     names = space.names
     p_ref = np.asarray(P_REF)
     noise_std, relative = paper_noise(model)  # 1 % of the noise-free value, every output
+    noise_model = "multiplicative" if relative else "additive"  # jcalib.probability.add_noise's noise
     key = jax.random.key(args.seed)
     k_train, k_val, k_test, k_noise, k_ref = jax.random.split(key, 5)
 
@@ -166,7 +167,7 @@ def main(argv=None):
     val_signals = signals[offsets[-2]: offsets[-1]]
     test_signals = signals[offsets[-1]:]
     k_noise_val, k_noise_test, k_noise_train = jax.random.split(k_noise, 3)
-    val_noisy = add_noise(k_noise_val, val_signals, noise_std, relative)
+    val_noisy = add_noise(k_noise_val, val_signals, noise_std, noise_model)
 
     # --- IMPU for every feature type and n_s ------------------------------------------------------
     training = quick_training() if args.quick else paper_training()
@@ -174,7 +175,7 @@ def main(argv=None):
                 "p_ref_mean_abs_relative_error": [], "p_ref_first_draw_abs_relative_error": [],
                 "p_ref_outside": [], "epochs": [], "best_epoch": [], "training_s": []} for f in FEATURES}
     for i, (n, thetas, clean) in enumerate(zip(sizes, train_sets, train_signals)):
-        noisy = add_noise(jax.random.fold_in(k_noise_train, i), clean, noise_std, relative)
+        noisy = add_noise(jax.random.fold_in(k_noise_train, i), clean, noise_std, noise_model)
         for feature in FEATURES:
             mapping = InverseMapping(model, feature, hidden=HIDDEN, training=training, noise="paper",
                                      seed=args.seed)

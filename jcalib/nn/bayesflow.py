@@ -68,6 +68,7 @@ from jcalib.nn.flows import CouplingFlow
 from jcalib.nn.layers import MLP, SequenceEncoder
 from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.probability.likelihoods import add_noise
 
 __all__ = ["SUMMARIES", "AmortizedPosterior", "BayesFlowConfig", "PosteriorNetwork", "SummaryNetwork",
            "bayesflow_loss"]
@@ -665,6 +666,5 @@ def _noise_fn(noise) -> Callable[[PRNGKeyArray, np.ndarray], np.ndarray]:
         if sd.ndim == 1 and sd.size != xs.shape[-1]:
             raise ValueError(f"AmortizedPosterior.fit_online: noise has {sd.size} standard deviations, the model "
                              f"{xs.shape[-1]} outputs")
-        return xs + sd * np.asarray(jax.random.normal(key, xs.shape, jnp.float64 if jax.config.jax_enable_x64
-                                                      else jnp.float32), np.float64)
+        return np.asarray(add_noise(key, xs, sd, "additive"), np.float64)
     return gaussian

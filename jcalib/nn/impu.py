@@ -77,13 +77,14 @@ from jcalib.nn.features import FEATURE_TYPES, FeatureExtractor
 from jcalib.nn.layers import MLP, MinMaxScaler
 from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.probability.likelihoods import add_noise
 
 __all__ = [
     "DEFAULT_HIDDEN",
     "IMPUEstimate",
     "IMPUMetrics",
     "InverseMapping",
-    "add_noise",
+    "add_noise",  # jcalib.probability.add_noise, re-exported: the one noise-adding function
     "paper_noise",
     "paper_training",
     "relative_error_metrics",
@@ -133,27 +134,6 @@ def _paper_settings(model) -> dict | None:
     """``model.impu_settings()``, or None for a model (or None) without the paper's settings."""
     settings = getattr(model, "impu_settings", None)
     return None if settings is None else dict(settings())
-
-
-def add_noise(key: PRNGKeyArray, signals: Float[ArrayLike, "... n_times n_outputs"],
-              noise_std: Float[ArrayLike, " n_outputs"] | float, relative: bool = False) -> np.ndarray:
-    """Gaussian measurement noise: ``y + σ_i z`` (additive) or ``y (1 + σ_i z)`` (relative).
-
-    Args:
-        key: a ``jax.random`` key.
-        signals: noise-free outputs ``(..., n_times, n_outputs)``.
-        noise_std: σ per output (or one for all), in the output's unit, or the fraction of the
-            noise-free value with ``relative``.
-        relative: noise proportional to the noise-free value (roll_plane: 1 %).
-
-    Returns:
-        noisy signals, float64 NumPy array of the same shape.
-    """
-    y = np.asarray(signals, dtype=np.float64)
-    std = np.broadcast_to(np.asarray(noise_std, np.float64), y.shape[-1:])
-    z = np.asarray(jax.random.normal(key, y.shape, dtype=jnp.float64 if jax.config.jax_enable_x64
-                                     else jnp.float32), np.float64)
-    return y * (1.0 + std * z) if relative else y + std * z
 
 
 class IMPUEstimate(eqx.Module):
@@ -380,6 +360,12 @@ class InverseMapping:
         return self.network is not None
 
     @property
+    def noise_model(self) -> str:
+        """The `jcalib.probability.add_noise` noise model of ``noise``: ``"multiplicative"`` with
+        ``relative_noise`` (σ a fraction of the noise-free value), else ``"additive"``."""
+        return "multiplicative" if self.relative_noise else "additive"
+
+    @property
     def n_features(self) -> int:
         return self._trained_extractor().n_features
 
@@ -436,8 +422,8 @@ class InverseMapping:
         signals, ok = self._simulate(np.concatenate([thetas_train, thetas_val]), chunk_size, show, check_bounds=True)
         simulate_s = time.perf_counter() - start
         ok_train, ok_val = ok[: len(thetas_train)], ok[len(thetas_train):]
-        x_train = add_noise(k_noise_train, signals[: len(thetas_train)][ok_train], self.noise_std, self.relative_noise)
-        x_val = add_noise(k_noise_val, signals[len(thetas_train):][ok_val], self.noise_std, self.relative_noise)
+        x_train = self._add_noise(k_noise_train, signals[: len(thetas_train)][ok_train])
+        x_val = self._add_noise(k_noise_val, signals[len(thetas_train):][ok_val])
         self.fit_data(thetas_train[ok_train], x_train, val=(thetas_val[ok_val], x_val), checkpoint=checkpoint,
                       progress=progress, fresh_start=fresh_start)
         self.exclude_box = box
@@ -612,7 +598,7 @@ class InverseMapping:
         otherwise the signals are used as given."""
         thetas, signals = self._check_data(thetas, signals, "evaluate_data")
         if key is not None:
-            signals = add_noise(key, signals, self.noise_std, self.relative_noise)
+            signals = self._add_noise(key, signals)
         estimate = self.infer(signals)
         return relative_error_metrics(thetas, estimate.theta, self.names, estimate.outside_training_range)
 
@@ -679,6 +665,10 @@ class InverseMapping:
         return to_jsonable(d)
 
     # --- helpers -------------------------------------------------------------------------------------
+    def _add_noise(self, key: PRNGKeyArray, signals) -> np.ndarray:
+        """`jcalib.probability.add_noise` with this mapping's noise, as a float64 NumPy array."""
+        return np.asarray(add_noise(key, np.asarray(signals, np.float64), self.noise_std, self.noise_model), np.float64)
+
     def _noise(self, noise, relative: bool) -> tuple[np.ndarray, bool]:
         n_out = None if self._output_names is None else len(self._output_names)
         if isinstance(noise, str):

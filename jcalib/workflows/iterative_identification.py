@@ -78,6 +78,7 @@ from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import ParameterSpace
+from jcalib.probability.likelihoods import add_noise
 from jcalib.sensitivity.sobol import Selection, sobol_indices
 
 __all__ = [
@@ -767,7 +768,7 @@ def _noisy(key, xs: np.ndarray, sigma) -> np.ndarray:
     if sigma.size not in (1, xs.shape[-1]):
         raise ValueError(f"iterative_identification: noise_sigma has {sigma.size} values but the model has "
                          f"{xs.shape[-1]} outputs; give one value or one per output")
-    return xs + sigma * np.asarray(jax.random.normal(key, xs.shape, dtype=jnp.float64))
+    return np.asarray(add_noise(key, xs, sigma, "additive"), np.float64)
 
 
 def _observation(model, observation, where) -> np.ndarray:

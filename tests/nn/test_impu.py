@@ -158,7 +158,7 @@ def test_noise_models():
     np.testing.assert_array_equal(std, [0.01] * 4)
     assert relative
     y = np.full((2000, 10, 2), 3.0)
-    noisy = add_noise(jax.random.key(0), y, [0.01, 0.1], relative=True)
+    noisy = add_noise(jax.random.key(0), y, [0.01, 0.1], "multiplicative")
     # 20,000 draws per output: the sample sd of sd 0.03 / 0.3 is within 5 standard errors (0.5 %)
     np.testing.assert_allclose((noisy - y).reshape(-1, 2).std(0), [0.03, 0.3], rtol=5 * 0.005)
     noisy = add_noise(jax.random.key(0), y, [0.01, 0.1])
