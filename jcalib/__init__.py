@@ -6,14 +6,24 @@ tests) call ``jax.config.update("jax_enable_x64", True)`` themselves.
 
 from jcalib import models
 from jcalib.data import Measurements, synthetic_measurements
-from jcalib.model import AbstractModel, Experiment, SimulationError, SolveStatus, simulate_batch
+from jcalib.model import (
+    AbstractModel,
+    AbstractSimulator,
+    Experiment,
+    FunctionSimulator,
+    SimulationError,
+    SolveStatus,
+    simulate_batch,
+)
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.problem import CalibrationProblem, GaussianPrior
 
 __all__ = [
     "AbstractModel",
+    "AbstractSimulator",
     "CalibrationProblem",
     "Experiment",
+    "FunctionSimulator",
     "GaussianPrior",
     "Measurements",
     "Parameter",

@@ -11,7 +11,7 @@ import abc
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import diffrax as dfx
 import equinox as eqx
@@ -21,11 +21,14 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from tqdm.auto import tqdm
 
+from jcalib._simulator import AbstractSimulator
 from jcalib.parameters import ParameterSpace
 
 __all__ = [
     "AbstractModel",
+    "AbstractSimulator",
     "Experiment",
+    "FunctionSimulator",
     "SimulationError",
     "SolveStatus",
     "simulate_batch",
@@ -129,7 +132,103 @@ class Experiment(eqx.Module):
         return int(self.ts.shape[0])
 
 
-class AbstractModel(eqx.Module):
+def check_simulator(simulator, where: str, argument: str = "simulator") -> AbstractSimulator:
+    """``simulator`` itself when it is an `AbstractSimulator`.
+
+    Raises:
+        ValueError: anything else; the message names ``argument``, the type received and
+            what to pass instead.
+    """
+    if not isinstance(simulator, AbstractSimulator):
+        raise ValueError(
+            f"{where}: {argument} must be a jcalib simulator (an AbstractModel, a PELS-VAE Surrogate or "
+            f"a FunctionSimulator; any subclass of jcalib.AbstractSimulator); got {type(simulator).__name__}"
+            + ("; wrap a plain function as jcalib.FunctionSimulator(fn, space)" if callable(simulator) else "")
+        )
+    return simulator
+
+
+class FunctionSimulator(AbstractSimulator):
+    """A JAX-traceable function of the parameters as a simulator, e.g. an analytic test
+    function (Ishigami) for `jcalib.sensitivity.sobol_indices`.
+
+    ``fn(theta)`` may return a scalar (one output at one time), an ``(n_outputs,)`` vector (at
+    one time) or an ``(n_times, n_outputs)`` array; `simulate` returns it as
+    ``(n_times, n_outputs)``. Outputs with NaN or inf count as a failed simulation
+    (``SolveStatus.NONFINITE``, all outputs NaN).
+
+    Example:
+        >>> from jcalib.parameters import Parameter
+        >>> space = ParameterSpace([Parameter("a", 0.0, -1.0, 1.0), Parameter("b", 0.0, -1.0, 1.0)])
+        >>> simulator = FunctionSimulator(lambda th: th[0] + 2.0 * th[1], space)
+        >>> simulator.simulate(jnp.array([0.5, 0.25])).tolist()
+        [[1.0]]
+    """
+
+    fn: Callable
+    parameters: ParameterSpace = eqx.field(static=True)
+    output_names: tuple[str, ...] = eqx.field(static=True)
+    ts: Float[Array, " n_times"]
+
+    def __init__(self, fn: Callable, parameters: ParameterSpace, output_names: tuple[str, ...] | None = None,
+                 ts: ArrayLike | None = None):
+        """Check ``fn`` on the nominal parameters (traced, not run) and record its output shape.
+
+        Raises:
+            ValueError: ``fn`` not callable, ``parameters`` not a ParameterSpace, ``fn`` fails
+                on one parameter vector or returns no real array, or ``output_names``/``ts``
+                that do not match its output shape.
+        """
+        if not callable(fn):
+            raise ValueError(f"FunctionSimulator: fn must be a callable fn(theta) -> array; got {type(fn).__name__}")
+        if not isinstance(parameters, ParameterSpace):
+            raise ValueError(f"FunctionSimulator: parameters must be a jcalib ParameterSpace; got "
+                             f"{type(parameters).__name__}")
+        probe = jnp.asarray(parameters.nominal)
+        try:
+            out = jax.eval_shape(fn, probe)
+        except Exception as error:  # any tracing failure: report it with the expected input
+            raise ValueError(f"FunctionSimulator: calling fn on one parameter vector of shape "
+                             f"({parameters.n_params},) ({', '.join(parameters.names)}) failed: {error}") from error
+        if not isinstance(out, jax.ShapeDtypeStruct):
+            raise ValueError(f"FunctionSimulator: fn must return one array per theta; got "
+                             f"{jax.tree_util.tree_structure(out)}")
+        if not (jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.integer)):
+            raise ValueError(f"FunctionSimulator: fn must return real numbers; got dtype {out.dtype}")
+        if out.ndim > 2 or math.prod(out.shape) == 0:
+            raise ValueError(f"FunctionSimulator: fn must return a scalar, an (n_outputs,) vector or an "
+                             f"(n_times, n_outputs) array, not empty; got shape {out.shape}")
+        n_times, n_outputs = {0: (1, 1), 1: (1, *out.shape), 2: out.shape}[out.ndim]
+        if output_names is None:
+            output_names = ("y",) if n_outputs == 1 else tuple(f"y{j}" for j in range(n_outputs))
+        output_names = tuple(output_names)
+        if len(output_names) != n_outputs:
+            raise ValueError(f"FunctionSimulator: output_names has {len(output_names)} names but fn returns "
+                             f"{n_outputs} outputs (shape {out.shape}); give one name per output")
+        ts = np.arange(n_times, dtype=np.float64) if ts is None else np.asarray(ts, dtype=np.float64)
+        if ts.shape != (n_times,):
+            raise ValueError(f"FunctionSimulator: ts must have shape (n_times,) = ({n_times},) for fn's output "
+                             f"shape {out.shape}; got shape {ts.shape}")
+        self.fn = fn
+        self.parameters = parameters
+        self.output_names = output_names
+        self.ts = jnp.asarray(ts)
+
+    def simulate_with_status(
+        self, theta: Float[ArrayLike, " n_params"]
+    ) -> tuple[Float[Array, "n_times n_outputs"], Int[Array, ""]]:
+        """``fn(theta)`` as ``(n_times, n_outputs)`` and ``SUCCESS``, or NaN and ``NONFINITE``."""
+        theta = jnp.asarray(theta)
+        self.parameters.check_shape(theta, "theta")
+        y = jnp.reshape(jnp.asarray(self.fn(theta)), (self.ts.shape[0], len(self.output_names)))
+        if not jnp.issubdtype(y.dtype, jnp.floating):
+            y = y.astype(theta.dtype if jnp.issubdtype(theta.dtype, jnp.floating) else jnp.float32)
+        finite = jnp.all(jnp.isfinite(y))
+        status = jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.NONFINITE).astype(jnp.int32)
+        return jnp.where(finite, y, jnp.nan), status
+
+
+class AbstractModel(AbstractSimulator):
     """Base class of every jcalib model: an ODE solved by diffrax and observed at ``ts``.
 
     Subclasses set the fields below (usually in a factory function) and implement
@@ -189,10 +288,6 @@ class AbstractModel(eqx.Module):
         return {}
 
     # --- derived API ----------------------------------------------------------------------
-    @property
-    def n_outputs(self) -> int:
-        return len(self.output_names)
-
     @property
     def ts(self) -> Float[Array, " n_times"]:
         return self.experiment.ts

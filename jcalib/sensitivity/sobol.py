@@ -1,8 +1,8 @@
 """Variance-based (Sobol') global sensitivity indices and Algorithm 1 of Zhang & Mikelsons (2023).
 
-`sobol_indices` draws a Saltelli design (`saltelli_design`), evaluates a jcalib model (one
-`simulate_batch` call) or any JAX function of ``theta`` (one jitted, vmapped call per chunk)
-on every sample and estimates, for every output element at once,
+`sobol_indices` draws a Saltelli design (`saltelli_design`), evaluates a jcalib simulator (a
+model, a surrogate, or a JAX function wrapped as `jcalib.model.FunctionSimulator`; one
+`simulate_batch` call) on every sample and estimates, for every output element at once,
 
 - first-order indices, Saltelli et al. (2010): ``S_i = mean(f_B (f_ABi - f_A)) / V``,
 - total-order indices, Jansen (1999): ``ST_i = 0.5 mean((f_A - f_ABi)^2) / V``,
@@ -19,9 +19,11 @@ eq. (13).
 
 Example:
     >>> import jax, jax.numpy as jnp
+    >>> from jcalib.model import FunctionSimulator
     >>> space = ParameterSpace([Parameter("x1", 0.0, -1.0, 1.0), Parameter("x2", 0.0, -1.0, 1.0)])
-    >>> result = sobol_indices(lambda th: th[0] + 2.0 * th[1], space, 1024, jax.random.key(0))
-    >>> [round(float(s), 2) for s in result.first_order]
+    >>> simulator = FunctionSimulator(lambda th: th[0] + 2.0 * th[1], space)  # outputs (1, 1)
+    >>> result = sobol_indices(simulator, None, 1024, jax.random.key(0))
+    >>> [round(float(s), 2) for s in result.first_order.ravel()]
     [0.2, 0.8]
 """
 
@@ -38,10 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 from scipy.stats import norm, qmc
-from tqdm.auto import tqdm
 
 from jcalib.jsonable import to_jsonable
-from jcalib.model import SimulationError, SolveStatus, simulate_batch
+from jcalib.model import (
+    AbstractSimulator,
+    FunctionSimulator,
+    SimulationError,
+    SolveStatus,
+    check_simulator,
+    simulate_batch,
+)
 from jcalib.parameters import Parameter, ParameterSpace  # noqa: F401  (Parameter: doctest)
 
 __all__ = [
@@ -61,8 +69,8 @@ changes its step sequence with theta, so an untouched output still jitters at ~1
 relative). Its indices are set to 0 and it is left out of the averages (eq. 12)."""
 
 DEFAULT_CHUNK = 16384
-"""Samples per jitted, vmapped call of a plain function (models use `simulate_batch`'s
-own default)."""
+"""Samples per jitted, vmapped call of a `FunctionSimulator` (other simulators use
+`simulate_batch`'s own default)."""
 
 _BLOCK_ELEMENTS = 2**24
 """Largest ``n_base * n_params * block`` temporary of the estimators (128 MiB of float64);
@@ -346,21 +354,14 @@ def _check_space(space, where):
         raise ValueError(f"{where}: space must be a jcalib ParameterSpace; got {type(space).__name__}")
 
 
-def _is_model(obj) -> bool:
-    return hasattr(obj, "simulate_with_status") and hasattr(obj, "parameters")
-
-
-@eqx.filter_jit
-def _vmapped(fn, thetas):
-    return jax.vmap(fn)(thetas)
-
-
-def _evaluate_model(model, space, thetas, chunk_size, progress):
-    full_space = model.parameters
+def _evaluate(simulator, space, thetas, chunk_size, progress):
+    full_space = simulator.parameters
     columns = [full_space.index(name) for name in space.names]
     full = np.tile(full_space.nominal, (thetas.shape[0], 1))
     full[:, columns] = thetas
-    values, status = simulate_batch(model, full, chunk_size, throw=False, return_status=True,
+    if chunk_size is None and isinstance(simulator, FunctionSimulator):
+        chunk_size = DEFAULT_CHUNK
+    values, status = simulate_batch(simulator, full, chunk_size, throw=False, return_status=True,
                                     progress=progress)
     failed = np.flatnonzero(status != SolveStatus.SUCCESS)
     if failed.size:
@@ -369,49 +370,10 @@ def _evaluate_model(model, space, thetas, chunk_size, progress):
         raise SimulationError(
             f"sobol_indices: {failed.size} of {status.size} simulations failed ({kinds}); first: "
             f"sample {i}, theta = {space.to_dict(thetas[i])}. Sobol' indices need every sample: "
-            "narrow the parameter bounds or relax the solver settings (e.g. "
-            "model.with_solver(max_steps=...)); the error's .values and .status hold all results",
+            "narrow the parameter bounds, relax the solver settings (e.g. "
+            "model.with_solver(max_steps=...)) or fix the function; the error's .values and .status "
+            "hold all results",
             values, status,
-        )
-    return values
-
-
-def _evaluate_fn(fn, space, thetas, chunk_size, progress):
-    probe = jnp.asarray(thetas[0])
-    try:
-        out = jax.eval_shape(fn, probe)
-    except Exception as error:  # any tracing failure: report it with the expected input
-        raise ValueError(
-            f"sobol_indices: calling fn_or_model on one parameter vector of shape "
-            f"({space.n_params},) ({', '.join(space.names)}) failed: {error}"
-        ) from error
-    if not isinstance(out, jax.ShapeDtypeStruct):
-        raise ValueError(f"sobol_indices: fn_or_model must return one array per theta; got "
-                         f"{jax.tree_util.tree_structure(out)}")
-    if math.prod(out.shape) == 0:
-        raise ValueError(f"sobol_indices: fn_or_model returned an empty array of shape {out.shape}")
-    if not (jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.integer)):
-        raise ValueError(f"sobol_indices: fn_or_model must return real numbers; got dtype {out.dtype}")
-    n = thetas.shape[0]
-    chunk = min(n, DEFAULT_CHUNK if chunk_size is None else int(chunk_size))
-    if chunk < 1:
-        raise ValueError(f"sobol_indices: chunk_size must be positive; got {chunk_size}")
-    starts = range(0, n, chunk)
-    show = len(starts) > 1 if progress is None else progress
-    values = []
-    for start in tqdm(starts, desc="sobol_indices", unit="chunk", disable=not show):
-        block = thetas[start:start + chunk]
-        n_real = block.shape[0]
-        if n_real < chunk:  # pad with the last row so the compiled shape is reused
-            block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
-        values.append(np.asarray(_vmapped(fn, jnp.asarray(block)), dtype=np.float64)[:n_real])
-    values = np.concatenate(values)
-    bad = np.flatnonzero(~np.all(np.isfinite(values.reshape(n, -1)), axis=1))
-    if bad.size:
-        raise ValueError(
-            f"sobol_indices: fn_or_model returned NaN or inf for {bad.size} of {n} samples; "
-            f"first: sample {bad[0]}, theta = {space.to_dict(thetas[bad[0]])}. Sobol' indices "
-            "need a finite output for every sample: fix fn or narrow the parameter bounds"
         )
     return values
 
@@ -515,7 +477,7 @@ def _analyze(values: np.ndarray, n_params: int, second_order: bool, resamples: n
 
 
 def sobol_indices(
-    fn_or_model,
+    simulator: AbstractSimulator,
     space: ParameterSpace | None,
     n: int,
     key: PRNGKeyArray,
@@ -527,15 +489,15 @@ def sobol_indices(
     chunk_size: int | None = None,
     progress: bool | None = None,
 ) -> SobolResult:
-    """Sobol' indices of every output element of a model or function, with bootstrap intervals.
+    """Sobol' indices of every output element of a simulator, with bootstrap intervals.
 
     Args:
-        fn_or_model: a jcalib model (anything with ``simulate_with_status``; all samples go
-            through one `simulate_batch` call) or a JAX-traceable ``fn(theta) -> array`` of
-            any shape (jitted and vmapped over the samples in chunks).
-        space: the parameters to vary. For a model, None means ``model.parameters``; a space
-            of a subset of the model's parameters varies those (with its own bounds) and keeps
-            the others at their nominal values. Required for a function.
+        simulator: a `jcalib.model.AbstractSimulator`: a model, a PELS-VAE surrogate, or a
+            JAX function wrapped as ``FunctionSimulator(fn, space)``. All samples go through
+            one `simulate_batch` call.
+        space: the parameters to vary. None means ``simulator.parameters``; a space of a
+            subset of the simulator's parameters varies those (with its own bounds) and keeps
+            the others at their nominal values.
         n: base samples ``N`` (a power of 2; a ``UserWarning`` otherwise, as in SALib);
             ``N (D + 2)`` evaluations, ``N (2D + 2)`` with ``second_order``.
         key: randomness of the design and of the bootstrap; same key, same result.
@@ -545,38 +507,31 @@ def sobol_indices(
         confidence: level of the intervals, in (0, 1).
         sampler: ``"salib"`` or ``"scipy"`` (see `saltelli_design`).
         chunk_size: samples per compiled call (see `simulate_batch`; default `DEFAULT_CHUNK`
-            for functions).
+            for a `FunctionSimulator`).
         progress: progress bar over chunks (default: when there are several).
 
     Returns:
-        A `SobolResult`; indices have shape ``(D, *output_shape)``.
+        A `SobolResult`; indices have shape ``(D, n_times, n_outputs)``.
 
     Raises:
-        ValueError: bad ``n``/``n_bootstrap``/``confidence``/``sampler``, a missing or
-            mismatched ``space``, a function that fails on one ``theta``, returns no array or
-            returns NaN/inf, or outputs that no parameter moves at all.
-        SimulationError: model solves failed (the message says how many).
+        ValueError: ``simulator`` is not an `AbstractSimulator`; bad
+            ``n``/``n_bootstrap``/``confidence``/``sampler``, a mismatched ``space``, or
+            outputs that no parameter moves at all.
+        SimulationError: simulations failed or gave NaN/inf (the message says how many).
     """
     t_start = time.perf_counter()
     if not jax.config.jax_enable_x64:
         raise ValueError("sobol_indices needs float64: call jax.config.update('jax_enable_x64', "
                          "True) before creating arrays")
-    is_model = _is_model(fn_or_model)
-    if not is_model and not callable(fn_or_model):
-        raise ValueError(f"sobol_indices: fn_or_model must be a jcalib model or a callable; got "
-                         f"{type(fn_or_model).__name__}")
+    check_simulator(simulator, "sobol_indices")
     if space is None:
-        if not is_model:
-            raise ValueError("sobol_indices: space is required for a function (only a model "
-                             "brings its own parameters)")
-        space = fn_or_model.parameters
+        space = simulator.parameters
     _check_space(space, "sobol_indices")
-    if is_model:
-        known = fn_or_model.parameters.names
-        unknown = [name for name in space.names if name not in known]
-        if unknown:
-            raise ValueError(f"sobol_indices: space has parameters {unknown} that the model does "
-                             f"not know; model parameters: {', '.join(known)}")
+    known = simulator.parameters.names
+    unknown = [name for name in space.names if name not in known]
+    if unknown:
+        raise ValueError(f"sobol_indices: space has parameters {unknown} that the simulator does "
+                         f"not know; its parameters: {', '.join(known)}")
     if space.n_params < 2:
         raise ValueError(f"sobol_indices: needs at least 2 parameters to vary; got {space.names}")
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 2:
@@ -591,10 +546,7 @@ def sobol_indices(
     thetas = np.asarray(saltelli_design(space, n, design_key, second_order=second_order,
                                         sampler=sampler))
     t_sim = time.perf_counter()
-    if is_model:
-        values = _evaluate_model(fn_or_model, space, thetas, chunk_size, progress)
-    else:
-        values = _evaluate_fn(fn_or_model, space, thetas, chunk_size, progress)
+    values = _evaluate(simulator, space, thetas, chunk_size, progress)
     simulation_s = time.perf_counter() - t_sim
     output_shape = tuple(values.shape[1:])
     flat = values.reshape(values.shape[0], -1)

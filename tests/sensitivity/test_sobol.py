@@ -1,5 +1,7 @@
 """Sobol' indices: analytic references (Ishigami, additive linear), SALib equality, the two
-samplers, bootstrap intervals, determinism, the model path, Algorithm 1 and bad input."""
+samplers, bootstrap intervals, determinism, the model path, Algorithm 1 and bad input.
+
+Functions go in as `FunctionSimulator`s: a scalar function gives indices of shape (D, 1, 1)."""
 
 import math
 
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 from SALib.analyze import sobol as salib_sobol
 
-from jcalib.model import SimulationError
+from jcalib.model import FunctionSimulator, SimulationError
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.sensitivity.sobol import (
     Selection,
@@ -38,13 +40,23 @@ def ishigami_space():
 
 
 @pytest.fixture(scope="module")
-def ishigami_result(ishigami_space):
-    return sobol_indices(ishigami, ishigami_space, N_ISHIGAMI, jax.random.key(0), second_order=True)
+def ishigami_simulator(ishigami_space):
+    return FunctionSimulator(ishigami, ishigami_space)
 
 
 @pytest.fixture(scope="module")
-def ishigami_scipy(ishigami_space):
-    return sobol_indices(ishigami, ishigami_space, N_ISHIGAMI, jax.random.key(1), sampler="scipy")
+def ishigami_result(ishigami_simulator):
+    return sobol_indices(ishigami_simulator, None, N_ISHIGAMI, jax.random.key(0), second_order=True)
+
+
+@pytest.fixture(scope="module")
+def ishigami_scipy(ishigami_simulator):
+    return sobol_indices(ishigami_simulator, None, N_ISHIGAMI, jax.random.key(1), sampler="scipy")
+
+
+def _scalar(x):
+    """The indices of a scalar function without its (1, 1) output axes."""
+    return np.asarray(x)[..., 0, 0]
 
 
 def _salib_problem(space):
@@ -55,21 +67,22 @@ def _salib_problem(space):
 # --- analytic references and SALib -------------------------------------------------------
 def test_ishigami_analytic(ishigami_result):
     assert isinstance(ishigami_result, SobolResult)
-    np.testing.assert_allclose(ishigami_result.first_order, ISHIGAMI_S1, atol=0.02)
-    np.testing.assert_allclose(ishigami_result.total_order, ISHIGAMI_ST, atol=0.02)
-    assert abs(float(ishigami_result.second_order[0, 2]) - ISHIGAMI_S13) < 0.03
+    assert ishigami_result.first_order.shape == (3, 1, 1)
+    np.testing.assert_allclose(_scalar(ishigami_result.first_order), ISHIGAMI_S1, atol=0.02)
+    np.testing.assert_allclose(_scalar(ishigami_result.total_order), ISHIGAMI_ST, atol=0.02)
+    assert abs(float(_scalar(ishigami_result.second_order)[0, 2]) - ISHIGAMI_S13) < 0.03
     assert ishigami_result.n_simulations == N_ISHIGAMI * 8
-    assert ishigami_result.output_shape == ()
+    assert ishigami_result.output_shape == (1, 1)
     assert ishigami_result.n_constant == 0
     # a scalar output: the averages (eq. 12) are the indices themselves
-    np.testing.assert_array_equal(ishigami_result.averaged_first_order, ishigami_result.first_order)
+    np.testing.assert_array_equal(ishigami_result.averaged_first_order, _scalar(ishigami_result.first_order))
 
 
 def test_bootstrap_intervals_contain_analytic(ishigami_result):
     r = ishigami_result
-    assert np.all(np.abs(np.asarray(r.first_order) - ISHIGAMI_S1) <= np.asarray(r.first_order_conf))
-    assert np.all(np.abs(np.asarray(r.total_order) - ISHIGAMI_ST) <= np.asarray(r.total_order_conf))
-    assert abs(float(r.second_order[0, 2]) - ISHIGAMI_S13) <= float(r.second_order_conf[0, 2])
+    assert np.all(np.abs(_scalar(r.first_order) - ISHIGAMI_S1) <= _scalar(r.first_order_conf))
+    assert np.all(np.abs(_scalar(r.total_order) - ISHIGAMI_ST) <= _scalar(r.total_order_conf))
+    assert abs(_scalar(r.second_order)[0, 2] - ISHIGAMI_S13) <= _scalar(r.second_order_conf)[0, 2]
     # half-widths of the order of the Monte Carlo error: positive and small
     assert np.all((np.asarray(r.first_order_conf) > 1e-4) & (np.asarray(r.first_order_conf) < 0.05))
 
@@ -81,9 +94,9 @@ def test_equals_salib_analyze(ishigami_space, ishigami_result):
     y = np.asarray(jax.vmap(ishigami)(thetas))
     ref = salib_sobol.analyze(_salib_problem(ishigami_space), y, calc_second_order=True,
                               num_resamples=10, seed=1)
-    np.testing.assert_allclose(ishigami_result.first_order, ref["S1"], rtol=0, atol=1e-8)
-    np.testing.assert_allclose(ishigami_result.total_order, ref["ST"], rtol=0, atol=1e-8)
-    np.testing.assert_allclose(ishigami_result.second_order, ref["S2"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(_scalar(ishigami_result.first_order), ref["S1"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(_scalar(ishigami_result.total_order), ref["ST"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(_scalar(ishigami_result.second_order), ref["S2"], rtol=0, atol=1e-8)
 
 
 def test_bootstrap_equals_salib_resampling(ishigami_space):
@@ -140,8 +153,8 @@ def test_salib_and_scipy_samplers_agree(ishigami_result, ishigami_scipy):
         assert np.all(diff <= width), (field, diff, width)
 
 
-def test_determinism(ishigami_space):
-    run = lambda key: sobol_indices(ishigami, ishigami_space, 64, key, n_bootstrap=20)  # noqa: E731
+def test_determinism(ishigami_simulator):
+    run = lambda key: sobol_indices(ishigami_simulator, None, 64, key, n_bootstrap=20)  # noqa: E731
     first, second, other = run(jax.random.key(7)), run(jax.random.key(7)), run(jax.random.key(8))
     for field in ("first_order", "total_order", "first_order_conf", "total_order_conf"):
         np.testing.assert_array_equal(getattr(first, field), getattr(second, field))
@@ -166,7 +179,8 @@ def linear_model(theta):
 def test_vector_output_linear_additive():
     space = ParameterSpace([Parameter("p", 0.0, -1.0, 1.0), Parameter("q", 1.0, 0.0, 3.0),
                             Parameter("r", 0.0, -0.5, 0.5)])
-    result = sobol_indices(linear_model, space, 2048, jax.random.key(11))
+    result = sobol_indices(FunctionSimulator(linear_model, space, ("y", "c"), LINEAR_TS), None, 2048,
+                           jax.random.key(11))
     assert result.output_shape == (6, 2)
     assert result.first_order.shape == (3, 6, 2)
     # constant elements: t = 0 (every a_i vanishes) and the whole second output
@@ -212,8 +226,9 @@ def test_model_path(model, model_result):
 
 
 def test_model_path_equals_function_path(model, model_result):
-    """One simulate_batch call or a vmapped model.simulate: same design, same indices."""
-    via_fn = sobol_indices(model.simulate, model.parameters, 64, jax.random.key(2), n_bootstrap=50)
+    """The model or its simulate wrapped as a FunctionSimulator: same design, same indices."""
+    wrapped = FunctionSimulator(model.simulate, model.parameters, model.output_names, model.ts)
+    via_fn = sobol_indices(wrapped, None, 64, jax.random.key(2), n_bootstrap=50)
     np.testing.assert_allclose(via_fn.first_order, model_result.first_order, atol=1e-8)
     np.testing.assert_allclose(via_fn.total_order_conf, model_result.total_order_conf, atol=1e-8)
 
@@ -228,7 +243,8 @@ def test_model_subset_space_fixes_the_others(model):
     def fn(theta):
         return model.simulate(jnp.asarray(full).at[jnp.array([2, 0])].set(theta))
 
-    ref = sobol_indices(fn, space, 16, jax.random.key(3), n_bootstrap=10)
+    ref = sobol_indices(FunctionSimulator(fn, space, model.output_names, model.ts), None, 16, jax.random.key(3),
+                        n_bootstrap=10)
     np.testing.assert_allclose(r.first_order, ref.first_order, atol=1e-8)
 
 
@@ -308,9 +324,9 @@ def test_select_delta_error():
         select_identifiable([0.5, 0.2], ["a", "b"], delta=0.0)
 
 
-def test_n_not_power_of_two_warns(ishigami_space):
+def test_n_not_power_of_two_warns(ishigami_simulator):
     with pytest.warns(UserWarning, match="n=100 is not a power of 2.*use 128 or 64"):
-        r = sobol_indices(ishigami, ishigami_space, 100, jax.random.key(0), n_bootstrap=5)
+        r = sobol_indices(ishigami_simulator, None, 100, jax.random.key(0), n_bootstrap=5)
     assert r.n_base == 100 and r.n_simulations == 500
 
 
@@ -320,22 +336,28 @@ def test_n_not_power_of_two_warns(ishigami_space):
     ({"n_bootstrap": 1}, "n_bootstrap must be an integer >= 2"),
     ({"confidence": 1.5}, r"confidence must lie in \(0, 1\)"),
     ({"sampler": "sobol"}, "unknown sampler 'sobol'"),
-    ({"space": None}, "space is required for a function"),
     ({"space": {"x1": (0, 1)}}, "space must be a jcalib ParameterSpace"),
-    ({"fn_or_model": 3.0}, "must be a jcalib model or a callable"),
-    ({"fn_or_model": lambda th: (th, th)}, "must return one array"),
-    ({"fn_or_model": lambda th: th.reshape(2, 2)}, r"one parameter vector of shape \(3,\)"),
-    ({"fn_or_model": lambda th: th[:0]}, "returned an empty array"),
-    ({"fn_or_model": lambda th: jnp.where(th[0] > 2.0, jnp.nan, th[1])},
-     r"returned NaN or inf for \d+ of 80 samples"),
-    ({"fn_or_model": lambda th: jnp.ones(3)}, "all 3 output elements are constant"),
+    ({"simulator": 3.0}, r"sobol_indices: simulator must be a jcalib simulator \(an AbstractModel, .*got float$"),
+    ({"simulator": ishigami}, r"simulator must be a jcalib simulator.*got function; wrap a plain function as "
+                              r"jcalib.FunctionSimulator\(fn, space\)"),
 ])
 def test_sobol_errors(ishigami_space, kwargs, match):
-    call = {"fn_or_model": ishigami, "space": ishigami_space, "n": 16, "key": jax.random.key(0)}
+    call = {"simulator": FunctionSimulator(ishigami, ishigami_space), "space": ishigami_space, "n": 16,
+            "key": jax.random.key(0)}
     call.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        sobol_indices(call.pop("fn_or_model"), call.pop("space"), call.pop("n"), call.pop("key"),
-                      **call)
+        sobol_indices(call.pop("simulator"), call.pop("space"), call.pop("n"), call.pop("key"), **call)
+
+
+def test_constant_outputs(ishigami_space):
+    with pytest.raises(ValueError, match="all 3 output elements are constant"):
+        sobol_indices(FunctionSimulator(lambda th: jnp.ones(3), ishigami_space), None, 16, jax.random.key(0))
+
+
+def test_function_with_nan_fails_like_a_solve(ishigami_space):
+    nan_above_2 = FunctionSimulator(lambda th: jnp.where(th[0] > 2.0, jnp.nan, th[1]), ishigami_space)
+    with pytest.raises(SimulationError, match=r"sobol_indices: \d+ of 80 simulations failed.*non-finite"):
+        sobol_indices(nan_above_2, None, 16, jax.random.key(0))
 
 
 def test_saltelli_design_errors(ishigami_space):
@@ -347,7 +369,7 @@ def test_saltelli_design_errors(ishigami_space):
 
 def test_model_space_mismatch(model):
     space = ParameterSpace([Parameter("kab", 1e-4, 1e-6, 1e-3), Parameter("kx", 1.0, 0.0, 2.0)])
-    with pytest.raises(ValueError, match=r"parameters \['kx'\] that the model does not know"):
+    with pytest.raises(ValueError, match=r"parameters \['kx'\] that the simulator does not know"):
         sobol_indices(model, space, 16, jax.random.key(0))
     with pytest.raises(ValueError, match="needs at least 2 parameters to vary"):
         sobol_indices(model, model.parameters.subset(["kab"]), 16, jax.random.key(0))
