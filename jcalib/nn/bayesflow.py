@@ -28,8 +28,11 @@ mapped to the space's internal coordinate (log for log-scale parameters) and sta
 with the training mean and standard deviation; every output is standardised with its mean
 and standard deviation over the training samples and times. The statistics are float64,
 the networks float32; both are saved with the weights. Posterior draws are returned in
-physical units and are **not** clipped to the parameter bounds (a draw outside them signals
-a poorly trained network or data unlike the training data).
+physical units and always inside the parameter bounds: draws outside them (zero prior density,
+sbi's "leakage", a sign of a poorly trained network or of data unlike the training data) are
+rejected and redrawn, with a `PosteriorLeakageWarning` when more than 10 % were rejected. The
+range of every output over the training trajectories is saved with the network; an observation
+outside it (`TRAINING_RANGE_MARGIN`) gets an `OutsideTrainingRangeWarning`.
 
 The prior. The posterior is amortized over the distribution of the training ``θ``: `fit`
 learns the posterior under whatever prior the ``thetas`` were drawn from; `fit_online` draws
@@ -54,6 +57,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,6 +65,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from jcalib._warnings import warn_user
 from jcalib.jsonable import to_jsonable
 from jcalib.model import simulate_batch
 from jcalib.nn import training as _training
@@ -70,8 +75,9 @@ from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.probability.likelihoods import add_noise
 
-__all__ = ["SUMMARIES", "AmortizedPosterior", "BayesFlowConfig", "PosteriorNetwork", "SummaryNetwork",
-           "bayesflow_loss"]
+__all__ = ["SUMMARIES", "TRAINING_RANGE_MARGIN", "AmortizedPosterior", "BayesFlowConfig", "OutsideTrainingRangeWarning",
+           "PosteriorLeakageWarning", "PosteriorNetwork", "SampleInfo", "SummaryNetwork", "bayesflow_loss",
+           "outside_training_range"]
 
 SUMMARIES = ("lstm", "gru", "conv", "mlp")
 COORDINATES = ("physical", "internal")
@@ -79,6 +85,63 @@ _FORMAT = "jcalib-bayesflow-1"
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _ACTNORM_INIT_SAMPLES = 1024  # samples of the data-dependent ActNorm initialisation
 _MAX_REDRAWS = 10  # fit_online: rounds of replacing failed simulations by fresh draws
+_MAX_REJECTION_ROUNDS = 50  # sample: rounds of n draws to find n inside the bounds (acceptance >= 2 %)
+LEAKAGE_WARNING_ACCEPTANCE = 0.9  # sample warns when fewer draws than this fall inside the bounds
+TRAINING_RANGE_MARGIN = 0.1
+"""Observations are flagged outside the training range when an output leaves the range of that
+output over the training trajectories (all samples and times) widened by this fraction of the
+range on each side. The widening is for noise and for the prior's tails: a new trajectory from
+the training prior exceeds the maximum of ``n`` training draws with probability about
+``1 / (n + 1)`` per output, and then mostly by a small part of the range; 10 % keeps such false
+alarms rare while data in other units or scales (a factor 10, 1e10, a 1e300 entry) is caught.
+Being inside says nothing about the network's accuracy there."""
+
+
+class PosteriorLeakageWarning(UserWarning):
+    """Posterior draws fell outside the parameter bounds (zero prior density) and were rejected."""
+
+
+class OutsideTrainingRangeWarning(UserWarning):
+    """An observation lies outside the range of the training trajectories: the network extrapolates."""
+
+
+class SampleInfo(NamedTuple):
+    """Diagnostics of `AmortizedPosterior.sample` (``return_info=True``), per observation
+    (scalars for one trajectory).
+
+    Attributes:
+        acceptance: fraction of the network's draws inside the parameter bounds (the others
+            were rejected and redrawn, as sbi does for "leakage").
+        outside_training_range: the observation leaves the training data's range
+            (`outside_training_range`).
+    """
+
+    acceptance: np.ndarray
+    outside_training_range: np.ndarray
+
+
+def outside_training_range(x: Float[ArrayLike, "... n_times n_outputs"], x_min: Float[ArrayLike, " n_outputs"],
+                           x_max: Float[ArrayLike, " n_outputs"], margin: float = TRAINING_RANGE_MARGIN
+                           ) -> np.ndarray:
+    """Per trajectory: True when an entry is not finite or an output leaves ``[x_min, x_max]``
+    widened by ``margin`` times its width on each side (a constant output: ``margin`` times its
+    magnitude, at least ``margin``). See `TRAINING_RANGE_MARGIN`.
+
+    Args:
+        x: ``(n_times, n_outputs)`` or ``(n_obs, n_times, n_outputs)``.
+        x_min, x_max: per output, the training trajectories' extremes.
+        margin: the widening, a fraction of the range.
+
+    Returns:
+        A boolean array of shape ``x.shape[:-2]``.
+    """
+    x = np.asarray(x, np.float64)
+    x_min, x_max = np.asarray(x_min, np.float64), np.asarray(x_max, np.float64)
+    width = x_max - x_min
+    width = np.where(width > 0, width, np.maximum(np.maximum(np.abs(x_min), np.abs(x_max)), 1.0))
+    with np.errstate(invalid="ignore"):
+        inside = (x >= x_min - margin * width) & (x <= x_max + margin * width)
+    return ~np.all(inside, axis=(-2, -1))
 
 
 def _default_training() -> TrainingConfig:
@@ -431,7 +494,8 @@ class AmortizedPosterior:
         internal = np.asarray(space.to_internal(thetas), np.float64)
         self._space = space
         self._stats = {"theta_mean": internal.mean(axis=0), "theta_std": _std(internal, 0),
-                       "x_mean": xs.mean(axis=(0, 1)), "x_std": _std(xs, (0, 1))}
+                       "x_mean": xs.mean(axis=(0, 1)), "x_std": _std(xs, (0, 1)),
+                       "x_min": xs.min(axis=(0, 1)), "x_max": xs.max(axis=(0, 1))}  # the training range
         self.network = PosteriorNetwork(space.n_params, xs.shape[1], xs.shape[2], self.config,
                                         rngs=nnx.Rngs(self.config.seed))
         self._fns = {}
@@ -450,6 +514,7 @@ class AmortizedPosterior:
         extra = self._extra()
         # the checkpoint's weights belong to its normalisation statistics and space
         identity = {k: extra[k] for k in ("parameters", "theta_mean", "theta_std", "x_mean", "x_std")}
+        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # sizes, seed
         self._training = _training.fit(network, bayesflow_loss, train, val, config, checkpoint=checkpoint,
                                        extra=extra, fingerprint=identity, fresh_start=fresh_start)
         self._fns = {}
@@ -500,29 +565,96 @@ class AmortizedPosterior:
             self._fns = {k: functools.partial(f, state) for k, f in fns.items()}
         return self._fns[name]
 
-    def sample(self, key: PRNGKeyArray, x: Float[ArrayLike, "... n_times n_outputs"], n: int
-               ) -> Float[Array, "... n n_params"]:
-        """Posterior draws in physical units (one jitted, vmapped call).
+    def sample(self, key: PRNGKeyArray, x: Float[ArrayLike, "... n_times n_outputs"], n: int, *,
+               return_info: bool = False) -> Float[Array, "... n n_params"]:
+        """Posterior draws in physical units, all inside the parameter bounds.
+
+        The network's draws outside the bounds (zero prior density: "leakage" in sbi's words,
+        a sign of an under-trained network or of data unlike the training data) are rejected
+        and redrawn, in rounds of ``n`` vectorised draws (at most 50), until ``n`` per
+        observation are inside. A `PosteriorLeakageWarning` says when fewer than 90 % of the
+        draws were inside, an `OutsideTrainingRangeWarning` when an observation leaves the
+        training data's range (`outside_training_range`).
 
         Args:
             key: a ``jax.random`` key (the same key, the same draws, also after `load`).
             x: one trajectory ``(n_times, n_outputs)`` -> ``(n, n_params)``; a batch
                 ``(n_obs, n_times, n_outputs)`` -> ``(n_obs, n, n_params)`` (observation ``i``
-                drawn with ``jax.random.split(key, n_obs)[i]``).
+                drawn with ``jax.random.split(key, n_obs)[i]`` in the first round).
             n: draws per trajectory.
+            return_info: also return a `SampleInfo` (acceptance, outside the training range).
+
+        Returns:
+            The draws, or ``(draws, SampleInfo)`` with ``return_info``.
 
         Raises:
-            ValueError: untrained, wrong shapes, NaN in ``x``, ``n`` not a positive integer.
+            ValueError: untrained, wrong shapes, NaN in ``x``, ``n`` not a positive integer,
+                fewer than ``n`` draws inside the bounds after all rounds.
         """
-        x, _ = self._check_x(x, "sample")
+        x, batched = self._check_x(x, "sample")
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"AmortizedPosterior.sample: n must be a positive integer; got {n!r}")
-        return self._fn("sample")(key, x, n=int(n))
+        n = int(n)
+        outside = self.outside_training_range(x)
+        if np.any(outside):
+            n_out = int(np.sum(outside))
+            what = "the observation lies" if not batched else f"{n_out} of {outside.size} observations lie"
+            warn_user(f"AmortizedPosterior: {what} outside the range of the training trajectories (widened by "
+                      f"{TRAINING_RANGE_MARGIN:.0%}); the network extrapolates and its posterior is not to be "
+                      "trusted there; check the data's units and scale", OutsideTrainingRangeWarning)
+        draws, acceptance = self._inside_bounds(key, x, n, batched)
+        if np.min(acceptance) < LEAKAGE_WARNING_ACCEPTANCE:
+            worst = "" if not batched else f" (worst observation: {1 - np.min(acceptance):.1%})"
+            warn_user(f"AmortizedPosterior: {1 - float(np.mean(acceptance)):.1%} of the posterior draws fell outside "
+                      f"the parameter bounds and were rejected{worst}; the network may be under-trained",
+                      PosteriorLeakageWarning)
+        if return_info:
+            return draws, SampleInfo(acceptance if batched else acceptance[0], outside)
+        return draws
+
+    def outside_training_range(self, x: Float[ArrayLike, "... n_times n_outputs"]) -> np.ndarray:
+        """Per trajectory, True when ``x`` leaves the range of the training trajectories or is
+        not finite (module function `outside_training_range`, margin `TRAINING_RANGE_MARGIN`)."""
+        self._require()
+        return outside_training_range(x, self._stats["x_min"], self._stats["x_max"])
+
+    def _inside_bounds(self, key, x: Array, n: int, batched: bool) -> tuple[Array, np.ndarray]:
+        """``n`` draws per observation inside the bounds, and the fraction of draws inside."""
+        fn = self._fn("sample")
+        lower, upper = np.asarray(self._space.lower, np.float64), np.asarray(self._space.upper, np.float64)
+        n_obs, p = (x.shape[0] if batched else 1), self._space.n_params
+        out, count = None, np.zeros(n_obs, np.int64)
+        n_inside, n_drawn = np.zeros(n_obs, np.int64), 0
+        for attempt in range(_MAX_REJECTION_ROUNDS):
+            raw = fn(key if attempt == 0 else jax.random.fold_in(key, attempt), x, n=n)
+            d = np.asarray(raw, np.float64).reshape(n_obs, n, p)
+            inside = np.all((d >= lower) & (d <= upper), axis=-1)  # NaN draws are outside too
+            n_drawn += n
+            n_inside += inside.sum(axis=1)
+            if attempt == 0 and inside.all():
+                return raw, np.ones(n_obs)
+            if out is None:
+                out = np.empty_like(d)
+            rank = count[:, None] + np.cumsum(inside, axis=1) - 1  # slot of each accepted draw
+            keep = inside & (rank < n)
+            obs, draw = np.nonzero(keep)
+            out[obs, rank[obs, draw]] = d[obs, draw]
+            count = np.minimum(n, count + inside.sum(axis=1))
+            if np.all(count >= n):
+                break
+        acceptance = n_inside / n_drawn
+        if np.any(count < n):
+            raise ValueError(f"AmortizedPosterior.sample: only {int(count.min())} of {n} draws fell inside the "
+                             f"parameter bounds after {_MAX_REJECTION_ROUNDS} rounds (acceptance "
+                             f"{float(acceptance.min()):.2%}); the network is under-trained or the data unlike its "
+                             "training data: train longer or on more data, or check the data")
+        return jnp.asarray(out.reshape(raw.shape), raw.dtype), acceptance
 
     def estimate(self, key: PRNGKeyArray, x: Float[ArrayLike, "... n_times n_outputs"], n: int = 1000
                  ) -> tuple[Float[Array, "... n_params"], Float[Array, "... n_params"]]:
         """Eq. 7: the posterior mean of ``n`` draws and their standard deviation, physical units
-        (``(n_params,)`` each for one trajectory, ``(n_obs, n_params)`` for a batch)."""
+        (``(n_params,)`` each for one trajectory, ``(n_obs, n_params)`` for a batch). The draws
+        are those of `sample` (inside the bounds; same warnings and errors)."""
         draws = self.sample(key, x, n)
         return jnp.mean(draws, axis=-2), jnp.std(draws, axis=-2, ddof=1 if n > 1 else 0)
 
@@ -593,8 +725,11 @@ class AmortizedPosterior:
         posterior = cls(BayesFlowConfig.from_dict(extra["config"]))
         space = ParameterSpace(Parameter(**p) for p in extra["parameters"])
         posterior._space = space
+        if "x_min" not in extra or "x_max" not in extra:
+            raise ValueError(f"{path}: a BayesFlow posterior file without the training data's range (written by an "
+                             "older jcalib); train the network again and save it")
         posterior._stats = {k: np.asarray(extra[k], np.float64) for k in ("theta_mean", "theta_std", "x_mean",
-                                                                          "x_std")}
+                                                                          "x_std", "x_min", "x_max")}
         posterior.network = PosteriorNetwork(space.n_params, int(extra["n_times"]), int(extra["n_outputs"]),
                                              posterior.config, rngs=nnx.Rngs(posterior.config.seed))
         load_model(path, posterior.network)

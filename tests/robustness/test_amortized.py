@@ -1,0 +1,147 @@
+"""Amortized posteriors that go wrong say so (issue 17 follow-ups): draws outside the parameter
+bounds are rejected and redrawn (sbi's "leakage"), with a warning and the acceptance; data
+outside the training range is flagged (and refused by the identification workflow unless
+allowed); the training range survives save/load."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jcalib.nn import training
+from jcalib.nn.bayesflow import (
+    AmortizedPosterior,
+    BayesFlowConfig,
+    OutsideTrainingRangeWarning,
+    PosteriorLeakageWarning,
+    outside_training_range,
+)
+from jcalib.nn.training import TrainingConfig
+from jcalib.parameters import Parameter, ParameterSpace
+
+SPACE = ParameterSpace([Parameter("a", 0.0, -3.0, 3.0)])
+
+
+@pytest.fixture(scope="module")
+def data():
+    thetas = np.clip(np.asarray(jax.random.normal(jax.random.key(0), (256, 1))), -3.0, 3.0)
+    xs = thetas[:, None, :] + 0.5 * np.asarray(jax.random.normal(jax.random.key(1), (256, 4, 1)))
+    return thetas, xs
+
+
+@pytest.fixture(scope="module")
+def posterior(data):
+    config = BayesFlowConfig(summary="mlp", summary_size=4, summary_hidden=16, n_blocks=2, coupling_hidden=(16,),
+                             training=TrainingConfig(epochs=2, progress=False))
+    return AmortizedPosterior(config).fit(SPACE, *data)
+
+
+def faked(posterior, scale):
+    """A copy of ``posterior`` whose network draws N(0, scale²) (known leakage outside [-3, 3])."""
+    fake = AmortizedPosterior(posterior.config)
+    fake.network, fake._space, fake._stats = posterior.network, posterior._space, posterior._stats
+    fake._fns = {"sample": lambda key, x, n: scale * jax.random.normal(key, (*x.shape[:-2], n, 1), jnp.float64)}
+    return fake
+
+
+def record(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, caught
+
+
+# --- 1. leakage: draws outside the bounds are rejected and redrawn ---------------------------------
+def test_draws_outside_the_bounds_are_rejected_with_a_warning(posterior, data):
+    fake = faked(posterior, 6.0)  # P(|6 z| <= 3) = P(|z| <= 0.5) = 38.3 %
+    (draws, info), caught = record(lambda: fake.sample(jax.random.key(3), data[1][:3], 2000, return_info=True))
+    draws = np.asarray(draws)
+    assert draws.shape == (3, 2000, 1)
+    assert np.all(np.abs(draws) <= 3.0)
+    assert np.all(np.abs(info.acceptance - 0.383) < 5 * np.sqrt(0.383 * 0.617 / 2000))  # 5 MC standard errors
+    assert not np.any(info.outside_training_range)
+    leak = [w for w in caught if issubclass(w.category, PosteriorLeakageWarning)]
+    assert len(leak) == 1
+    assert "of the posterior draws fell outside the parameter bounds and were rejected" in str(leak[0].message)
+    assert "the network may be under-trained" in str(leak[0].message)
+    # the accepted draws are the N(0, 36) draws restricted to [-3, 3]: their sd is that of a truncated normal
+    sd = 6.0 * stats.truncnorm(-0.5, 0.5).std()  # 1.703
+    assert abs(draws.std() - sd) < 5 * sd / np.sqrt(2 * draws.size)  # 5 MC standard errors of an sd
+    # estimate averages only draws inside the bounds
+    (mean, _), _ = record(lambda: fake.estimate(jax.random.key(3), data[1][0], 2000))
+    assert abs(float(mean[0])) < 5 * sd / np.sqrt(2000)
+
+
+def test_no_draws_inside_the_bounds_is_an_error(posterior, data):
+    fake = faked(posterior, 1.0)
+    fake._fns = {"sample": lambda key, x, n: 5.0 + jnp.zeros((n, 1), jnp.float64)}
+    with pytest.raises(ValueError, match=r"only 0 of 10 draws fell inside the parameter bounds after 50 rounds "
+                                         r"\(acceptance 0.00%\); the network is under-trained"):
+        fake.sample(jax.random.key(0), data[1][0], 10)
+
+
+def test_a_healthy_network_is_unchanged_and_quiet(posterior, data):
+    fake = faked(posterior, 0.5)  # all draws inside: exactly the network's draws, acceptance 1, no warning
+    (draws, info), caught = record(lambda: fake.sample(jax.random.key(4), data[1][0], 100, return_info=True))
+    np.testing.assert_array_equal(np.asarray(draws), 0.5 * np.asarray(jax.random.normal(jax.random.key(4), (100, 1))))
+    assert float(info.acceptance) == 1.0
+    assert not [w for w in caught if issubclass(w.category, (PosteriorLeakageWarning, OutsideTrainingRangeWarning))]
+
+
+def test_real_network_draws_stay_inside_the_bounds(posterior, data):
+    (draws, info), _ = record(lambda: posterior.sample(jax.random.key(5), data[1][:4], 500, return_info=True))
+    assert np.all((np.asarray(draws) >= -3.0) & (np.asarray(draws) <= 3.0))
+    assert info.acceptance.shape == (4,) and np.all((info.acceptance > 0) & (info.acceptance <= 1))
+
+
+# --- 2. data outside the training range is flagged ------------------------------------------------
+def test_the_training_range_is_kept_and_flags_far_data(posterior, data):
+    xs = data[1]
+    np.testing.assert_array_equal(posterior._stats["x_min"], xs.min(axis=(0, 1)))
+    np.testing.assert_array_equal(posterior._stats["x_max"], xs.max(axis=(0, 1)))
+    huge = xs[0].copy()
+    huge[1, 0] = 1e300
+    flags = posterior.outside_training_range(np.stack([xs[0], xs[0] * 1e10, huge, xs[1]]))
+    assert flags.tolist() == [False, True, True, False]
+    assert not np.any(posterior.outside_training_range(xs))  # the training data itself
+
+
+def test_margin_is_ten_percent_of_the_range():
+    lo, hi = np.array([0.0]), np.array([10.0])
+    x = np.zeros((2, 1))
+    assert outside_training_range(x + np.array([[10.9]]), lo, hi).item() is False
+    assert outside_training_range(x + np.array([[11.1]]), lo, hi).item() is True
+    assert outside_training_range(x + np.array([[-1.1]]), lo, hi).item() is True
+    assert outside_training_range(x + np.array([[np.nan]]), lo, hi).item() is True
+
+
+def test_sample_warns_and_flags_data_outside_the_training_range(posterior, data):
+    fake = faked(posterior, 0.5)
+    (_, info), caught = record(lambda: fake.sample(jax.random.key(0), data[1][0] * 1e10, 10, return_info=True))
+    assert bool(info.outside_training_range)
+    far = [w for w in caught if issubclass(w.category, OutsideTrainingRangeWarning)]
+    assert len(far) == 1 and "the observation lies outside the range of the training trajectories" in str(
+        far[0].message)
+    _, caught = record(lambda: fake.estimate(jax.random.key(0), np.stack([data[1][0], data[1][0] * 1e10]), 10))
+    assert any("1 of 2 observations lie outside the range" in str(w.message) for w in caught)
+
+
+def test_the_training_range_survives_save_and_load(posterior, tmp_path, data):
+    path = tmp_path / "p.msgpack"
+    posterior.save(path)
+    loaded = AmortizedPosterior.load(path)
+    np.testing.assert_array_equal(loaded._stats["x_max"], posterior._stats["x_max"])
+    assert loaded.outside_training_range(data[1][0] * 1e10).item() is True
+    (a, _), (b, _) = (record(lambda p=p: p.sample(jax.random.key(1), data[1][0], 50)) for p in (posterior, loaded))
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_file_without_the_training_range_is_refused(posterior, tmp_path):
+    path = tmp_path / "old.msgpack"
+    extra = {k: v for k, v in posterior._extra().items() if k not in ("x_min", "x_max")}
+    training.save_model(path, posterior.network, extra)
+    with pytest.raises(ValueError, match=r"old.msgpack: a BayesFlow posterior file without the training data's range"):
+        AmortizedPosterior.load(path)
