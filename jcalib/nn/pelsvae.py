@@ -475,6 +475,7 @@ class PELSVAE:
             if not (isinstance(val, (tuple, list)) and len(val) == 2):
                 raise ValueError("PELSVAE.fit: val must be a (thetas, trajectories) pair or None")
             val_data = _normalised(space, scaler, *_check_data(space, *val, "fit (val)", experiment, names))
+        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # beta, seed, sizes
         config = self.config
         network = PELSVAENetwork(space.n_params, experiment.n_times, len(names), config,
                                  rngs=nnx.Rngs(config.seed))

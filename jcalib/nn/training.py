@@ -521,9 +521,9 @@ def _load_checkpoint(path: pathlib.Path, state: dict, config: TrainingConfig, da
                          "pass the same TrainingConfig (epochs and patience may differ), another path, or "
                          "fresh_start=True to train from scratch and overwrite it")
     if payload.get("fingerprint") != data_hash:
-        raise ValueError(f"fit: the checkpoint {path} was written for other training data (or validation data "
-                         "or normalisation); delete it, pass another path, or fresh_start=True to train from "
-                         "scratch and overwrite it")
+        raise ValueError(f"fit: the checkpoint {path} was written for other training data (or validation data, "
+                         "normalisation or network configuration); delete it, pass another path, or "
+                         "fresh_start=True to train from scratch and overwrite it")
     return {"params": _unflat(state["params"], payload["params"], "weights"),
             "best_params": _unflat(state["params"], payload["best_params"], "weights"),
             "opt_state": _unflat(state["opt_state"], payload["opt_state"], "optimizer state"),

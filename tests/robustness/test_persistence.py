@@ -8,6 +8,7 @@ output statistics) is refused, ``fresh_start=True`` trains every epoch again, a 
 on the same data is returned with 0 epochs run.
 """
 
+import dataclasses
 import re
 
 import jax
@@ -194,6 +195,16 @@ def test_a_refit_on_other_data_is_refused(vae_run, change):
                        + ".*fresh_start=True"):
         _vae().fit(SPACE, **kwargs, ts=TS, checkpoint=path)
     assert path.exists()  # the old run is not touched
+
+
+@pytest.mark.parametrize("change", [{"beta": 1.0}, {"seed": 5}, {"hidden_size": 8}])
+def test_a_refit_with_another_network_configuration_is_refused(vae_run, change):
+    """A tester's find: other beta or seed resumed the finished run (0 epochs, the old network), and another
+    hidden size failed on weight shapes; the network configuration is part of the fingerprint."""
+    path, _, _ = vae_run
+    other = PELSVAE(dataclasses.replace(_vae().config, **change))
+    with pytest.raises(ValueError, match="written for other training data.*network configuration.*fresh_start=True"):
+        other.fit(SPACE, *_decay(0), ts=TS, checkpoint=path)
 
 
 def test_the_same_data_resumes_the_finished_run(vae_run):
