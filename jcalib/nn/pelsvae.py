@@ -73,7 +73,7 @@ from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from jcalib.jsonable import to_jsonable
-from jcalib.model import Experiment, SolveStatus, simulate_batch
+from jcalib.model import AbstractSimulator, Experiment, SolveStatus, simulate_batch
 from jcalib.nn import training as _training
 from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
 from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
@@ -224,8 +224,8 @@ def pelsvae_loss(network: PELSVAENetwork, batch: Mapping[str, Array], key: PRNGK
     return loss, {"reconstruction": reconstruction, "kl": kl, "student": student, "generation": generation}
 
 
-class Surrogate(eqx.Module):
-    """A trained PELS-VAE as an immutable pytree that behaves like a jcalib model.
+class Surrogate(AbstractSimulator):
+    """A trained PELS-VAE as an immutable pytree: a `jcalib.model.AbstractSimulator` like the models.
 
     ``simulate(theta)`` generates the trajectory by eq. 11 with fixed noise (deterministic),
     in float64 when ``jax_enable_x64`` is on, so `jcalib.simulate_batch`, `sobol_indices`,
@@ -262,10 +262,6 @@ class Surrogate(eqx.Module):
         return self.experiment.ts
 
     @property
-    def n_outputs(self) -> int:
-        return len(self.output_names)
-
-    @property
     def latent_size(self) -> int:
         return self._network().latent_size
 
@@ -278,10 +274,6 @@ class Surrogate(eqx.Module):
         y = self.generate(theta)
         finite = jnp.all(jnp.isfinite(y))
         return y, jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.SOLVER_FAILED).astype(jnp.int32)
-
-    def simulate(self, theta: Float[ArrayLike, " n_params"]) -> Float[Array, "n_times n_outputs"]:
-        """Outputs at ``ts``, ``(n_times, n_outputs)`` (eq. 11 with ``n_passes``, fixed noise)."""
-        return self.simulate_with_status(theta)[0]
 
     def simulate_batch(self, thetas: Float[ArrayLike, "n n_params"], **kwargs) -> np.ndarray:
         """`jcalib.simulate_batch` on this surrogate (same keywords)."""
@@ -619,17 +611,22 @@ def _extra(surrogate: Surrogate, config: PELSVAEConfig) -> dict:
 
 
 def _describe(model_or_space, ts, output_names):
-    """(space, experiment, output names) of a model, or of a space (None where not given)."""
+    """(space, experiment, output names) of a simulator, or of a space (None where not given)."""
     if isinstance(model_or_space, ParameterSpace):
         experiment = None if ts is None else Experiment(ts, name="pelsvae")
         return model_or_space, experiment, None if output_names is None else tuple(output_names)
-    if not all(hasattr(model_or_space, a) for a in ("parameters", "output_names", "experiment")):
-        raise ValueError(f"PELSVAE.fit: model_or_space must be a jcalib model or a ParameterSpace; got "
-                         f"{type(model_or_space).__name__}")
+    if not isinstance(model_or_space, AbstractSimulator):
+        raise ValueError(f"PELSVAE.fit: model_or_space must be a jcalib simulator (a subclass of "
+                         f"jcalib.AbstractSimulator: a model, a Surrogate, a FunctionSimulator) or, for data "
+                         f"without one, a ParameterSpace; got {type(model_or_space).__name__}")
     if ts is not None or output_names is not None:
         raise ValueError("PELSVAE.fit: ts and output_names come from the model; pass them only with a "
                          "ParameterSpace")
-    return model_or_space.parameters, model_or_space.experiment, tuple(model_or_space.output_names)
+    experiment = getattr(model_or_space, "experiment", None)  # models and surrogates keep the conditions
+    if not isinstance(experiment, Experiment):
+        ts = np.asarray(model_or_space.ts, dtype=np.float64)
+        experiment = Experiment(ts, t1=ts[-1] if ts[-1] > ts[0] else ts[0] + 1.0, name="pelsvae")
+    return model_or_space.parameters, experiment, tuple(model_or_space.output_names)
 
 
 def _check_data(space, thetas, trajectories, where, experiment, names):

@@ -238,6 +238,9 @@ def test_bad_input(surrogate, beam, data):
         vae.fit(beam, th, x, val=th)
     with pytest.raises(ValueError, match="ts and output_names come from the model"):
         vae.fit(beam, th, x, ts=np.arange(32.0))
+    with pytest.raises(ValueError, match=r"PELSVAE.fit: model_or_space must be a jcalib simulator \(a subclass of "
+                                         r"jcalib.AbstractSimulator.*for data without one, a ParameterSpace; got dict"):
+        vae.fit({"d1": (0.0, 1.0)}, th, x)
 
 
 def test_fit_on_a_parameter_space(beam, data):
