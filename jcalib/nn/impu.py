@@ -71,7 +71,7 @@ from flax import nnx
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from jcalib.jsonable import to_jsonable
-from jcalib.model import SolveStatus, simulate_batch
+from jcalib.model import SolveStatus, check_simulator, simulate_batch
 from jcalib.nn import training as _training
 from jcalib.nn.features import FEATURE_TYPES, FeatureExtractor
 from jcalib.nn.layers import MLP, MinMaxScaler
@@ -242,8 +242,9 @@ class InverseMapping:
     """An IMPU inverse mapping model for one model, experiment and feature type.
 
     Args:
-        model: a jcalib model (``parameters``, ``output_names``, ``ts``; simulated with
-            `jcalib.simulate_batch`), e.g. ``jcalib.models.get("rigid_double_beam")``.
+        model: a jcalib simulator (`jcalib.AbstractSimulator`: a model, a PELS-VAE surrogate,
+            a `jcalib.FunctionSimulator`; simulated with `jcalib.simulate_batch`), e.g.
+            ``jcalib.models.get("rigid_double_beam")``.
             May be None when data come from elsewhere: then pass ``space``, ``ts``.
         feature: one of `jcalib.nn.features.FEATURE_TYPES` (default RI (FBoI), the
             paper's best).
@@ -262,8 +263,8 @@ class InverseMapping:
             output names of the data passed to `fit_data`.
 
     Raises:
-        ValueError: unknown feature kind, invalid sizes or noise, a model without the needed
-            attributes.
+        ValueError: unknown feature kind, invalid sizes or noise, a model that is not an
+            `AbstractSimulator`.
     """
 
     def __init__(
@@ -286,10 +287,7 @@ class InverseMapping:
         if feature not in FEATURE_TYPES:
             raise ValueError(f"InverseMapping: unknown feature kind {feature!r}; use one of {FEATURE_TYPES}")
         if model is not None:
-            missing = [a for a in ("parameters", "output_names", "ts") if not hasattr(model, a)]
-            if missing:
-                raise ValueError(f"InverseMapping: model must be a jcalib model; {type(model).__name__} lacks "
-                                 f"{missing}")
+            check_simulator(model, "InverseMapping", "model")
             space, ts, output_names = model.parameters, np.asarray(model.ts), tuple(model.output_names)
         elif space is None or ts is None:
             raise ValueError("InverseMapping: pass a model, or space= and ts= (and output_names=) for fit_data")
@@ -630,6 +628,8 @@ class InverseMapping:
         names = tuple(extra["output_names"])
         if model is not None and (tuple(model.parameters.names) != space.names
                                   or tuple(model.output_names) != names):
+        if model is not None:
+            check_simulator(model, "InverseMapping.load", "model")
             raise ValueError(f"InverseMapping.load: the model ({model.parameters.names}, outputs "
                              f"{tuple(model.output_names)}) does not match the saved mapping ({space.names}, outputs "
                              f"{names})")

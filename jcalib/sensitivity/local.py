@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from jcalib.model import SolveStatus
+from jcalib.model import AbstractModel, SolveStatus
 
 __all__ = [
     "J_SCALINGS",
@@ -89,10 +89,14 @@ def output_sensitivities(
         is not a flat direction). `failure_cause` says why in words.
 
     Raises:
-        ValueError: unknown ``scaling``, wrong shape or a dtype other than float64.
+        ValueError: unknown ``scaling``, wrong shape or a dtype other than float64; called
+            eagerly with a theta that has NaN or inf or (while the model checks bounds) lies
+            outside the bounds, as `jcalib.model.AbstractModel.jacobian`.
     """
     _check_choice(scaling, SCALINGS, "output_sensitivities", "scaling")
     theta = _check_theta(model, theta, "output_sensitivities")
+    if isinstance(model, AbstractModel):
+        model._refuse_bad_theta(theta, "output_sensitivities")  # eager calls only; traced: NaN
     return _output_sensitivities(model, theta, scaling)
 
 

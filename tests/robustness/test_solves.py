@@ -167,13 +167,16 @@ EAGER_ERRORS = [  # (method, changes, message fragment)
     ("simulate", {1: np.inf}, "simulate: theta has NaN or inf (kac = inf)"),
     ("jacobian", {0: -1e-4}, "jacobian: kab = -0.0001 lies outside its bounds"),
     ("jacobian", {2: np.nan}, "jacobian: theta has NaN or inf (kad = nan)"),
+    ("output_sensitivities", {0: -1e-4}, "output_sensitivities: kab = -0.0001 lies outside its bounds"),
+    ("output_sensitivities", {1: np.nan}, "output_sensitivities: theta has NaN or inf (kac = nan)"),
 ]
 
 
 @pytest.mark.parametrize("method, changes, fragment", EAGER_ERRORS)
 def test_eager_call_refuses_bad_theta(method, changes, fragment, model):
+    call = (lambda t: output_sensitivities(model, t)) if method == "output_sensitivities" else getattr(model, method)
     with pytest.raises(ValueError, match=re.escape(fragment)):
-        getattr(model, method)(jnp.asarray(_theta(changes)))
+        call(jnp.asarray(_theta(changes)))
 
 
 def test_problem_on_the_bound_in_internal_coordinates_is_inside(problem):
