@@ -1,11 +1,13 @@
-"""Bayesian estimation: likelihoods and priors, prescaled MALA (Wulkow et al. 2021), posterior
-results, MCMC diagnostics (ArviZ), kernel density estimates of marginals and predictive bands;
-simulation-based calibration and recovery metrics of amortized posteriors.
+"""Bayesian estimation: likelihoods and priors, prescaled MALA (Wulkow et al. 2021), HMC and NUTS
+(blackjax) with preconditioner strategies (`Prescaled`, `DenseMetric`, `Laplace`) and the adaptation
+that computes them before sampling, posterior results, MCMC diagnostics (ArviZ), kernel density
+estimates of marginals and predictive bands; simulation-based calibration and recovery metrics of amortized posteriors.
 
 Priors and likelihoods live in `jcalib.probability` (below `jcalib.problem`) and are re-exported here.
 The log-normal *likelihood* is `jcalib.probability.likelihoods.LogNormal` (or ``likelihood="lognormal"``);
 `LogNormal` here is the prior."""
 
+from jcalib.bayes.adaptation import DualAveragingState, dual_averaging_init, dual_averaging_update
 from jcalib.bayes.diagnostics import (
     ChainDiagnostics,
     SamplingWarning,
@@ -19,6 +21,7 @@ from jcalib.bayes.diagnostics import (
     summary,
     to_inference_data,
 )
+from jcalib.bayes.hmc import KERNELS
 from jcalib.bayes.kde import default_grid, gaussian_kde, kde_1d, kde_2d, kernel_covariance
 from jcalib.bayes.mala import (
     MALAInfo,
@@ -34,7 +37,13 @@ from jcalib.bayes.mala import (
     sample,
     step_sizes,
 )
-from jcalib.bayes.preconditioning import laplace_covariance
+from jcalib.bayes.preconditioning import (
+    AbstractPreconditioner,
+    DenseMetric,
+    Laplace,
+    Prescaled,
+    laplace_covariance,
+)
 from jcalib.bayes.predictive import PredictiveBands, expand_draws, prediction_bands, predictive_bands
 from jcalib.bayes.recovery import RecoveryResult, recovery_metrics
 from jcalib.bayes.result import PosteriorResult
@@ -59,6 +68,8 @@ __all__ = [
     "PriorTruncationWarning", "truncation_fraction",
     "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "prediction_bands",
     "predictive_bands",
+    "AbstractPreconditioner", "DenseMetric", "DualAveragingState", "KERNELS", "Laplace", "Prescaled",
+    "dual_averaging_init", "dual_averaging_update",
     "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
     "SamplingWarning", "sampling_warnings",
     "acceptance_rate", "autocorrelation", "blackjax_mala", "build_kernel", "chain_diagnostics",

@@ -17,13 +17,13 @@ Equivalently, this is plain MALA with unit step size on the rescaled density
 π_u(u) = π(P^{1/2} u), θ = P^{1/2} u (`blackjax_mala` runs blackjax's kernel that way;
 the two give the same chain for the same key).
 
-**Prescaling** (`prescaling`, Appendix A.2). For target mean step lengths τ_i (a fraction
-of each parameter's prior range, e.g. 1/50 in the paper's reaction example, 1/200 in its
-polymerization tests), n = 100 points θ_k are drawn (uniformly from the prior box, the
-paper's step 2, or around a given centre), the gradients of S_X = -log π are weighted by
-the posterior, mean |∂S/∂θ_i| = Σ_k π(θ_k) |∂_i S(θ_k)| / Σ_k π(θ_k) (eq. A22), and
-P_ii solves the bound on the mean step length P_ii mean|∂_i S| + 2 √(P_ii/π) = τ_i (eq.
-A23), whose positive root is eq. A26.
+**Prescaling** (`jcalib.bayes.adaptation.prescaling`, re-exported here; Appendix A.2).
+For target mean step lengths τ_i (a fraction of each parameter's prior range, e.g. 1/50
+in the paper's reaction example, 1/200 in its polymerization tests), n = 100 points θ_k
+are drawn (uniformly from the prior box, the paper's step 2, or around a given centre),
+the gradients of S_X = -log π are weighted by the posterior, mean |∂S/∂θ_i| = Σ_k π(θ_k)
+|∂_i S(θ_k)| / Σ_k π(θ_k) (eq. A22), and P_ii solves the bound on the mean step length
+P_ii mean|∂_i S| + 2 √(P_ii/π) = τ_i (eq. A23), whose positive root is eq. A26.
 
 **Rejections.** A proposal where the log density is -inf (outside a uniform prior box) or
 NaN, or its gradient is not finite (a failed ODE solve), is rejected: the acceptance
@@ -50,7 +50,11 @@ adaptively chosen but still determined in advance").
 
 The algorithm is a ``PrescaledMALA(init, step)`` pair, ``step(key, state) -> (state,
 info)`` as in blackjax; `sample` runs several chains (vmapped, `jax.lax.scan` in chunks,
-optional progress bar) and returns a `jcalib.bayes.result.PosteriorResult`.
+optional progress bar) and returns a `jcalib.bayes.result.PosteriorResult`. The
+preconditioner is a strategy object (`jcalib.bayes.preconditioning`: `Prescaled`,
+`DenseMetric`, `Laplace`), computed before sampling by `jcalib.bayes.adaptation`, and
+``sample(..., kernel="nuts")`` (or ``"hmc"``) runs blackjax's NUTS/HMC on the same problem
+with the same result type (`jcalib.bayes.hmc`; Laplace whitening by default).
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -73,10 +77,36 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 from tqdm.auto import tqdm
 
-from jcalib.bayes.preconditioning import laplace_covariance
+from jcalib.bayes import hmc
+from jcalib.bayes._target import (
+    _as_float64,
+    _check_start,
+    _evaluate,
+    _evaluate_batch,  # noqa: F401  (re-exported for the tests' and benchmarks' convenience)
+    _physical_fn,
+    _positive,
+    _resolve_bounds,
+    _resolve_names,
+    _resolve_target,
+)
+from jcalib.bayes.adaptation import (
+    DualAveragingState,
+    Prescaling,
+    dual_averaging_init,
+    dual_averaging_update,
+    prescaling,
+    step_sizes,
+)
+from jcalib.bayes.preconditioning import (
+    AbstractPreconditioner,
+    DenseMetric,
+    Prescaled,
+    _cholesky_factor,
+    as_preconditioner,
+)
 from jcalib.bayes.result import PosteriorResult
 from jcalib.parameters import ParameterSpace
 from jcalib.problem import CalibrationProblem
@@ -98,7 +128,6 @@ __all__ = [
 ]
 
 BACKENDS = ("jcalib", "blackjax")
-_N_PRESCALING_DRAWS = 100  # Wulkow 2021, Appendix A.2 step 2: "we always used n = 100"
 _DENSE_STEP = 1.65**2 / 2  # h n^(1/3): √(2h) = 1.65 n^(-1/6), optimal MALA scale (Roberts & Rosenthal 1998)
 
 
@@ -138,35 +167,7 @@ class PrescaledMALA(NamedTuple):
     step: Callable[[PRNGKeyArray, MALAState], tuple[MALAState, MALAInfo]]
 
 
-class Prescaling(NamedTuple):
-    """The prescaled step sizes and how they were obtained (Wulkow 2021, Appendix A.2).
-
-    Attributes:
-        step_sizes: the diagonal of P, eq. A26, ``(n_params,)``.
-        tau: target mean step lengths τ_i, ``(n_params,)``.
-        mean_abs_grad: posterior-weighted mean |∂S_X/∂θ_i| over the draws, eq. A22.
-        draws: the points θ_k, ``(n_draws, n_params)``.
-        weights: their normalised posterior weights π(θ_k)/Σπ (0 where invalid).
-        n_valid: draws with a finite log density and gradient.
-    """
-
-    step_sizes: Float[Array, " n_params"]
-    tau: Float[Array, " n_params"]
-    mean_abs_grad: Float[Array, " n_params"]
-    draws: Float[Array, "n_draws n_params"]
-    weights: Float[Array, " n_draws"]
-    n_valid: Int[Array, ""]
-
-
 # --- the kernel --------------------------------------------------------------------------------
-def _evaluate(logdensity_fn: Callable, position: Float[Array, " n"]) -> tuple[Array, Array, Array]:
-    """log π and ∇log π with invalid values (NaN, ±inf value, non-finite gradient) replaced:
-    ``(-inf, 0, False)``; otherwise ``(value, grad, True)``."""
-    value, grad = jax.value_and_grad(logdensity_fn)(position)
-    valid = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
-    return (jnp.where(valid, value, -jnp.inf), jnp.where(valid, grad, jnp.zeros_like(grad)), valid)
-
-
 def _init_state(logdensity_fn: Callable, position: Float[ArrayLike, " n"]) -> MALAState:
     logdensity, grad, _ = _evaluate(logdensity_fn, jnp.asarray(position))
     return MALAState(jnp.asarray(position), logdensity, grad)
@@ -295,113 +296,6 @@ def blackjax_mala(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Arr
                          lambda key, state: kernel(key, state, p))
 
 
-# --- prescaling (Appendix A.2) -----------------------------------------------------------------
-def prescaling(
-    key: PRNGKeyArray,
-    logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]] | CalibrationProblem,
-    bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | ParameterSpace | None = None,
-    *,
-    fraction: float | Float[ArrayLike, " n_params"] = 0.02,
-    n_draws: int = _N_PRESCALING_DRAWS,
-    center: Float[ArrayLike, " n_params"] | None = None,
-    spread: float = 0.1,
-) -> Prescaling:
-    """Step sizes P_ii of the prescaled MALA from target step lengths (Appendix A.2).
-
-    1. τ_i = ``fraction`` × (upper_i - lower_i), the prior range in internal coordinates
-       (log range for log-scale parameters).
-    2. ``n_draws`` points θ_k: uniform in the box (default; the paper's "randomly from the
-       parameter space"), or, with ``center``, θ_k ~ N(center, (spread (upper-lower))²)
-       (useful when the posterior is so narrow that box draws barely see it).
-    3. mean|∂_i S| = Σ_k w_k |∂_i S(θ_k)| with w_k ∝ π(θ_k) (eq. A22; draws with a
-       -inf/NaN log density or a non-finite gradient get weight 0).
-    4. P_ii = (τ_i / (1/√π + √(1/π + τ_i mean|∂_i S|)))², the positive root of
-       P_ii mean|∂_i S| + 2√(P_ii/π) = τ_i (eqs. A23-A26, written without cancellation;
-       mean|∂_i S| = 0 gives P_ii = π τ_i²/4).
-
-    Args:
-        key: a ``jax.random`` key for the draws.
-        logdensity_fn: log π(θ) in internal coordinates, or a `CalibrationProblem` (its
-            ``log_posterior``; then ``bounds`` defaults to its internal box).
-        bounds: ``(lower, upper)`` in internal coordinates, or a `ParameterSpace` (its
-            internal box); needed with a plain function.
-        fraction: τ_i as a fraction of the range (scalar or per parameter, > 0); the
-            paper used 1/50 and 1/200.
-        n_draws: number of draws (the paper: 100).
-        center: draw around this point (internal coordinates) instead of the box.
-        spread: standard deviation of those draws as a fraction of the range.
-
-    Returns:
-        `Prescaling` with ``step_sizes`` (the diagonal of P) and the intermediate numbers.
-
-    Raises:
-        ValueError: missing or bad ``bounds``; ``fraction``, ``n_draws`` or ``spread`` not
-            positive; ``center`` of the wrong shape; no draw with a finite log density and
-            gradient.
-
-    Example:
-        >>> pre = prescaling(jax.random.key(0), lambda x: -0.5 * jnp.sum(x**2),
-        ...                  (-jnp.ones(2), jnp.ones(2)), fraction=0.1)
-        >>> pre.step_sizes.shape
-        (2,)
-    """
-    logdensity_fn, space = _resolve_target(logdensity_fn, None, "prescaling")
-    return _prescaling(key, logdensity_fn, bounds, space, fraction, n_draws, center, spread)[0]
-
-
-def _prescaling(key, logdensity_fn, bounds, space, fraction, n_draws, center, spread, extra_points=None):
-    """`prescaling`; ``extra_points`` (e.g. the chains' starts) are evaluated in the same
-    compiled batch (their validity is returned second) but do not enter the weights."""
-    lower, upper = _resolve_bounds(bounds, space, "prescaling")
-    n = lower.size
-    tau = _positive(fraction, n, "prescaling", "fraction") * (upper - lower)
-    if not isinstance(n_draws, (int, np.integer)) or n_draws < 1:
-        raise ValueError(f"prescaling: n_draws must be a positive integer; got {n_draws!r}")
-    if not (isinstance(spread, (int, float)) and spread > 0):
-        raise ValueError(f"prescaling: spread must be a positive number; got {spread!r}")
-    lo, width = jnp.asarray(lower), jnp.asarray(upper - lower)
-    if center is None:
-        draws = lo[None, :] + jax.random.uniform(key, (int(n_draws), n), dtype=jnp.float64) * width[None, :]
-        where = f"uniform draws from the box {lower.tolist()} .. {upper.tolist()}"
-    else:
-        c = _as_float64(center, "prescaling", "center")
-        if c.shape != (n,):
-            raise ValueError(f"prescaling: center must have shape ({n},); got shape {c.shape}")
-        draws = c[None, :] + spread * width[None, :] * jax.random.normal(key, (int(n_draws), n),
-                                                                          dtype=jnp.float64)
-        where = f"draws around center={np.asarray(c).tolist()}"
-    if extra_points is not None and extra_points.shape[1] != n:
-        raise ValueError(
-            f"prescaling: the starts have {extra_points.shape[1]} entries but the bounds {n}; pass bounds (or a "
-            "space) for the same parameters"
-        )
-    n_extra = 0 if extra_points is None else int(extra_points.shape[0])
-    points = draws if extra_points is None else jnp.concatenate([extra_points, draws])
-    logdensity, grad, valid = _evaluate_batch(logdensity_fn, points)
-    extra_valid, logdensity, grad, valid = valid[:n_extra], logdensity[n_extra:], grad[n_extra:], valid[n_extra:]
-    n_valid = int(jnp.sum(valid))
-    if n_valid == 0:
-        raise ValueError(
-            f"prescaling: the log density (or its gradient) is not finite at any of the "
-            f"{n_draws} {where}; pass center= (a point where it is finite) or explicit step_sizes"
-        )
-    weights = jax.nn.softmax(jnp.where(valid, logdensity, -jnp.inf))
-    mean_abs_grad = jnp.sum(weights[:, None] * jnp.abs(grad), axis=0)  # |∂S| = |∂ log π|
-    tau_j = jnp.asarray(tau)
-    root = tau_j / (1.0 / math.sqrt(math.pi) + jnp.sqrt(1.0 / math.pi + tau_j * mean_abs_grad))
-    return Prescaling(root**2, tau_j, mean_abs_grad, draws, weights, jnp.asarray(n_valid)), extra_valid
-
-
-def step_sizes(key: PRNGKeyArray, logdensity_fn, bounds=None, **kwargs) -> Float[Array, " n_params"]:
-    """The diagonal of P from `prescaling` (same arguments); only the step sizes.
-
-    Example:
-        >>> p = step_sizes(jax.random.key(0), lambda x: -0.5 * jnp.sum(x**2),
-        ...                (-jnp.ones(2), jnp.ones(2)), fraction=0.1)
-    """
-    return prescaling(key, logdensity_fn, bounds, **kwargs).step_sizes
-
-
 # --- running chains ----------------------------------------------------------------------------
 def sample(
     key: PRNGKeyArray,
@@ -415,22 +309,29 @@ def sample(
     step_sizes: str | Prescaling | float | Float[ArrayLike, " n_params"] = "prescaled",
     fraction: float | Float[ArrayLike, " n_params"] = 0.02,
     bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | None = None,
-    preconditioner: str | Float[ArrayLike, "n_params n_params"] | None = None,
+    preconditioner: AbstractPreconditioner | str | Float[ArrayLike, "n_params n_params"] | None = None,
     warmup: int = 0,
-    target_acceptance: float = 0.6,
+    target_acceptance: float | None = None,
     to_physical: ParameterSpace | Callable | None = None,
     names: Sequence[str] | None = None,
     backend: str = "jcalib",
     chunk_size: int | None = None,
     progress: bool = False,
+    kernel: str = "mala",
 ) -> PosteriorResult:
-    """Sample a posterior with prescaled MALA, several chains at once.
+    """Sample a posterior with prescaled MALA, HMC or NUTS, several chains at once.
+
+    ``kernel`` picks the transition: ``"mala"`` (the paper's prescaled MALA, default),
+    ``"hmc"`` or ``"nuts"`` (blackjax's kernels, `jcalib.bayes.hmc`); ``preconditioner`` picks
+    the scales as a strategy object (`jcalib.bayes.preconditioning`): `Prescaled(fraction)`,
+    `DenseMetric(cov)` or `Laplace()`. The adaptation that computes them runs before sampling
+    (`jcalib.bayes.adaptation`). Every kernel returns the same `PosteriorResult`.
 
     Every chain runs ``warmup`` adaptation steps (optional), ``burn_in`` discarded steps,
     then ``n_steps`` steps of which every ``thin``-th is kept: ``n_steps // thin`` draws
     per chain. Chains are vmapped; steps run in `jax.lax.scan` chunks (``chunk_size``
-    kept draws each; a progress bar advances per chunk). Random numbers depend only on
-    ``key`` and the step index, so the chunking does not change the draws.
+    kept draws each; a progress bar advances per chunk; MALA only). Random numbers depend
+    only on ``key`` and the step index, so the chunking does not change the draws.
 
     Args:
         key: a ``jax.random`` key; the same key gives the same result.
@@ -445,23 +346,28 @@ def sample(
         n_chains: chains.
         burn_in: steps discarded before recording (the paper: 500 of 2500).
         thin: keep every ``thin``-th step.
-        step_sizes: ``"prescaled"`` (`prescaling` with ``fraction`` and ``bounds``), a
-            `Prescaling`, or the diagonal of P (scalar or ``(n_params,)``), positive.
-        fraction: target step length τ_i as a fraction of the prior range (``"prescaled"``
-            only; the paper used 1/50 and 1/200).
+        step_sizes: MALA with `Prescaled`: ``"prescaled"`` (`prescaling` with the fraction
+            and ``bounds``), a `Prescaling`, or the diagonal of P (scalar or ``(n_params,)``),
+            positive. MALA with a dense metric: the scalar h (below). HMC/NUTS: the leapfrog
+            step ε, ``"prescaled"`` meaning ε = n_params^(-1/4).
+        fraction: short for ``preconditioner=Prescaled(fraction)`` (the default of MALA).
         bounds: ``(lower, upper)`` in internal coordinates for the prescaling draws;
             default: the box of the problem or of ``to_physical`` (a `ParameterSpace`).
-        preconditioner: None (the diagonal P above), a symmetric positive definite
-            ``(n_params, n_params)`` matrix C, e.g. a covariance estimate in internal
-            coordinates (module doc), or ``"laplace"``: C from
-            `jcalib.bayes.preconditioning.laplace_covariance` at the mean start (start at
-            an estimate, e.g. Gauss-Newton's). Then ``step_sizes`` is the scalar h of the proposal
+        preconditioner: `Prescaled(fraction)` (the diagonal P above; MALA's default),
+            `DenseMetric(cov)`: a symmetric positive definite ``(n_params, n_params)``
+            covariance C in internal coordinates (module doc), or `Laplace()`: C from
+            `jcalib.bayes.adaptation.laplace_covariance` at the mean start (start at an
+            estimate, e.g. Gauss-Newton's; the default of HMC and NUTS, where C is the
+            inverse mass matrix). None, a matrix and ``"laplace"`` are short forms. For
+            MALA with C, ``step_sizes`` is the scalar h of the proposal
             θ + h C ∇log π + √(2h) L r; ``"prescaled"`` means h = 1.65²/(2 n^(1/3)), the
             optimal MALA scale for a Gaussian target of covariance C (Roberts &
             Rosenthal 1998); combine with ``warmup`` to adapt it.
-        warmup: steps adapting a global factor on P towards ``target_acceptance`` (dual
-            averaging), discarded; 0 keeps P as given (the paper's procedure).
-        target_acceptance: in (0, 1); the paper calls 50-70 % ideal.
+        warmup: steps adapting a global factor on P (on ε for HMC/NUTS) towards
+            ``target_acceptance`` (dual averaging), discarded; 0 keeps P as given (the
+            paper's procedure).
+        target_acceptance: in (0, 1); default 0.6 for MALA (the paper calls 50-70 % ideal),
+            0.8 for HMC/NUTS (blackjax's and Stan's default).
         to_physical: internal -> physical map of the samples: a `ParameterSpace` (also
             names, units, log-scale flags and box) or a function ``(n_params,) ->
             (n_params,)``; None: identity (or the problem's space).
@@ -469,19 +375,22 @@ def sample(
         backend: ``"jcalib"`` (`prescaled_mala`) or ``"blackjax"`` (`blackjax_mala`).
         chunk_size: kept draws per compiled chunk (default: all at once, or 20 chunks
             with ``progress``).
-        progress: show a progress bar.
+        progress: show a progress bar (MALA only; HMC/NUTS run in one compiled program).
+        kernel: ``"mala"``, ``"hmc"`` or ``"nuts"`` (module doc of `jcalib.bayes.hmc`).
 
     Returns:
         `PosteriorResult`: samples by chain in internal and physical units, acceptance per
         chain, ESS, R-hat, MCSE, mean, sd, quantiles, the best sample, step sizes, and
         ``warnings`` (one line each) when a chain accepted < 5 %, R-hat > 1.05 or bulk
-        ESS < 100 (`jcalib.bayes.diagnostics.sampling_warnings`).
+        ESS < 100 (`jcalib.bayes.diagnostics.sampling_warnings`). For HMC/NUTS,
+        ``extra`` also holds the divergences per chain, the step size ε and the inverse mass
+        matrix; NUTS's acceptance per chain is its mean acceptance statistic.
 
     Raises:
         ValueError: float64 not enabled; bad sizes, ``theta0_internal`` shape or a start
             with a non-finite log density or gradient; bad ``step_sizes``, ``fraction``,
-            ``bounds``, ``preconditioner``, ``target_acceptance``, ``backend``, ``names`` or
-            ``to_physical``.
+            ``bounds``, ``preconditioner``, ``target_acceptance``, ``backend``, ``kernel``,
+            ``names`` or ``to_physical``; ``chunk_size`` or ``backend="blackjax"`` with HMC/NUTS.
 
     Warns:
         SamplingWarning: each of the result's ``warnings`` (a stalled or unmixed run).
@@ -490,82 +399,32 @@ def sample(
     if not jax.config.jax_enable_x64:
         raise ValueError("sample: MALA runs in float64; call jax.config.update('jax_enable_x64', True) first")
     logdensity_fn, space = _resolve_target(problem_or_logdensity_fn, to_physical, "sample")
-    for label, value, minimum in (("n_steps", n_steps, 1), ("n_chains", n_chains, 1), ("burn_in", burn_in, 0),
-                                  ("thin", thin, 1), ("warmup", warmup, 0)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-            kind = "positive" if minimum else "non-negative"
-            raise ValueError(f"sample: {label} must be a {kind} integer; got {value!r}")
-    if n_steps < thin:
-        raise ValueError(f"sample: n_steps={n_steps} keeps no draw with thin={thin}; use n_steps >= thin")
-    if backend not in BACKENDS:
-        raise ValueError(f"sample: backend must be one of {BACKENDS}; got {backend!r}")
-    if not (isinstance(target_acceptance, (int, float)) and 0.0 < target_acceptance < 1.0):
-        raise ValueError(f"sample: target_acceptance must lie in (0, 1); got {target_acceptance!r}")
-    if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
-        raise ValueError(f"sample: chunk_size must be a positive integer or None; got {chunk_size!r}")
-
-    theta0 = _as_float64(theta0_internal, "sample", "theta0_internal")
-    if theta0.ndim == 1:
-        theta0 = jnp.broadcast_to(theta0[None, :], (int(n_chains), theta0.shape[0]))
-    if theta0.ndim != 2 or theta0.shape[0] != n_chains:
-        raise ValueError(
-            f"sample: theta0_internal must have shape (n_params,) or (n_chains={n_chains}, n_params); "
-            f"got shape {jnp.shape(theta0_internal)}"
-        )
+    _check_settings(n_steps=n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin, warmup=warmup)
+    _check_options(kernel, backend, target_acceptance, chunk_size)
+    theta0 = _starts(theta0_internal, n_chains, space)
     n = int(theta0.shape[1])
-    if space is not None and space.n_params != n:
-        raise ValueError(
-            f"sample: theta0_internal has {n} entries but the parameter space has {space.n_params} "
-            f"({', '.join(space.names)})"
-        )
     names = _resolve_names(names, space, n)
     phys_fn = _physical_fn(to_physical, space)
+    if kernel != "mala":
+        return hmc.sample_chains(
+            key, kernel, logdensity_fn, theta0, n_steps, burn_in=burn_in, thin=thin, warmup=warmup,
+            preconditioner=hmc.default_preconditioner(preconditioner, fraction), step_size=step_sizes,
+            target_acceptance=0.8 if target_acceptance is None else target_acceptance, bounds=bounds, space=space,
+            names=names, phys_fn=phys_fn, start_time=start_time)
+    if target_acceptance is None:
+        target_acceptance = 0.6
 
     key_pre, key_warm, key_draw = jax.random.split(key, 3)
-    n_evaluations = 0
-    pre = None
-    dense = None
-    if isinstance(preconditioner, str):
-        if preconditioner != "laplace":
-            raise ValueError(f"sample: preconditioner must be None, a matrix or 'laplace'; got {preconditioner!r}")
-        box = _resolve_bounds(bounds, space, "sample") if (bounds is not None or space is not None) else None
-        preconditioner = laplace_covariance(logdensity_fn, jnp.mean(theta0, axis=0), bounds=box)
-        n_evaluations += 2 * n
-    if preconditioner is not None:  # run plain MALA on u = L^-1 (θ - θ̄) (module doc)
-        dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), _cholesky(preconditioner, n))
+    strategy = as_preconditioner(preconditioner, fraction)
+    pre, dense, n_evaluations = None, None, 0
+    if isinstance(strategy, Prescaled):
+        pre, p0, start_valid, n_evaluations = _diagonal_step_sizes(key_pre, strategy, step_sizes, logdensity_fn,
+                                                                   theta0, bounds, space)
+    else:  # run plain MALA on u = L^-1 (θ - θ̄) (module doc)
+        cov, n_evaluations = _covariance(strategy, logdensity_fn, theta0, bounds, space)
+        dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), _cholesky(cov, n))
         theta0, logdensity_fn = dense.to_u(theta0), dense
-        if isinstance(step_sizes, Prescaling):
-            raise ValueError("sample: with a preconditioner, step_sizes is the scalar h (or 'prescaled'), not a "
-                             "Prescaling")
-        if isinstance(step_sizes, str) and step_sizes != "prescaled":
-            raise ValueError(
-                f"sample: step_sizes must be 'prescaled' or a positive number; got {step_sizes!r}")
-        if not isinstance(step_sizes, str) and np.ndim(step_sizes) != 0:
-            raise ValueError("sample: with a preconditioner, step_sizes must be one positive number h (the "
-                             f"preconditioner carries the per-parameter scales); got shape {np.shape(step_sizes)}")
-        h = _DENSE_STEP * n ** (-1.0 / 3.0) if isinstance(step_sizes, str) else step_sizes
-        p0 = jnp.asarray(_positive(h, n, "sample", "step_sizes"))
-        start_valid = None  # checked by the first sampling chunk (one compiled program)
-    elif isinstance(step_sizes, str):
-        if step_sizes != "prescaled":
-            raise ValueError(
-                f"sample: step_sizes must be 'prescaled', a Prescaling or positive numbers; got {step_sizes!r}")
-        if bounds is None and space is None:
-            raise ValueError(
-                "sample: step_sizes='prescaled' needs the prior box: pass bounds=(lower, upper) in internal "
-                "coordinates, a ParameterSpace as to_physical, or explicit step_sizes"
-            )
-        # the starts are checked in the same compiled batch as the prescaling draws
-        pre, start_valid = _prescaling(key_pre, logdensity_fn, bounds, space, fraction, _N_PRESCALING_DRAWS,
-                                       None, 0.1, extra_points=theta0)
-        p0 = pre.step_sizes
-        n_evaluations += int(pre.draws.shape[0]) + int(n_chains)  # the draws and the starts
-    else:
-        if isinstance(step_sizes, Prescaling):
-            pre = step_sizes
-            p0 = jnp.asarray(pre.step_sizes)
-        else:
-            p0 = jnp.asarray(_positive(step_sizes, n, "sample", "step_sizes"))
+        p0 = jnp.asarray(_positive(_dense_step(step_sizes, n), n, "sample", "step_sizes"))
         start_valid = None  # checked by the first sampling chunk (one compiled program)
     if p0.shape != (n,):
         raise ValueError(f"sample: step_sizes must have shape ({n},); got shape {p0.shape}")
@@ -575,7 +434,7 @@ def sample(
     # warm-up, burn-in and draws run in one compiled program (the kernel, with the model solve
     # and its gradient, is compiled once); the warm-up runs inside the first chunk
     positions = theta0
-    da = _initial_dual_averaging(p0.dtype)
+    da = dual_averaging_init(p0.dtype)
     warm_rate_sum = jnp.zeros((), p0.dtype)
     n_draws = int(n_steps) // int(thin)
     if chunk_size is None:
@@ -647,47 +506,12 @@ def _step_all(kernel, key, t, states: MALAState, p):
     return jax.vmap(kernel, in_axes=(0, 0, None))(keys, states, p)
 
 
-@eqx.filter_jit
-def _evaluate_batch(logdensity_fn, positions):
-    return jax.vmap(lambda x: _evaluate(logdensity_fn, x))(positions)
-
-
 def _init_all(logdensity_fn, positions) -> MALAState:
     return jax.vmap(lambda x: _init_state(logdensity_fn, x))(positions)
 
 
-class _DualAveraging(NamedTuple):
-    """Dual averaging of log s (Hoffman & Gelman 2014, Alg. 5; blackjax's
-    `dual_averaging_adaptation` written with float64 counters)."""
-
-    log_x: Float[Array, ""]
-    log_x_avg: Float[Array, ""]
-    step: Float[Array, ""]
-    avg_error: Float[Array, ""]
-    mu: Float[Array, ""]
-
-
-# Hoffman & Gelman 2014, §3.2.1: t0 = 10, γ = 0.05, κ = 0.75; μ = log(10 s_0).
-_DA_T0, _DA_GAMMA, _DA_KAPPA = 10.0, 0.05, 0.75
-
-
-def _dual_averaging_update(da: _DualAveraging, target: float, rate) -> _DualAveraging:
-    reg = da.step + _DA_T0
-    avg_error = (1.0 - 1.0 / reg) * da.avg_error + (target - rate) / reg
-    log_x = da.mu - jnp.sqrt(da.step) / _DA_GAMMA * avg_error
-    eta = da.step ** (-_DA_KAPPA)
-    log_x_avg = eta * log_x + (1.0 - eta) * da.log_x_avg
-    return _DualAveraging(log_x, log_x_avg, da.step + 1.0, avg_error, da.mu)
-
-
-def _initial_dual_averaging(dtype) -> _DualAveraging:
-    """s = 1 (log s = 0) and μ = log(10 s_0) with s_0 = 1."""
-    zero = jnp.zeros((), dtype)
-    return _DualAveraging(zero, zero, zero + 1.0, zero, zero + math.log(10.0))
-
-
 @eqx.filter_jit
-def _segment(logdensity_fn, backend: str, key_warm, key, positions, p0, da: _DualAveraging, warm_rate_sum,
+def _segment(logdensity_fn, backend: str, key_warm, key, positions, p0, da: DualAveragingState, warm_rate_sum,
              n_warmup, n_burn, start, thin, n_records: int, target):
     """From ``positions``: ``n_warmup`` warm-up steps, ``n_burn`` discarded steps, then
     ``n_records`` kept draws ``thin`` steps apart, all in one loop over the step index t.
@@ -716,7 +540,7 @@ def _segment(logdensity_fn, backend: str, key_warm, key, positions, p0, da: _Dua
         factor = jnp.exp(jnp.where(warm, da.log_x, da.log_x_avg))
         states, info = _step_all(kernel, step_key, step, states, factor * p0)
         rate = jnp.mean(info.acceptance_rate)
-        da = jax.tree.map(lambda new, old: jnp.where(warm, new, old), _dual_averaging_update(da, target, rate), da)
+        da = jax.tree.map(lambda new, old: jnp.where(warm, new, old), dual_averaging_update(da, target, rate), da)
         counted = t >= offset
         return (states, da, rate_sum + jnp.where(warm, rate, 0.0),
                 accepted + (counted & info.is_accepted).astype(jnp.int32),
@@ -737,14 +561,96 @@ def _segment(logdensity_fn, backend: str, key_warm, key, positions, p0, da: _Dua
     return states.position, da, warm_rate_sum, valid0, trace
 
 
-def _check_start(valid) -> None:
-    bad = ~np.asarray(valid)
-    if np.any(bad):
+def _check_settings(**counts) -> None:
+    """The step counts of `sample`: integers, positive (``n_steps``, ``n_chains``, ``thin``)
+    or non-negative (``burn_in``, ``warmup``), and at least one kept draw."""
+    for label, value in counts.items():
+        minimum = 0 if label in ("burn_in", "warmup") else 1
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+            kind = "positive" if minimum else "non-negative"
+            raise ValueError(f"sample: {label} must be a {kind} integer; got {value!r}")
+    if counts["n_steps"] < counts["thin"]:
+        raise ValueError(f"sample: n_steps={counts['n_steps']} keeps no draw with thin={counts['thin']}; use "
+                         "n_steps >= thin")
+
+
+def _check_options(kernel, backend, target_acceptance, chunk_size) -> None:
+    if kernel not in hmc.KERNELS:
+        raise ValueError(f"sample: kernel must be one of {hmc.KERNELS}; got {kernel!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"sample: backend must be one of {BACKENDS}; got {backend!r}")
+    if kernel != "mala" and backend != "jcalib":
+        raise ValueError(f"sample: backend={backend!r} selects MALA's implementation; kernel={kernel!r} always "
+                         "runs blackjax's kernel: leave backend at 'jcalib'")
+    if target_acceptance is not None and not (
+            isinstance(target_acceptance, (int, float)) and 0.0 < target_acceptance < 1.0):
+        raise ValueError(f"sample: target_acceptance must lie in (0, 1); got {target_acceptance!r}")
+    if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
+        raise ValueError(f"sample: chunk_size must be a positive integer or None; got {chunk_size!r}")
+    if chunk_size is not None and kernel != "mala":
+        raise ValueError(f"sample: chunk_size applies to kernel='mala' only (kernel={kernel!r} runs in one "
+                         "compiled program); leave it at None")
+
+
+def _starts(theta0_internal, n_chains: int, space) -> Array:
+    """The starts as a float64 ``(n_chains, n_params)`` array."""
+    theta0 = _as_float64(theta0_internal, "sample", "theta0_internal")
+    if theta0.ndim == 1:
+        theta0 = jnp.broadcast_to(theta0[None, :], (int(n_chains), theta0.shape[0]))
+    if theta0.ndim != 2 or theta0.shape[0] != n_chains:
         raise ValueError(
-            f"sample: the log density or its gradient is not finite at theta0_internal (chain(s) "
-            f"{np.flatnonzero(bad).tolist()}); start inside the support, e.g. at problem.initial_internal() or "
-            "an estimate"
+            f"sample: theta0_internal must have shape (n_params,) or (n_chains={n_chains}, n_params); "
+            f"got shape {jnp.shape(theta0_internal)}"
         )
+    n = int(theta0.shape[1])
+    if space is not None and space.n_params != n:
+        raise ValueError(
+            f"sample: theta0_internal has {n} entries but the parameter space has {space.n_params} "
+            f"({', '.join(space.names)})"
+        )
+    return theta0
+
+
+def _diagonal_step_sizes(key, strategy: Prescaled, step_sizes, logdensity_fn, theta0, bounds, space):
+    """(Prescaling or None, the diagonal P, the starts' validity or None, evaluations) for the
+    diagonal sampler: `Prescaled.prescaling` for ``step_sizes="prescaled"``, else as given."""
+    n = int(theta0.shape[1])
+    if isinstance(step_sizes, Prescaling):
+        return step_sizes, jnp.asarray(step_sizes.step_sizes), None, 0
+    if not isinstance(step_sizes, str):
+        return None, jnp.asarray(_positive(step_sizes, n, "sample", "step_sizes")), None, 0
+    if step_sizes != "prescaled":
+        raise ValueError(
+            f"sample: step_sizes must be 'prescaled', a Prescaling or positive numbers; got {step_sizes!r}")
+    if bounds is None and space is None:
+        raise ValueError(
+            "sample: step_sizes='prescaled' needs the prior box: pass bounds=(lower, upper) in internal "
+            "coordinates, a ParameterSpace as to_physical, or explicit step_sizes"
+        )
+    # the starts are checked in the same compiled batch as the prescaling draws
+    pre, start_valid = strategy.prescaling(key, logdensity_fn, bounds, space, extra_points=theta0)
+    return pre, pre.step_sizes, start_valid, int(pre.draws.shape[0]) + int(theta0.shape[0])
+
+
+def _covariance(strategy, logdensity_fn, theta0, bounds, space) -> tuple[np.ndarray, int]:
+    """(C, log density evaluations spent on it) of a `DenseMetric` or `Laplace` strategy."""
+    if isinstance(strategy, DenseMetric):
+        return strategy.cov, 0
+    box = _resolve_bounds(bounds, space, "sample") if (bounds is not None or space is not None) else None
+    return strategy.covariance(logdensity_fn, jnp.mean(theta0, axis=0), bounds=box), 2 * int(theta0.shape[1])
+
+
+def _dense_step(step_sizes, n: int):
+    """The scalar h of the dense proposal: ``"prescaled"`` means h = 1.65²/(2 n^(1/3))."""
+    if isinstance(step_sizes, Prescaling):
+        raise ValueError("sample: with a preconditioner, step_sizes is the scalar h (or 'prescaled'), not a "
+                         "Prescaling")
+    if isinstance(step_sizes, str) and step_sizes != "prescaled":
+        raise ValueError(f"sample: step_sizes must be 'prescaled' or a positive number; got {step_sizes!r}")
+    if not isinstance(step_sizes, str) and np.ndim(step_sizes) != 0:
+        raise ValueError("sample: with a preconditioner, step_sizes must be one positive number h (the "
+                         f"preconditioner carries the per-parameter scales); got shape {np.shape(step_sizes)}")
+    return _DENSE_STEP * n ** (-1.0 / 3.0) if isinstance(step_sizes, str) else step_sizes
 
 
 class _Preconditioned(eqx.Module):
@@ -768,102 +674,7 @@ class _Preconditioned(eqx.Module):
 
 
 def _cholesky(matrix, n: int) -> Array:
-    c = np.asarray(matrix, dtype=np.float64)
-    if c.shape != (n, n):
-        raise ValueError(f"sample: preconditioner must have shape ({n}, {n}); got shape {c.shape}")
-    if not np.all(np.isfinite(c)) or not np.allclose(c, c.T, rtol=1e-10, atol=0.0):
-        raise ValueError("sample: preconditioner must be a finite symmetric matrix")
-    try:
-        return jnp.asarray(np.linalg.cholesky(c))
-    except np.linalg.LinAlgError:
-        raise ValueError("sample: preconditioner must be positive definite (its Cholesky factorization "
-                         f"failed; eigenvalues {np.linalg.eigvalsh(c).tolist()})") from None
+    return jnp.asarray(_cholesky_factor(matrix, n))
 
 
 # --- argument handling -----------------------------------------------------------------------
-def _problem_log_posterior(problem: CalibrationProblem, theta_internal):
-    return problem.log_posterior(theta_internal)
-
-
-def _resolve_target(target, to_physical, where: str):
-    """(logdensity_fn, ParameterSpace or None) from a problem, a problem's bound method or a
-    function (+ an optional ParameterSpace ``to_physical``)."""
-    space = to_physical if isinstance(to_physical, ParameterSpace) else None
-    if isinstance(target, CalibrationProblem):
-        fn = jax.tree_util.Partial(_problem_log_posterior, target)
-        return fn, space if space is not None else target.space
-    if not callable(target):
-        raise ValueError(
-            f"{where}: expected a CalibrationProblem or a log density function; got {type(target).__name__}")
-    owner = getattr(target, "__self__", None)
-    if space is None and to_physical is None and isinstance(owner, CalibrationProblem):
-        space = owner.space
-    if to_physical is not None and space is None and not callable(to_physical):
-        raise ValueError(
-            f"{where}: to_physical must be a ParameterSpace or a function; got {type(to_physical).__name__}")
-    return target, space
-
-
-def _resolve_bounds(bounds, space, where: str) -> tuple[np.ndarray, np.ndarray]:
-    if bounds is None:
-        bounds = space
-    if bounds is None:
-        raise ValueError(
-            f"{where}: a log density function needs bounds=(lower, upper) in internal coordinates "
-            "(or a ParameterSpace) for the prescaling draws and ranges"
-        )
-    if isinstance(bounds, ParameterSpace):
-        lower, upper = bounds.lower_internal, bounds.upper_internal
-    else:
-        try:
-            lower, upper = (np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in bounds)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: bounds must be (lower, upper) or a ParameterSpace; got {bounds!r}") from None
-    if lower.ndim != 1 or lower.shape != upper.shape:
-        raise ValueError(f"{where}: bounds must be two 1-D arrays of one shape; got {lower.shape} and {upper.shape}")
-    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
-        raise ValueError(
-            f"{where}: bounds need finite lower < upper; got lower={lower.tolist()}, upper={upper.tolist()}")
-    return lower, upper
-
-
-def _positive(value, n: int, where: str, label: str) -> np.ndarray:
-    """A positive finite scalar or ``(n,)`` array as a float64 ``(n,)`` array."""
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: {label} must be positive numbers; got {value!r}") from None
-    if arr.ndim == 0:
-        arr = np.full(n, float(arr))
-    if arr.shape != (n,):
-        raise ValueError(f"{where}: {label} must be a scalar or have shape ({n},); got shape {arr.shape}")
-    if not np.all(np.isfinite(arr) & (arr > 0)):
-        raise ValueError(f"{where}: {label} must be positive and finite; got {arr.tolist()}")
-    return arr
-
-
-def _as_float64(value, where: str, label: str) -> Array:
-    arr = jnp.asarray(value)
-    if arr.dtype != jnp.float64:
-        raise ValueError(
-            f"{where}: {label} must be float64 (got {arr.dtype}); call jax.config.update('jax_enable_x64', True) "
-            "before creating arrays, and pass floating-point values"
-        )
-    return arr
-
-
-def _resolve_names(names, space, n: int) -> tuple[str, ...]:
-    if names is None:
-        return space.names if space is not None else tuple(f"x{i}" for i in range(n))
-    names = (names,) if isinstance(names, str) else tuple(str(x) for x in names)
-    if len(names) != n or len(set(names)) != n:
-        raise ValueError(f"sample: names must be {n} distinct strings, one per parameter; got {names!r}")
-    return names
-
-
-def _physical_fn(to_physical, space):
-    if to_physical is not None and not isinstance(to_physical, ParameterSpace):
-        return jax.jit(lambda z: jax.vmap(jax.vmap(to_physical))(z))
-    if space is not None:
-        return space.to_physical
-    return lambda z: z

@@ -1,20 +1,26 @@
-"""A covariance-shaped preconditioner for MALA: the Laplace approximation at a point.
+"""Preconditioners as small strategy objects, passed to `jcalib.bayes.mala.sample`
+(``preconditioner=``) for every kernel (MALA, HMC, NUTS):
 
-`laplace_covariance(logdensity_fn, theta_internal)` returns C = (-∇²log π)⁻¹ at
-``theta_internal`` (ideally the Gauss-Newton or MAP estimate), the covariance of the Gaussian
-that matches the posterior's curvature there, for
-`jcalib.bayes.mala.sample(..., preconditioner=C)` (``preconditioner="laplace"`` builds it
-there). It works for every likelihood and prior, sampled noise levels included:
+- `Prescaled(fraction)`: the paper's diagonal prescaling (Wulkow et al. 2021, Appendix A.2):
+  step sizes P_ii from target mean step lengths, ``fraction`` of each parameter's prior range
+  (`jcalib.bayes.adaptation.prescaling`). MALA's default.
+- `DenseMetric(cov)`: a fixed symmetric positive definite covariance C in internal
+  coordinates (e.g. the Gauss-Newton covariance at the estimate): MALA proposes
+  θ + h C ∇log π + √(2h) L r (C = L Lᵀ); HMC/NUTS use C as the inverse mass matrix.
+- `Laplace()`: C = (-∇²log π)⁻¹ at the chains' mean start
+  (`jcalib.bayes.adaptation.laplace_covariance`), then as `DenseMetric`; start at an estimate
+  (Gauss-Newton's or the MAP). The default of HMC and NUTS: whitening by the Laplace covariance
+  is what makes NUTS efficient on stiff, correlated ODE posteriors.
 
-- the Hessian is central differences of the *gradient* (2 n gradient evaluations in one
-  vmapped batch, the same autodiff gradient MALA uses), symmetrised;
-- directions of small or negative curvature (flat directions the data do not determine,
-  or a point that is not quite a mode) have their eigenvalues raised to 1/s_max², so that
-  no direction gets a standard deviation above ``s_max`` (default: a tenth of the mean
-  width of the box when ``bounds`` are given).
+The objects only *describe* the preconditioner; the numbers are computed before sampling by
+the functions of `jcalib.bayes.adaptation` (`Laplace.covariance`, `Prescaled.prescaling`).
 
-Only the shape of C matters (correlations and relative scales): the warm-up of `sample`
-adapts the global step.
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> cov = Laplace().covariance(lambda x: -0.5 * jnp.sum(x**2 / jnp.array([1.0, 4.0])), jnp.zeros(2))
+    >>> cov.round(6).tolist()
+    [[1.0, 0.0], [0.0, 4.0]]
 """
 
 from __future__ import annotations
@@ -22,65 +28,123 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-__all__ = ["laplace_covariance"]
+from jcalib.bayes.adaptation import Prescaling, _prescaling, laplace_covariance
+
+__all__ = ["AbstractPreconditioner", "DenseMetric", "Laplace", "Prescaled", "as_preconditioner",
+           "laplace_covariance"]
 
 
-def laplace_covariance(
-    logdensity_fn: Callable[[Float[Array, " n"]], Float[Array, ""]],
-    theta_internal: Float[ArrayLike, " n"],
-    *,
-    bounds: tuple[Float[ArrayLike, " n"], Float[ArrayLike, " n"]] | None = None,
-    rel_step: float = 1e-4,
-    max_sd: float | None = None,
-) -> np.ndarray:
-    """C = (-∇²log π)⁻¹ at ``theta_internal``, ``(n, n)``, symmetric positive definite.
+class AbstractPreconditioner(eqx.Module):
+    """A preconditioner strategy (`Prescaled`, `DenseMetric` or `Laplace`)."""
 
-    Args:
-        logdensity_fn: log π in internal coordinates, a JAX function ``(n,) -> ()``.
-        theta_internal: the point, ``(n,)``, float64.
-        bounds: ``(lower, upper)`` internal box: sets the difference steps (``rel_step``
-            times the width) and the default ``max_sd`` (a tenth of the mean width).
-        rel_step: difference step relative to the box width (or to max(1, |θ_i|)).
-        max_sd: largest standard deviation allowed in any direction (module doc);
-            default as above, or 1e4 × the smallest curvature-based sd without bounds.
+
+class Prescaled(AbstractPreconditioner):
+    """The paper's diagonal prescaling (Wulkow et al. 2021, Appendix A.2).
+
+    Attributes:
+        fraction: target mean step length τ_i as a fraction of each parameter's prior range
+            (scalar or per parameter, > 0); the paper used 1/50 and 1/200.
+    """
+
+    fraction: float | np.ndarray = 0.02
+
+    def __check_init__(self):
+        f = np.asarray(self.fraction, dtype=np.float64) if _is_numeric(self.fraction) else None
+        if f is None or f.ndim > 1 or not np.all(np.isfinite(f) & (f > 0)):
+            raise ValueError(f"Prescaled: fraction must be positive and finite (a number or one per parameter); "
+                             f"got {self.fraction!r}")
+
+    def prescaling(self, key: PRNGKeyArray, logdensity_fn: Callable, bounds, space=None,
+                   extra_points=None) -> tuple[Prescaling, Array]:
+        """`jcalib.bayes.adaptation.prescaling` with this fraction (100 uniform draws in the
+        box); also returns whether ``extra_points`` (the starts) are valid, evaluated in the
+        same compiled batch."""
+        from jcalib.bayes.adaptation import _N_PRESCALING_DRAWS
+
+        return _prescaling(key, logdensity_fn, bounds, space, self.fraction, _N_PRESCALING_DRAWS, None, 0.1,
+                           extra_points=extra_points)
+
+
+class DenseMetric(AbstractPreconditioner):
+    """A fixed covariance C (internal coordinates), symmetric positive definite.
+
+    Attributes:
+        cov: ``(n_params, n_params)``; checked (shape, symmetry, definiteness) by `sample`.
+    """
+
+    cov: np.ndarray = eqx.field(converter=lambda c: np.asarray(c, dtype=np.float64))
+
+
+class Laplace(AbstractPreconditioner):
+    """C = (-∇²log π)⁻¹ at the chains' mean start (`laplace_covariance`).
+
+    Attributes:
+        rel_step: difference step of the Hessian relative to the box width.
+        max_sd: the largest standard deviation allowed in any direction (None: a tenth of the
+            mean box width, see `laplace_covariance`).
+    """
+
+    rel_step: float = 1e-4
+    max_sd: float | None = None
+
+    def __check_init__(self):
+        if not (_is_number(self.rel_step) and 0 < self.rel_step < 1):
+            raise ValueError(f"Laplace: rel_step must lie in (0, 1); got {self.rel_step!r}")
+        if self.max_sd is not None and not (_is_number(self.max_sd) and 0 < self.max_sd < np.inf):
+            raise ValueError(f"Laplace: max_sd must be a positive number or None; got {self.max_sd!r}")
+
+    def covariance(self, logdensity_fn: Callable, theta_internal: Float[ArrayLike, " n"],
+                   bounds=None) -> np.ndarray:
+        """C at ``theta_internal`` (``bounds``: the internal box, or None)."""
+        return laplace_covariance(logdensity_fn, theta_internal, bounds=bounds, rel_step=self.rel_step,
+                                  max_sd=self.max_sd)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _is_numeric(x) -> bool:
+    try:
+        return np.asarray(x).dtype.kind in "iuf"
+    except (TypeError, ValueError):
+        return False
+
+
+def as_preconditioner(preconditioner, fraction=0.02, where: str = "sample") -> AbstractPreconditioner:
+    """A strategy object from ``preconditioner``: an `AbstractPreconditioner` as it is; the
+    short forms None (`Prescaled(fraction)`), ``"laplace"`` (`Laplace()`) and a matrix
+    (`DenseMetric`).
 
     Raises:
-        ValueError: wrong shape; a non-finite gradient at a difference point (failed solve,
-            outside the support: move the point inside or give a smaller ``rel_step``).
+        ValueError: anything else, naming the three strategies.
     """
-    z = np.asarray(theta_internal, dtype=np.float64)
-    if z.ndim != 1:
-        raise ValueError(f"laplace_covariance: theta_internal must be 1-D; got shape {z.shape}")
-    n = z.size
-    if bounds is not None:
-        lower, upper = (np.broadcast_to(np.asarray(b, dtype=np.float64), (n,)) for b in bounds)
-        width = upper - lower
-    else:
-        width = np.maximum(1.0, np.abs(z))
-    h = rel_step * width
-    points = np.concatenate([z[None, :] + np.diag(h), z[None, :] - np.diag(h)])
-    grads = np.asarray(_gradients(logdensity_fn, jnp.asarray(points)))
-    if not np.all(np.isfinite(grads)):
-        bad = sorted({int(i) % n for i in np.flatnonzero(~np.all(np.isfinite(grads), axis=1))})
-        raise ValueError(f"laplace_covariance: the gradient is not finite at θ ± h e_i for i in {bad}; start "
-                         "inside the support (away from bounds and failed solves) or pass a smaller rel_step")
-    hessian = (grads[:n] - grads[n:]).T / (2.0 * h[None, :])  # column i: d grad / d θ_i
-    precision = -0.5 * (hessian + hessian.T)
-    eigval, eigvec = np.linalg.eigh(precision)
-    if max_sd is None:
-        positive = eigval[eigval > 0]
-        max_sd = float(np.mean(width)) / 10.0 if bounds is not None else (
-            1e4 / np.sqrt(positive.max()) if positive.size else 1.0)
-    eigval = np.maximum(eigval, 1.0 / max_sd**2)
-    cov = (eigvec / eigval[None, :]) @ eigvec.T
-    return 0.5 * (cov + cov.T)
+    if isinstance(preconditioner, AbstractPreconditioner):
+        return preconditioner
+    if preconditioner is None:
+        return Prescaled(fraction)
+    if isinstance(preconditioner, str):
+        if preconditioner == "laplace":
+            return Laplace()
+    elif _is_numeric(preconditioner) and np.ndim(preconditioner) == 2:
+        return DenseMetric(preconditioner)
+    raise ValueError(
+        f"{where}: preconditioner must be Prescaled(fraction), DenseMetric(cov) or Laplace() (or None, a matrix "
+        f"or 'laplace'); got {preconditioner!r}")
 
 
-@eqx.filter_jit
-def _gradients(logdensity_fn, points):
-    return jax.vmap(jax.grad(logdensity_fn))(points)
+def _cholesky_factor(cov, n: int) -> np.ndarray:
+    """The Cholesky factor of a symmetric positive definite ``(n, n)`` covariance."""
+    c = np.asarray(cov, dtype=np.float64)
+    if c.shape != (n, n):
+        raise ValueError(f"sample: preconditioner must have shape ({n}, {n}); got shape {c.shape}")
+    if not np.all(np.isfinite(c)) or not np.allclose(c, c.T, rtol=1e-10, atol=0.0):
+        raise ValueError("sample: preconditioner must be a finite symmetric matrix")
+    try:
+        return np.linalg.cholesky(c)
+    except np.linalg.LinAlgError:
+        raise ValueError("sample: preconditioner must be positive definite (its Cholesky factorization "
+                         f"failed; eigenvalues {np.linalg.eigvalsh(c).tolist()})") from None

@@ -1,0 +1,152 @@
+"""HMC and NUTS through `sample(kernel=...)`: a correlated 2-D Gaussian with known moments
+(tolerances from the MCSE), Laplace whitening as the default metric, failed solves as
+divergences never accepted, the strategies and adaptation pieces, a four-substance reaction
+smoke run and bad inputs."""
+
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jcalib
+from jcalib.bayes import DenseMetric, Laplace, Prescaled, adaptation, mala
+from jcalib.bayes.result import PosteriorResult
+from jcalib.problem import CalibrationProblem
+
+MEAN = np.array([1.0, -2.0])
+COV = np.array([[1.0, 1.8], [1.8, 4.0]])  # correlation 0.9
+N_CHAINS, N_STEPS, WARMUP = 4, 1000, 200
+
+
+def _gaussian(x):
+    d = x - jnp.asarray(MEAN)
+    return -0.5 * d @ jnp.asarray(np.linalg.inv(COV)) @ d
+
+
+@pytest.fixture(scope="module", params=["hmc", "nuts"])
+def gaussian_run(request):
+    result = mala.sample(jax.random.key(0), _gaussian, jnp.zeros(2), N_STEPS, n_chains=N_CHAINS, warmup=WARMUP,
+                         kernel=request.param)
+    return request.param, result
+
+
+def test_moments_of_a_correlated_gaussian(gaussian_run):
+    kernel, result = gaussian_run
+    assert isinstance(result, PosteriorResult) and result.samples.shape == (N_CHAINS, N_STEPS, 2)
+    assert result.method.startswith(kernel)
+    np.testing.assert_array_less(np.abs(result.mean - MEAN), 5 * result.mcse_mean)
+    np.testing.assert_array_less(np.abs(result.sd - np.sqrt(np.diag(COV))), 5 * result.mcse_sd)
+    corr = np.corrcoef(result.flat_samples(), rowvar=False)[0, 1]
+    assert abs(corr - 0.9) < 0.02, corr  # sd of a sample correlation ~ (1 - ρ²)/√ESS ≈ 0.003
+    assert np.all(result.rhat < 1.05) and np.all(result.ess_bulk > 1000), (result.rhat, result.ess_bulk)
+    assert result.warnings == ()
+    np.testing.assert_array_equal(result.extra["divergences"], 0)
+
+
+def test_laplace_whitening_is_the_default_metric(gaussian_run):
+    kernel, result = gaussian_run
+    assert result.extra["preconditioner"] == "Laplace" and result.extra["kernel"] == kernel
+    np.testing.assert_allclose(result.extra["inverse_mass_matrix"], COV, rtol=1e-6)
+    # the warm-up reaches the target acceptance 0.8 (4 chains x 1000 draws: sd of the mean < 0.01)
+    assert abs(np.mean(result.extra["mean_acceptance_probability"]) - 0.8) < 0.05
+    assert result.n_logdensity_evaluations > N_CHAINS * (N_STEPS + WARMUP)  # ≥ 1 leapfrog step per transition
+
+
+def test_same_key_same_draws_and_dense_metric_is_laplace_here():
+    kwargs = dict(n_chains=2, warmup=20, kernel="nuts")
+    a = mala.sample(jax.random.key(4), _gaussian, jnp.zeros(2), 50, **kwargs)
+    b = mala.sample(jax.random.key(4), _gaussian, jnp.zeros(2), 50, preconditioner=Laplace(), **kwargs)
+    c = mala.sample(jax.random.key(4), _gaussian, jnp.zeros(2), 50, preconditioner=DenseMetric(COV), **kwargs)
+    d = mala.sample(jax.random.key(5), _gaussian, jnp.zeros(2), 50, **kwargs)
+    np.testing.assert_array_equal(a.samples, b.samples)
+    np.testing.assert_allclose(c.samples, a.samples, atol=1e-4)  # Laplace = COV up to finite differences
+    assert not np.allclose(d.samples, a.samples)
+
+
+def _half_failing(x):
+    """A standard normal whose 'solve' fails (NaN) for x0 > 1: the target is truncated there."""
+    return jnp.where(x[0] > 1.0, jnp.nan, -0.5 * jnp.sum(x**2))
+
+
+@pytest.mark.parametrize("kernel", ["hmc", "nuts"])
+def test_failed_solves_are_divergences_never_accepted(kernel):
+    result = mala.sample(jax.random.key(2), _half_failing, jnp.zeros(2), 1500, n_chains=2, warmup=200,
+                         kernel=kernel, preconditioner=DenseMetric(np.eye(2)))
+    x = result.flat_samples()
+    assert np.all(np.isfinite(result.logdensity)) and np.all(x[:, 0] <= 1.0)
+    assert np.sum(result.extra["divergences"]) > 0
+    # mean of N(0, 1) truncated to x < 1: -φ(1)/Φ(1)
+    phi, big_phi = math.exp(-0.5) / math.sqrt(2 * math.pi), 0.5 * (1 + math.erf(1 / math.sqrt(2)))
+    assert abs(result.mean[0] + phi / big_phi) < 5 * result.mcse_mean[0]
+    assert abs(result.mean[1]) < 5 * result.mcse_mean[1]
+
+
+def test_prescaled_metric_and_explicit_step():
+    box = (jnp.full(2, -10.0), jnp.full(2, 10.0))
+    result = mala.sample(jax.random.key(1), _gaussian, jnp.zeros(2), 200, n_chains=2, kernel="hmc",
+                         preconditioner=Prescaled(0.01), bounds=box, step_sizes=0.3)
+    assert result.extra["preconditioner"] == "Prescaled" and result.extra["step_size"] == 0.3
+    np.testing.assert_allclose(result.extra["inverse_mass_matrix"], result.extra["step_sizes_prescaled"])
+    assert np.all(np.isfinite(result.samples))
+
+
+def test_dual_averaging_finds_the_step_of_the_target_acceptance():
+    """Acceptance exp(-s) for a factor s: dual averaging settles at s̄ = -log(target)."""
+    def body(da, _):
+        return adaptation.dual_averaging_update(da, 0.6, jnp.exp(-jnp.exp(da.log_x))), None
+
+    da, _ = jax.lax.scan(body, adaptation.dual_averaging_init(jnp.float64), length=3000)
+    assert float(jnp.exp(da.log_x_avg)) == pytest.approx(-math.log(0.6), rel=0.02)
+
+
+@pytest.fixture(scope="module")
+def reactions():
+    model = jcalib.models.get("four_substance_reactions", observe="ABCD")
+    data = jcalib.synthetic_measurements(jax.random.key(0), model, model.parameters.nominal, sigma=0.05)
+    return model, CalibrationProblem(model, data, weighting="relative")
+
+
+def test_nuts_on_the_reaction_posterior(reactions):
+    """Smoke run on an ODE posterior: a PosteriorResult with names, ESS and R-hat."""
+    model, problem = reactions
+    start = problem.to_internal(jnp.asarray(model.parameters.nominal))
+    result = mala.sample(jax.random.key(3), problem, start, 60, n_chains=2, warmup=40, kernel="nuts")
+    assert result.names == ("kab", "kac", "kad") and result.samples.shape == (2, 60, 3)
+    assert np.all(np.isfinite(result.samples)) and np.all(np.isfinite(result.ess_bulk))
+    assert np.all(np.isfinite(result.rhat)) and result.extra["kernel"] == "nuts"
+    lo, hi = result.interval(0.999)
+    nominal = np.asarray(model.parameters.nominal)
+    assert np.all((lo < nominal) & (nominal < hi)), (lo, nominal, hi)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(kernel="gibbs"), "kernel must be one of ('mala', 'hmc', 'nuts'); got 'gibbs'"),
+    (dict(kernel="nuts", chunk_size=10), "chunk_size applies to kernel='mala' only"),
+    (dict(kernel="nuts", backend="blackjax"), "kernel='nuts' always runs blackjax's kernel"),
+    (dict(kernel="hmc", step_sizes=-1.0), "step_sizes is the leapfrog step"),
+    (dict(kernel="hmc", step_sizes=np.ones(2)), "one positive number; got array"),
+    (dict(kernel="nuts", preconditioner=Prescaled(0.1)), "Prescaled needs the prior box"),
+    (dict(kernel="nuts", preconditioner="hessian"), "preconditioner must be Prescaled(fraction), DenseMetric"),
+    (dict(kernel="nuts", preconditioner=DenseMetric(np.eye(3))), "preconditioner must have shape (2, 2)"),
+    (dict(kernel="nuts", preconditioner=DenseMetric(-np.eye(2))), "positive definite"),
+])
+def test_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        mala.sample(jax.random.key(0), _gaussian, jnp.zeros(2), 10, n_chains=2, **kwargs)
+
+
+def test_bad_start_and_strategies():
+    with pytest.raises(ValueError, match="not finite at theta0_internal"):
+        mala.sample(jax.random.key(0), _half_failing, jnp.array([2.0, 0.0]), 10, n_chains=2, kernel="nuts",
+                    preconditioner=DenseMetric(np.eye(2)))
+    with pytest.raises(ValueError, match=re.escape("Prescaled: fraction must be positive and finite")):
+        Prescaled(0.0)
+    with pytest.raises(ValueError, match=re.escape("Prescaled: fraction must be positive and finite")):
+        Prescaled("big")
+    with pytest.raises(ValueError, match=re.escape(r"Laplace: rel_step must lie in (0, 1); got 2")):
+        Laplace(rel_step=2)
+    with pytest.raises(ValueError, match=re.escape("Laplace: max_sd must be a positive number or None")):
+        Laplace(max_sd=-1.0)
