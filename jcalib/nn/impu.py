@@ -626,10 +626,10 @@ class InverseMapping:
             raise ValueError(f"{path}: not an IMPU file (format {extra.get('format')!r})")
         space = ParameterSpace(Parameter(**p) for p in extra["parameters"])
         names = tuple(extra["output_names"])
-        if model is not None and (tuple(model.parameters.names) != space.names
-                                  or tuple(model.output_names) != names):
         if model is not None:
             check_simulator(model, "InverseMapping.load", "model")
+        if model is not None and (tuple(model.parameters.names) != space.names
+                                  or tuple(model.output_names) != names):
             raise ValueError(f"InverseMapping.load: the model ({model.parameters.names}, outputs "
                              f"{tuple(model.output_names)}) does not match the saved mapping ({space.names}, outputs "
                              f"{names})")

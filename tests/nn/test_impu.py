@@ -131,6 +131,8 @@ def test_save_load_round_trip(tmp_path, beam, impu, measurements):
         bare.evaluate(jax.random.key(0), 4)
     with pytest.raises(ValueError, match="does not match the saved mapping"):
         InverseMapping.load(path, model=jcalib.models.get("roll_plane"))
+    with pytest.raises(ValueError, match=r"InverseMapping.load: model must be a jcalib simulator .*got dict"):
+        InverseMapping.load(path, model={"parameters": beam.parameters})
     assert impu.to_dict()["n_features"] == 34
 
 
@@ -166,12 +168,26 @@ def test_noise_models():
     assert paper_training().patience == 40 and paper_training().batch_size == 50
 
 
-class _OwnModel:
+class _OwnModel(jcalib.AbstractSimulator):
     """A simulator of one's own that brings its IMPU settings (what InverseMapping reads of it)."""
 
-    def __init__(self, beam, noise_std=(1e-3, 5e-3)):
-        self.parameters, self.output_names, self.ts = beam.parameters, beam.output_names, beam.ts
-        self.noise_std = noise_std
+    beam: jcalib.AbstractModel
+    noise_std: tuple = (1e-3, 5e-3)
+
+    @property
+    def parameters(self):
+        return self.beam.parameters
+
+    @property
+    def output_names(self):
+        return self.beam.output_names
+
+    @property
+    def ts(self):
+        return self.beam.ts
+
+    def simulate_with_status(self, theta):
+        return self.beam.simulate_with_status(theta)
 
     def impu_settings(self):
         return {"noise_std": self.noise_std, "relative_noise": True, "fboi_options": {"n_bins": 3}}
@@ -195,6 +211,9 @@ def test_paper_settings_come_from_the_model(beam):
 def test_bad_input(beam, impu):
     with pytest.raises(ValueError, match="unknown feature kind 'FFT'"):
         InverseMapping(beam, "FFT")
+    with pytest.raises(ValueError, match=r"InverseMapping: model must be a jcalib simulator \(an AbstractModel, a "
+                                         r"PELS-VAE Surrogate or a FunctionSimulator.*got function; wrap a plain"):
+        InverseMapping(lambda theta: beam.simulate(theta))
     fresh = InverseMapping(beam)
     with pytest.raises(ValueError, match="not trained yet"):
         fresh.infer(np.zeros((256, 2)))
