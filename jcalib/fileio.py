@@ -225,7 +225,7 @@ def unpack_checked(data: bytes, path: str | os.PathLike, what: str = "file") -> 
         outer = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as err:  # msgpack raises several types on foreign or truncated bytes
         raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one (it does not decode: "
-                         f"{type(err).__name__})") from None
+                         f"{_why(err)})") from None
     if not isinstance(outer, dict) or outer.get("format") != CHECKED_FORMAT:
         old = isinstance(outer, dict) and isinstance(outer.get("format"), str) and "jcalib" in outer["format"]
         hint = ("; it was written by an older jcalib without a checksum: create it again" if old else "")
@@ -282,7 +282,7 @@ def read_checked_npz(path: str | os.PathLike, what: str = "file", required: tupl
                          f"{err})") from None
     except Exception as err:  # truncated members, bad .npy headers, object arrays
         raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one "
-                         f"({type(err).__name__})") from None
+                         f"({_why(err)})") from None
     expected = arrays.pop(_CHECKSUM_KEY, None)
     missing = [name for name in required if name not in arrays]
     if missing:
@@ -324,7 +324,7 @@ def read_checked_json(path: str | os.PathLike, what: str = "file", expected_form
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what}, or a damaged one (not JSON: "
-                         f"{type(err).__name__})") from None
+                         f"{_why(err)})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{what} {os.fspath(path)!r}: not a jcalib {what} (a JSON {type(obj).__name__}, not an "
                          "object)")
@@ -342,3 +342,10 @@ def read_checked_json(path: str | os.PathLike, what: str = "file", expected_form
     if actual != expected:
         raise _checksum_error(path, what)
     return obj
+
+
+def _why(err: BaseException, limit: int = 120) -> str:
+    """``Type: message`` of a decoder's exception, shortened, for "damaged file" errors."""
+    text = " ".join(str(err).split())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -74,7 +74,7 @@ from jcalib import fileio
 from jcalib.bayes.recovery import estimate_errors, recovery_metrics
 from jcalib.jsonable import to_jsonable
 from jcalib.model import SolveStatus, simulate_batch
-from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig
+from jcalib.nn.bayesflow import TRAINING_RANGE_MARGIN, AmortizedPosterior, BayesFlowConfig, outside_training_range
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import ParameterSpace
@@ -138,6 +138,10 @@ class IdentificationConfig:
             -- then fills the networks' input range instead of being a small ripple on the
             mean trajectory.
         progress: a progress bar over the identified parameters and one line per step.
+        allow_outside_training_range: run even when the observation leaves the range of the
+            step-1 training trajectories (`jcalib.nn.bayesflow.outside_training_range`, widened
+            by 5 noise standard deviations with ``noise_sigma``); by default that is an error,
+            as the networks would extrapolate and give confident answers unrelated to the data.
     """
 
     posterior: BayesFlowConfig = dataclasses.field(default_factory=BayesFlowConfig)
@@ -155,6 +159,7 @@ class IdentificationConfig:
     noise_sigma: float | tuple[float, ...] | None = None
     standardize: bool = True
     progress: bool = True
+    allow_outside_training_range: bool = False
 
     def __post_init__(self):
         where = "IdentificationConfig"
@@ -172,6 +177,9 @@ class IdentificationConfig:
         if not (isinstance(self.r2_threshold, (int, float)) and self.r2_threshold <= 1):
             raise ValueError(f"{where}: r2_threshold must be a number <= 1 (R² never exceeds 1); "
                              f"got {self.r2_threshold!r}")
+        if not isinstance(self.allow_outside_training_range, bool):
+            raise ValueError(f"{where}: allow_outside_training_range must be True or False; got "
+                             f"{self.allow_outside_training_range!r}")
         if not (isinstance(self.delta, (int, float)) and self.delta > 0):
             raise ValueError(f"{where}: delta must be a positive number; got {self.delta!r}")
         if not (isinstance(self.level, (int, float)) and 0 < self.level < 1):
@@ -197,6 +205,7 @@ class IdentificationConfig:
             "max_steps": self.max_steps, "generator": self.generator, "surrogate": self.surrogate.to_dict(),
             "regenerate_observation": self.regenerate_observation, "standardize": self.standardize,
             "noise_sigma": None if self.noise_sigma is None else np.atleast_1d(self.noise_sigma).tolist(),
+            "allow_outside_training_range": self.allow_outside_training_range,
         })
 
 
@@ -412,7 +421,9 @@ def iterative_identification(
 
     Raises:
         ValueError: an observation of the wrong shape, at other times, with missing entries or
-            NaN; data of the wrong shape, outside the bounds or not finite; a truth of the wrong
+            NaN, or outside the range of the step-1 training trajectories (see
+            ``config.allow_outside_training_range``); data of the wrong shape, outside the
+            bounds or not finite; a truth of the wrong
             length or outside the bounds; ``regenerate_observation`` without a truth; a
             surrogate of other parameters, outputs or times.
     """
@@ -546,6 +557,8 @@ def _prepare(key, model, observation, data, val, n_train, n_val, truth, config, 
             thetas, xs = _pool(space, pool, obs.shape, what, where)
         pools.append((thetas, xs))
     (train_thetas, train_xs), (val_thetas, val_xs) = pools
+    if not config.allow_outside_training_range:
+        _check_training_range(model, obs, train_xs, config.noise_sigma, where)
     return _Setup(key=run_key, observation=obs, truth=truth_vec, train_thetas=train_thetas, train_xs=train_xs,
                   val_thetas=val_thetas, val_xs=val_xs, noise_key=noise_key, n_model=n_model,
                   durations={"data_s": time.perf_counter() - start})
@@ -769,6 +782,24 @@ def _noisy(key, xs: np.ndarray, sigma) -> np.ndarray:
         raise ValueError(f"iterative_identification: noise_sigma has {sigma.size} values but the model has "
                          f"{xs.shape[-1]} outputs; give one value or one per output")
     return np.asarray(add_noise(key, xs, sigma, "additive"), np.float64)
+
+
+def _check_training_range(model, obs: np.ndarray, train_xs: np.ndarray, noise_sigma, where) -> None:
+    """ValueError when the observation leaves the step-1 training trajectories' range."""
+    sigma = 0.0 if noise_sigma is None else 5.0 * np.broadcast_to(np.asarray(noise_sigma, np.float64),
+                                                                  train_xs.shape[-1:])
+    x_min, x_max = train_xs.min(axis=(0, 1)) - sigma, train_xs.max(axis=(0, 1)) + sigma
+    if not outside_training_range(obs, x_min, x_max):
+        return
+    bad = [j for j in range(obs.shape[1]) if outside_training_range(obs[:, j:j + 1], x_min[j:j + 1], x_max[j:j + 1])]
+    j = bad[0]
+    raise ValueError(
+        f"{where}: the observation lies outside the range of the training trajectories: output "
+        f"{model.output_names[j]!r} has values in [{obs[:, j].min():.4g}, {obs[:, j].max():.4g}], the training data "
+        f"[{x_min[j]:.4g}, {x_max[j]:.4g}] (widened by {TRAINING_RANGE_MARGIN:.0%} of that range); the networks would "
+        "extrapolate and give confident answers unrelated to the data. Check the data's units and scale or widen the "
+        "parameter bounds; to run anyway pass IdentificationConfig(allow_outside_training_range=True) "
+        "(jcalib identify --allow-outside-training-range)")
 
 
 def _observation(model, observation, where) -> np.ndarray:
