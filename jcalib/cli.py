@@ -395,6 +395,9 @@ def calibrate(
     else:
         starts = estimation.multistart(key, problem, n_starts, theta0=theta0, progress=True)
         result = starts.best
+    if not (math.isfinite(result.loss) and np.all(np.isfinite(np.asarray(result.theta)))):
+        why = (starts.extra.get("failure") if method == "multistart" else None) or result.reason
+        raise ValueError(f"--method {method} found no finite answer (loss {result.loss}): {why}")
     metrics = {"model": name, "data": str(data), "weighting": weighting,
                "fixed": problem.fixed, "start": theta0, "result": result.to_dict()}
     figures = {"fit.png": plotting.plot_fit(problem, result, title=f"{name}: {method}"),
@@ -654,6 +657,9 @@ def identify(
                                                            "the training trajectories")] = None,
     max_steps: Annotated[int, typer.Option(help="at this step all remaining parameters are identified "
                                                 "together")] = 10,
+    allow_outside_training_range: Annotated[bool, typer.Option(
+        "--allow-outside-training-range", help="run even when the data leave the range of the simulated "
+        "training trajectories (the networks then extrapolate); by default that is an error")] = False,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     out: Annotated[pathlib.Path | None, typer.Option(
         help="output folder (default results/identify/NAME)")] = None,
@@ -674,7 +680,7 @@ def identify(
     posterior = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden, seed)
     config = IdentificationConfig(posterior=posterior, trial_epochs=trial_epochs, r2_threshold=r2_threshold,
                                   delta=delta, n_sobol=n_sobol, max_steps=max_steps, generator=generator,
-                                  noise_sigma=noise_sigma)
+                                  noise_sigma=noise_sigma, allow_outside_training_range=allow_outside_training_range)
     config = dataclasses.replace(config, surrogate=dataclasses.replace(
         config.surrogate, training=dataclasses.replace(config.surrogate.training, seed=seed)))
     measurements = _data_file(data)

@@ -369,6 +369,9 @@ def differential_evolution(
         ``mean_loss``, ``std_loss``, ``n_replaced``, ``best_theta`` in physical units)
         and ``extra`` (``population_size``, ``strategy``, final population losses'
         ``n_failed``). For a loss function ``theta == theta_internal`` (no transform).
+        When no member of the initial population has a finite loss (e.g. a failed solve or
+        an overflowing loss everywhere), no generation is run: ``converged=False``,
+        ``loss = inf`` and the reason (with the failed solve's status or the overflow).
 
     Raises:
         ValueError: ``bounds`` missing for a loss function or given with a problem, of the
@@ -432,12 +435,15 @@ def differential_evolution(
     lower_j, upper_j = jnp.asarray(lower), jnp.asarray(upper)
     key_init, key_run = jax.random.split(key)
     state = _de_init(loss_fn, lower_j, upper_j, settings, key_init)
+    # no member with a finite loss: no generation can improve on that (every trial vector is
+    # compared with an inf loss, the best member is arbitrary), so stop at once with the reason
+    failed_start = not bool(np.any(np.isfinite(np.asarray(state.losses))))
     infos = []
     n_blocks = -(-max_generations // block_size)
     block_keys = jax.random.split(key_run, n_blocks)
     with tqdm(total=max_generations, desc="differential_evolution", unit="gen", disable=not progress) as bar:
         for b in range(n_blocks):
-            if bool(state.converged):
+            if bool(state.converged) or failed_start:
                 break
             length = min(block_size, max_generations - b * block_size)
             keys = jax.random.split(block_keys[b], block_size)[:length]
@@ -467,8 +473,9 @@ def differential_evolution(
             why = point_failure(problem, z_int, np.asarray(problem.residuals(jnp.asarray(z_int))),
                                 "differential_evolution", "the best member",
                                 fix="narrow the bounds to where the model can be simulated")
-        reason = (f"failed: every member of the population has a non-finite loss after {generations} "
-                  "generations" + (f"; {why}" if why else ""))
+        when = (f"at the start ({int(n_pop)} members), so no generation was run" if generations == 0
+                else f"after {generations} generations")
+        reason = f"failed: every member of the population has a non-finite loss {when}" + (f"; {why}" if why else "")
     converged, reason = honest_outcome(converged, reason, float(losses[best]), theta)
     result = EstimationResult(
         method="de", names=names, theta=theta, theta_internal=z_int, loss=float(losses[best]),

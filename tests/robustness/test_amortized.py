@@ -3,14 +3,17 @@ bounds are rejected and redrawn (sbi's "leakage"), with a warning and the accept
 outside the training range is flagged (and refused by the identification workflow unless
 allowed); the training range survives save/load."""
 
+import functools
 import warnings
 
+import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
 
+from jcalib.model import AbstractModel, Experiment
 from jcalib.nn import training
 from jcalib.nn.bayesflow import (
     AmortizedPosterior,
@@ -21,6 +24,11 @@ from jcalib.nn.bayesflow import (
 )
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.workflows.iterative_identification import (
+    IdentificationConfig,
+    iterative_identification,
+    one_shot_identification,
+)
 
 SPACE = ParameterSpace([Parameter("a", 0.0, -3.0, 3.0)])
 
@@ -145,3 +153,59 @@ def test_a_file_without_the_training_range_is_refused(posterior, tmp_path):
     training.save_model(path, posterior.network, extra)
     with pytest.raises(ValueError, match=r"old.msgpack: a BayesFlow posterior file without the training data's range"):
         AmortizedPosterior.load(path)
+
+
+# --- 2b. the identification workflow refuses data outside the training range ----------------------
+class Decay(AbstractModel):
+    """y' = -y, y(0) = a in [1, 2], observed at 8 times in [0, 1]."""
+
+    def vector_field(self, t, y, theta):
+        return -y
+
+    def initial_state(self, theta):
+        return theta[0:1]
+
+    def observe(self, t, y, theta):
+        return y
+
+
+@functools.cache
+def decay_model() -> Decay:
+    return Decay(parameters=ParameterSpace([Parameter("a", 1.5, 1.0, 2.0)]), output_names=("y",), state_names=("y",),
+                 experiment=Experiment(np.linspace(0.0, 1.0, 8), t0=0.0), solver=dfx.Tsit5(),
+                 controller=dfx.PIDController(rtol=1e-8, atol=1e-10), adjoint=dfx.RecursiveCheckpointAdjoint(),
+                 dt0=None, max_steps=256)
+
+
+@pytest.mark.parametrize("scale, entry", [(1e10, None), (1.0, 1e300), (10.0, None)])
+def test_identification_refuses_data_outside_the_training_range(scale, entry):
+    model = decay_model()
+    observation = np.asarray(model.simulate(jnp.asarray([1.5]))) * scale
+    if entry is not None:
+        observation[3, 0] = entry
+    config = IdentificationConfig(generator="model", progress=False)
+    for workflow in (iterative_identification, one_shot_identification):
+        with pytest.raises(ValueError, match=r"the observation lies outside the range of the training trajectories: "
+                                             r"output 'y' has values in .*allow_outside_training_range=True"):
+            workflow(jax.random.key(0), model, observation, n_train=8, n_val=4, config=config)
+
+
+def test_identification_runs_on_data_outside_the_range_when_allowed():
+    model = decay_model()
+    observation = np.asarray(model.simulate(jnp.asarray([1.5]))) * 1e10
+    config = IdentificationConfig(generator="model", progress=False, allow_outside_training_range=True)
+    # past the range check: the next check (a surrogate with generator='model') is the one that fires
+    with pytest.raises(ValueError, match="a surrogate was passed but config.generator is 'model'"):
+        iterative_identification(jax.random.key(0), model, observation, n_train=8, n_val=4, surrogate=object(),
+                                 config=config)
+    with pytest.raises(ValueError, match="allow_outside_training_range must be True or False; got 'yes'"):
+        IdentificationConfig(allow_outside_training_range="yes")
+
+
+def test_identification_accepts_data_inside_the_range():
+    model = decay_model()
+    observation = np.asarray(model.simulate(jnp.asarray([1.5])))
+    config = IdentificationConfig(generator="model", progress=False)
+    with pytest.raises(ValueError, match="a surrogate was passed but config.generator is 'model'"):
+        iterative_identification(jax.random.key(0), model, observation, n_train=8, n_val=4, surrogate=object(),
+                                 config=config)

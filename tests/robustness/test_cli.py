@@ -193,3 +193,43 @@ def test_sample_prints_and_keeps_sampler_warnings(files, tmp_path):
     assert printed and printed == metrics["warnings"]
     assert any("ESS" in w or "ess" in w for w in printed), printed
     assert "Traceback" not in result.output and "SamplingWarning" not in result.output
+
+
+def test_identify_refuses_data_outside_the_training_range(huge_data, tmp_path):
+    result = runner.invoke(app, ["identify", M, "--data", huge_data, "--n-train", "4", "--n-val",
+                                 "2", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, (result.output, result.exception)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]  # others: progress bars
+    assert len(errors) == 1 and errors[0].startswith("error: iterative_identification: the observation lies outside "
+                                                     "the range of the training trajectories: output 'B'"), errors
+    assert "--allow-outside-training-range" in errors[0] and "Traceback" not in result.output
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.fixture(scope="module")
+def huge_data(files):
+    """The model's outputs at the nominal point with one datum of 1e300 (absolute weighting overflows)."""
+    model = jcalib.models.get(M)
+    values = np.array(model.simulate(np.asarray(model.parameters.nominal)))
+    values[2, 1] = 1e300
+    path = files["root"] / "huge.csv"
+    Measurements(np.asarray(model.ts), values, output_names=model.output_names).to_csv(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("method, message", [
+    ("gauss-newton", "gauss_newton: the loss overflows (inf) at theta0"),
+    ("trf", "least_squares_trf: the loss overflows (inf) at theta0"),
+    ("de", "--method de found no finite answer (loss inf): failed: every member of the population has a non-finite "
+           "loss at the start"),
+    ("multistart", "--method multistart found no finite answer (loss inf):"),
+])
+def test_calibrate_without_a_finite_answer_exits_2(huge_data, tmp_path, method, message):
+    args = ["calibrate", M, "--data", huge_data, "--weighting", "absolute", "--method", method,
+            "--n-starts", "2", "--out", str(tmp_path)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]  # others: progress bars
+    assert len(errors) == 1 and message in errors[0], errors
+    assert "overflows" in errors[0] and "Traceback" not in result.output
+    assert not list(tmp_path.iterdir())  # no metrics, no figures

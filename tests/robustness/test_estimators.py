@@ -265,3 +265,14 @@ def test_ekf_stops_at_a_failed_propagation(problem):
         run_ekf(model, problem.measurements, **kwargs)
     result = run_ekf(model, problem.measurements, throw=False, **kwargs)
     assert not result.success
+
+
+def test_differential_evolution_on_an_overflowing_loss_stops_at_once(overflow_problem):
+    # every member's loss overflows: no generation can help, so DE stops before the first one
+    result = differential_evolution(jax.random.key(0), overflow_problem, population_size=10, max_generations=1000)
+    assert result.n_iterations == 0 and result.n_simulations == 10
+    assert not result.converged and result.loss == math.inf
+    assert result.reason.startswith("failed: every member of the population has a non-finite loss at the start "
+                                    "(10 members), so no generation was run; differential_evolution: the loss "
+                                    "overflows (inf) at the best member"), result.reason
+    assert "residuals up to 1e+300" in result.reason
