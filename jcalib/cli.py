@@ -603,7 +603,7 @@ def amortize(
     val = _simulated_pairs(k_val, m, n_val, "--n-val")
     simulate_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    posterior = AmortizedPosterior(config).fit(m, *train, val=val)
+    posterior = AmortizedPosterior(config).fit(m.parameters, *train, val=val)
     train_s = time.perf_counter() - t0
     posterior.save(out / "posterior.msgpack")
     recovery = _recovery(k_draw, posterior, m.parameters, *val, n_samples)

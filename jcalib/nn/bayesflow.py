@@ -67,7 +67,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jcalib._warnings import warn_user
 from jcalib.jsonable import to_jsonable
-from jcalib.model import simulate_batch
+from jcalib.model import AbstractSimulator, check_simulator, simulate_batch
 from jcalib.nn import training as _training
 from jcalib.nn.flows import CouplingFlow
 from jcalib.nn.layers import MLP, SequenceEncoder
@@ -346,7 +346,7 @@ class AmortizedPosterior:
     # --- training ------------------------------------------------------------------------------
     def fit(
         self,
-        model_or_space,
+        space: ParameterSpace,
         thetas: Float[ArrayLike, "n n_params"],
         xs: Float[ArrayLike, "n n_times n_outputs"],
         val: tuple[ArrayLike, ArrayLike] | None = None,
@@ -357,7 +357,7 @@ class AmortizedPosterior:
         """Train offline on simulated ``(θ, x)`` pairs (eq. 6) with `jcalib.nn.training.fit`.
 
         Args:
-            model_or_space: a jcalib model (its ``parameters`` are used) or a `ParameterSpace`.
+            space: the `ParameterSpace` of ``thetas`` (of a simulator: ``simulator.parameters``).
             thetas: physical parameters of the training samples, inside the bounds; their
                 distribution is the prior the posterior is amortized over.
             xs: their (noisy) trajectories ``(n, n_times, n_outputs)``, all finite.
@@ -372,10 +372,13 @@ class AmortizedPosterior:
             ``self``.
 
         Raises:
-            ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples
-                outside the bounds; a checkpoint of another run or a damaged one.
+            ValueError: ``space`` is not a `ParameterSpace`; shapes that do not match, fewer
+                than 2 samples, NaN/inf, samples outside the bounds; a checkpoint of another run
+                or a damaged one.
         """
-        space = _space_of(model_or_space, "fit")
+        if not isinstance(space, ParameterSpace):
+            raise ValueError(f"AmortizedPosterior.fit: space must be a jcalib ParameterSpace (for a simulator, pass "
+                             f"simulator.parameters); got {type(space).__name__}")
         thetas, xs = _check_data(space, thetas, xs, "fit")
         if thetas.shape[0] < 2:
             raise ValueError(f"AmortizedPosterior.fit: needs at least 2 training samples; got {thetas.shape[0]}")
@@ -397,7 +400,7 @@ class AmortizedPosterior:
     def fit_online(
         self,
         key: PRNGKeyArray,
-        model,
+        simulator: AbstractSimulator,
         *,
         n_per_epoch: int,
         n_val: int,
@@ -419,7 +422,8 @@ class AmortizedPosterior:
 
         Args:
             key: a ``jax.random`` key.
-            model: a jcalib model (anything `simulate_batch` accepts, with ``parameters``).
+            simulator: a `jcalib.AbstractSimulator` (a model, a surrogate, a
+                `jcalib.FunctionSimulator`), simulated with `jcalib.simulate_batch`.
             n_per_epoch: simulations per epoch (>= 2).
             n_val: validation simulations (0: monitor the training loss).
             epochs: overrides ``config.training.epochs``.
@@ -440,10 +444,10 @@ class AmortizedPosterior:
             ``self``.
 
         Raises:
-            ValueError: bad sizes or noise, simulations that keep failing; a checkpoint of
-                another run or a damaged one.
+            ValueError: ``simulator`` is not an `AbstractSimulator`; bad sizes or noise,
+                simulations that keep failing; a checkpoint of another run or a damaged one.
         """
-        space = _space_of(model, "fit_online")
+        space = check_simulator(simulator, "AmortizedPosterior.fit_online").parameters
         for name, value, low in (("n_per_epoch", n_per_epoch, 2), ("n_val", n_val, 0)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"AmortizedPosterior.fit_online: {name} must be an integer >= {low}; got {value!r}")
@@ -463,14 +467,14 @@ class AmortizedPosterior:
         def draw(k, n):
             k_theta, k_noise = jax.random.split(k)
             thetas = prior(k_theta, n)
-            xs, status = simulate_batch(model, thetas, chunk_size, throw=False, return_status=True, progress=False)
+            xs, status = simulate_batch(simulator, thetas, chunk_size, throw=False, return_status=True, progress=False)
             for attempt in range(_MAX_REDRAWS):
                 failed = np.flatnonzero(status != 0)
                 if failed.size == 0:
                     break
                 k_redraw = jax.random.fold_in(k_theta, attempt + 1)
                 thetas[failed] = prior(k_redraw, failed.size)
-                xs[failed], status[failed] = simulate_batch(model, thetas[failed], chunk_size, throw=False,
+                xs[failed], status[failed] = simulate_batch(simulator, thetas[failed], chunk_size, throw=False,
                                                             return_status=True, progress=False)
             if np.any(status != 0):
                 raise ValueError(f"AmortizedPosterior.fit_online: {int(np.sum(status != 0))} of {n} simulations "
@@ -750,16 +754,6 @@ def _lead(stat: Array, x: Array) -> Array:
 def _std(x: np.ndarray, axis) -> np.ndarray:
     std = x.std(axis=axis)
     return np.where(std > 1e-12 * np.maximum(1.0, np.abs(x.mean(axis=axis))), std, 1.0)
-
-
-def _space_of(model_or_space, where: str) -> ParameterSpace:
-    if isinstance(model_or_space, ParameterSpace):
-        return model_or_space
-    space = getattr(model_or_space, "parameters", None)
-    if not isinstance(space, ParameterSpace):
-        raise ValueError(f"AmortizedPosterior.{where}: expected a jcalib model or a ParameterSpace; got "
-                         f"{type(model_or_space).__name__}")
-    return space
 
 
 def _check_data(space: ParameterSpace, thetas, xs, where: str) -> tuple[np.ndarray, np.ndarray]:

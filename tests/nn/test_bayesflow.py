@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from jcalib.bayes.sbc import run_sbc
+from jcalib.model import AbstractSimulator
 from jcalib.nn import training
 from jcalib.nn.bayesflow import SUMMARIES, AmortizedPosterior, BayesFlowConfig, PosteriorNetwork, bayesflow_loss
 from jcalib.nn.training import TrainingConfig
@@ -118,11 +119,13 @@ def test_batch_and_single_draws_agree(trained, test_set):
     np.testing.assert_allclose(lp[1], trained.log_prob(batch[1], xs[1]), rtol=1e-5)
 
 
-class LinearModel(eqx.Module):
+class LinearModel(AbstractSimulator):
     """The Gaussian-linear simulator without noise, as a model for simulate_batch."""
 
     matrix: jax.Array
     parameters: ParameterSpace = eqx.field(static=True)
+    output_names: tuple = ("y0", "y1")
+    ts: jax.Array = eqx.field(default_factory=lambda: jnp.arange(float(T)))
 
     def simulate_with_status(self, theta):
         return (self.matrix @ theta).reshape(T, M), jnp.zeros((), jnp.int32)
@@ -141,6 +144,9 @@ def test_fit_online_draws_fresh_data_every_epoch(tmp_path):
     assert (tmp_path / "ckpt").exists()
     with pytest.raises(ValueError, match="n_per_epoch must be an integer >= 2; got 1"):
         AmortizedPosterior(config).fit_online(jax.random.key(0), model, n_per_epoch=1, n_val=0)
+    with pytest.raises(ValueError, match=r"AmortizedPosterior.fit_online: simulator must be a jcalib simulator .*"
+                                         r"got ParameterSpace"):
+        AmortizedPosterior(config).fit_online(jax.random.key(0), model.parameters, n_per_epoch=8, n_val=0)
     with pytest.raises(ValueError, match="noise must be None, a callable or non-negative"):
         AmortizedPosterior(config).fit_online(jax.random.key(0), model, n_per_epoch=8, n_val=0, noise=-1.0)
     with pytest.raises(ValueError, match=r"fit_online \(sampler\).*outside the parameter bounds"):
@@ -224,5 +230,6 @@ def test_bad_input(trained, test_set):
         fresh.fit(SPACE, outside, xs)
     with pytest.raises(ValueError, match="val must be a"):
         fresh.fit(SPACE, theta, xs, val=theta)
-    with pytest.raises(ValueError, match="expected a jcalib model or a ParameterSpace"):
+    with pytest.raises(ValueError, match=r"AmortizedPosterior.fit: space must be a jcalib ParameterSpace \(for a "
+                                         r"simulator, pass simulator.parameters\); got str"):
         fresh.fit("space", theta, xs)
