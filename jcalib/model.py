@@ -355,6 +355,8 @@ class AbstractModel(AbstractSimulator):
         unknown = sorted(set(settings) - set(allowed))
         if unknown:
             raise ValueError(f"with_solver(): unknown settings {unknown}; allowed: {allowed}")
+        for name, value in settings.items():
+            _check_solver_setting(name, value)
         return dataclasses.replace(self, **settings)
 
     def solve(self, theta: Float[ArrayLike, " n_params"]) -> dfx.Solution:
@@ -469,6 +471,32 @@ BOUNDS_RTOL = 1e-12
 """Relative slack of the models' bounds check: ``exp(log(upper))`` can exceed ``upper`` by
 an ulp or two (e.g. 1e-3 -> 1.0000000000000002e-3), and a parameter that an estimator
 clipped onto its bound in internal coordinates must not count as outside."""
+
+
+_SOLVER_SETTING_TYPES = {"solver": (dfx.AbstractSolver, "a diffrax solver instance such as dfx.Tsit5()"),
+                         "controller": (dfx.AbstractStepSizeController, "a diffrax step-size controller instance "
+                                        "such as dfx.PIDController(rtol=1e-8, atol=1e-10)"),
+                         "adjoint": (dfx.AbstractAdjoint, "a diffrax adjoint instance such as "
+                                     "dfx.RecursiveCheckpointAdjoint()")}
+
+
+def _check_solver_setting(name: str, value) -> None:
+    """ValueError naming the `AbstractModel.with_solver` setting, the value and the fix."""
+    if name in _SOLVER_SETTING_TYPES:
+        kind, example = _SOLVER_SETTING_TYPES[name]
+        if not isinstance(value, kind):
+            got = f"the class {value.__name__}" if isinstance(value, type) else f"{value!r} ({type(value).__name__})"
+            raise ValueError(f"with_solver(): {name} must be {example}; got {got}")
+    elif name == "max_steps":
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"with_solver(): max_steps must be a positive integer (the solver's step budget, e.g. "
+                             f"10_000); got {value!r}")
+    elif name == "dt0":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
+                                                                                    np.integer))
+                                  or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"with_solver(): dt0 must be None (the controller chooses the first step) or a "
+                             f"positive finite number; got {value!r}")
 
 
 def _bounds_with_slack(space: ParameterSpace) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ input table are refused with a message naming the input horizon.
 
 import re
 
+import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -297,3 +298,34 @@ def test_inputs_never_extrapolate(office):
     for t in (HORIZON + 900.0, 2 * HORIZON):
         np.testing.assert_array_equal(np.asarray(office.inputs(t)), last)
     np.testing.assert_array_equal(np.asarray(office.inputs(-900.0)), np.asarray(office.inputs(0.0)))
+
+
+SOLVER_ROWS = [  # (settings, message fragment): with_solver checks every value it is given
+    ({"max_steps": 0}, "max_steps must be a positive integer (the solver's step budget, e.g. 10_000); got 0"),
+    ({"max_steps": -1}, "max_steps must be a positive integer (the solver's step budget, e.g. 10_000); got -1"),
+    ({"max_steps": 2.5}, "max_steps must be a positive integer (the solver's step budget, e.g. 10_000); got 2.5"),
+    ({"max_steps": True}, "max_steps must be a positive integer (the solver's step budget, e.g. 10_000); got True"),
+    ({"solver": "Tsit5"}, "solver must be a diffrax solver instance such as dfx.Tsit5(); got 'Tsit5' (str)"),
+    ({"solver": dfx.Tsit5}, "solver must be a diffrax solver instance such as dfx.Tsit5(); got the class Tsit5"),
+    ({"dt0": -1.0}, "dt0 must be None (the controller chooses the first step) or a positive finite number; got -1.0"),
+    ({"dt0": float("inf")}, "dt0 must be None (the controller chooses the first step) or a positive finite number; "
+                            "got inf"),
+    ({"controller": dfx.Tsit5()}, "controller must be a diffrax step-size controller instance such as "
+                                  "dfx.PIDController(rtol=1e-8, atol=1e-10); got Tsit5() (Tsit5)"),
+    ({"controller": "pid"}, "controller must be a diffrax step-size controller instance"),
+    ({"adjoint": dfx.Tsit5()}, "adjoint must be a diffrax adjoint instance such as dfx.RecursiveCheckpointAdjoint(); "
+                               "got Tsit5() (Tsit5)"),
+]
+
+
+@pytest.mark.parametrize("settings, fragment", SOLVER_ROWS, ids=[repr(s) for s, _ in SOLVER_ROWS])
+def test_with_solver_refuses_bad_values(settings, fragment, model):
+    with pytest.raises(ValueError, match="^with_solver\\(\\): " + re.escape(fragment)):
+        model.with_solver(**settings)
+
+
+def test_with_solver_accepts_good_values(model):
+    changed = model.with_solver(solver=dfx.Kvaerno5(), controller=dfx.PIDController(rtol=1e-6, atol=1e-8),
+                                adjoint=dfx.ForwardMode(), dt0=0.5, max_steps=np.int64(500))
+    assert isinstance(changed.solver, dfx.Kvaerno5) and changed.dt0 == 0.5 and changed.max_steps == 500
+    assert model.with_solver(dt0=None).dt0 is None
