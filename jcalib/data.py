@@ -25,6 +25,7 @@ import csv
 import io
 import math
 import os
+from collections.abc import Mapping
 
 import equinox as eqx
 import jax
@@ -343,7 +344,7 @@ class Measurements(eqx.Module):
 def synthetic_measurements(
     key: PRNGKeyArray,
     model: AbstractModel,
-    theta: Float[ArrayLike, " n_params"],
+    theta: Float[ArrayLike, " n_params"] | Mapping[str, float],
     sigma: ArrayLike,
     noise: str = "multiplicative",
     mask: ArrayLike | None = None,
@@ -359,7 +360,8 @@ def synthetic_measurements(
     Args:
         key: a ``jax.random`` key; the same key gives the same data.
         model: the model to simulate (times, outputs and default mask come from it).
-        theta: physical parameter vector, ``(n_params,)``, float64.
+        theta: physical parameter vector, ``(n_params,)``, float64, or ``{name: value}``
+            (parameters not named at their nominal values).
         sigma: noise level: scalar, per output ``(n_outputs,)`` or per entry
             ``(n_times, n_outputs)``; stored in the result.
         noise: ``"multiplicative"`` or ``"additive"``.
@@ -370,14 +372,20 @@ def synthetic_measurements(
         `Measurements` at ``model.ts`` with the model's output names.
 
     Raises:
-        ValueError: unknown ``noise`` or invalid ``sigma`` / ``mask``.
+        ValueError: unknown ``noise``, invalid ``sigma`` / ``mask``, ``theta`` of the wrong
+            shape or naming an unknown parameter.
         SimulationError: the simulation at ``theta`` failed (NaN output).
     """
     if noise not in _NOISE_MODELS:
         raise ValueError(
             f"synthetic_measurements: noise must be 'multiplicative' or 'additive'; got {noise!r}"
         )
-    theta = jnp.asarray(theta)
+    if isinstance(theta, Mapping):  # {name: value}: the others at their nominal values, as the estimators take
+        try:
+            theta = model.parameters.to_vector(theta)
+        except ValueError as err:
+            raise ValueError(f"synthetic_measurements: theta: {err}") from None
+    theta = jnp.asarray(model.parameters.check_shape(theta, "synthetic_measurements: theta"))
     f, status = _simulate_with_status(model, theta)
     f, status = np.asarray(f), int(status)
     if status != SolveStatus.SUCCESS or not np.all(np.isfinite(f)):

@@ -329,3 +329,19 @@ def test_with_solver_accepts_good_values(model):
                                 adjoint=dfx.ForwardMode(), dt0=0.5, max_steps=np.int64(500))
     assert isinstance(changed.solver, dfx.Kvaerno5) and changed.dt0 == 0.5 and changed.max_steps == 500
     assert model.with_solver(dt0=None).dt0 is None
+
+
+def test_synthetic_measurements_take_a_dict_of_parameter_values(model):
+    key = jax.random.key(0)
+    by_name = jcalib.synthetic_measurements(key, model, {"kab": 2e-4}, sigma=0.05)
+    by_vector = jcalib.synthetic_measurements(key, model, np.array([2e-4, *model.parameters.nominal[1:]]), sigma=0.05)
+    np.testing.assert_array_equal(by_name.values, by_vector.values)  # the others at nominal
+
+
+@pytest.mark.parametrize("theta, fragment", [
+    ({"kxy": 1e-4}, "synthetic_measurements: theta: unknown parameter 'kxy'; known: 'kab', 'kac', 'kad'"),
+    ([1e-4, 1e-5], r"synthetic_measurements: theta must have shape \(n_params,\) with n_params=3"),
+])
+def test_synthetic_measurements_refuse_bad_theta(theta, fragment, model):
+    with pytest.raises(ValueError, match=fragment):
+        jcalib.synthetic_measurements(jax.random.key(0), model, theta, sigma=0.05)
