@@ -1,10 +1,12 @@
 """`jcalib` command line: list models, show parameter tables, simulate and plot, analyse
 sensitivity and identifiability, calibrate, sample posteriors.
 
-A user mistake (bad option value, unknown parameter, out-of-bounds --set/--start/--fix,
-unusable --out/--csv/--plot path, bad --data file, failed simulation) ends in one line
-``error: ...`` on stderr that names the problem and the fix, with exit code 2 and no
-traceback (``JCALIB_DEBUG=1`` shows it). Output folders and files are checked and created
+A user mistake (bad option value, unknown parameter, out-of-bounds --set/--start,
+unusable --out/--csv/--plot path, bad --data file, failed simulation, an estimator without a
+finite answer) ends in one line ``error: ...`` on stderr that names the problem and the fix,
+with exit code 2 and no traceback (``JCALIB_DEBUG=1`` shows it). A --fix value outside the
+parameter's bounds is allowed (a `CalibrationProblem` admits fixed values outside the bounds
+on purpose, e.g. a rate fixed to 0) and gets a one-line ``note: ...`` on stderr. Output folders and files are checked and created
 before any computation, and every result file is written atomically.
 """
 
@@ -344,6 +346,11 @@ def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, sta
     from jcalib.problem import CalibrationProblem
 
     fixed = _parameter_values(m.parameters, fix, "--fix", check_bounds=False)
+    for pname, value in fixed.items():
+        p = m.parameters[pname]
+        if not p.lower <= value <= p.upper:
+            typer.echo(f"note: --fix {pname}={value:g} lies outside its bounds [{p.lower:g}, {p.upper:g}]; allowed "
+                       "for a fixed value (the problem widens its bounds to include it)", err=True)
     theta0 = _parameter_values(m.parameters, start, "--start")
     measurements = _data_file(data)
     problem = CalibrationProblem(m, measurements, fixed=fixed,
@@ -434,7 +441,8 @@ def sample(
     thin: Annotated[int, typer.Option(help="keep every THIN-th step")] = 1,
     warmup: Annotated[int, typer.Option(help="steps adapting a global step factor towards "
                                              "--target-acceptance; 0: the paper's prescaling only")] = 500,
-    target_acceptance: Annotated[float, typer.Option(help="warm-up target")] = 0.6,
+    target_acceptance: Annotated[float | None, typer.Option(help="warm-up target (default 0.6 for mala, "
+                                                                 "0.8 for hmc and nuts)")] = None,
     fraction: Annotated[float, typer.Option(help="prescaling step length, fraction of each "
                                                  "parameter's range")] = 0.02,
     free: Annotated[str | None, typer.Option(help="comma-separated free parameters "
@@ -443,27 +451,34 @@ def sample(
     start: Annotated[list[str] | None, typer.Option(help="start value name=value (default nominal)")] = None,
     gauss_newton: Annotated[bool, typer.Option(help="start the chains at the Gauss-Newton "
                                                     "estimate from --start")] = True,
-    preconditioner: Annotated[str, typer.Option(help="diagonal (the paper's prescaling) | laplace "
-                                                     "(dense: the inverse Hessian at the start; follows "
-                                                     "correlated parameters)")] = "diagonal",
+    preconditioner: Annotated[str | None, typer.Option(help="diagonal (the paper's prescaling; default of "
+                                                            "mala) | laplace (dense: the inverse Hessian at "
+                                                            "the start; follows correlated parameters; "
+                                                            "default of hmc and nuts)")] = None,
+    kernel: Annotated[str, typer.Option(help="mala (the paper's prescaled MALA) | hmc | nuts (blackjax, "
+                                             "whitened by the Laplace covariance)")] = "mala",
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     out: Annotated[pathlib.Path | None, typer.Option(
         help="output folder (default results/sample/NAME)")] = None,
     option: Annotated[list[str] | None, typer.Option(help="factory option name=value")] = None,
 ):
-    """Sample the posterior by prescaled MALA (Wulkow et al. 2021); writes posterior.npz,
+    """Sample the posterior by prescaled MALA (Wulkow et al. 2021), HMC or NUTS; writes posterior.npz,
     metrics.json, KDE marginals, pair, trace and 90 % band plots. Sampler warnings (low
     acceptance, R-hat, ESS) are printed as ``warning: ...`` lines and kept in metrics.json."""
     import jax.numpy as jnp
 
     from jcalib import estimation, plotting
-    from jcalib.bayes import mala, predictive
+    from jcalib.bayes import KERNELS, Laplace, Prescaled, mala, predictive
     from jcalib.probability.likelihoods import LIKELIHOODS
 
     if likelihood not in LIKELIHOOD_WEIGHTING:
         raise ValueError(f"--likelihood must be one of {', '.join(LIKELIHOOD_WEIGHTING)}; got {likelihood!r}")
     if sigma is not None and sample_sigma:
         raise ValueError("give either --sigma (fixed noise) or --sample-sigma, not both")
+    if kernel not in KERNELS:
+        raise ValueError(f"--kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
+    if preconditioner is None:
+        preconditioner = "diagonal" if kernel == "mala" else "laplace"
     if preconditioner not in ("diagonal", "laplace"):
         raise ValueError(f"--preconditioner must be diagonal or laplace; got {preconditioner!r}")
     for flag, what, value, least in (("--steps", "n_steps", steps, 1), ("--chains", "n_chains", chains, 1),
@@ -472,7 +487,7 @@ def sample(
         if value < least:
             kind = "a positive integer" if least else "a non-negative integer"
             raise ValueError(f"{flag}: {what} must be {kind}; got {value}")
-    if not 0 < target_acceptance < 1:
+    if target_acceptance is not None and not 0 < target_acceptance < 1:
         raise ValueError(f"--target-acceptance must lie in (0, 1); got {target_acceptance}")
     if not (fraction > 0 and math.isfinite(fraction)):
         raise ValueError(f"--fraction must be a positive number; got {fraction}")
@@ -494,8 +509,8 @@ def sample(
         warnings_module.simplefilter("always")
         result = mala.sample(jax.random.key(seed), problem, z0, steps, n_chains=chains, burn_in=burn,
                              thin=thin, fraction=fraction, warmup=warmup,
-                             preconditioner=None if preconditioner == "diagonal" else preconditioner,
-                             target_acceptance=target_acceptance, progress=True)
+                             preconditioner=Prescaled(fraction) if preconditioner == "diagonal" else Laplace(),
+                             target_acceptance=target_acceptance, progress=kernel == "mala", kernel=kernel)
     sampler_warnings = _sampler_warnings(result, caught)
     result.save(out / "posterior.npz")
     bands = predictive.predictive_bands(problem, result.samples_internal[:, :: max(1, result.n_draws // 250)])

@@ -1,12 +1,13 @@
-"""The Laplace preconditioner: the analytic covariance of a Gaussian posterior, the floor on
-flat directions, and use through sample(preconditioner="laplace")."""
+"""The preconditioner strategies: the Laplace covariance of a Gaussian posterior (analytic), the
+floor on flat directions, use through sample(preconditioner=Laplace()) and the short forms
+("laplace", a matrix, None) giving the same chains as the objects."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jcalib.bayes import laplace_covariance, mala
+from jcalib.bayes import DenseMetric, Laplace, Prescaled, laplace_covariance, mala
 from tests.bayes.test_mala import RIDGE_COV, _analytic, _logdensity, _ridge
 
 
@@ -33,6 +34,32 @@ def test_sample_with_the_laplace_preconditioner():
                          preconditioner="laplace", bounds=(jnp.full(2, -1e3), jnp.full(2, 1e3)))
     np.testing.assert_allclose(result.extra["preconditioner"], RIDGE_COV, rtol=1e-5)
     assert np.all(result.ess_bulk > 500)
+
+
+def test_short_forms_are_the_strategy_objects():
+    box = (jnp.full(2, -1e3), jnp.full(2, 1e3))
+    kwargs = dict(n_chains=2, warmup=20, bounds=box)
+    laplace = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=Laplace(), **kwargs)
+    short = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner="laplace", **kwargs)
+    np.testing.assert_array_equal(laplace.samples, short.samples)
+    dense = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=DenseMetric(RIDGE_COV), **kwargs)
+    matrix = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=RIDGE_COV, **kwargs)
+    np.testing.assert_array_equal(dense.samples, matrix.samples)
+    prescaled = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=Prescaled(1e-3), **kwargs)
+    fraction = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, fraction=1e-3, **kwargs)
+    np.testing.assert_array_equal(prescaled.samples, fraction.samples)
+    np.testing.assert_allclose(prescaled.extra["tau"], 1e-3 * 2e3)
+    assert not np.allclose(prescaled.samples, dense.samples)
+
+
+def test_laplace_settings_reach_the_covariance():
+    """max_sd floors the flat direction of `flat` (test above) at the given sd."""
+    def flat(x):
+        return -0.5 * (x[0] + x[1]) ** 2 / 0.01
+
+    cov = Laplace(max_sd=0.5).covariance(flat, jnp.zeros(2))
+    v_flat = np.array([1.0, -1.0]) / np.sqrt(2)
+    assert v_flat @ cov @ v_flat == pytest.approx(0.25, rel=1e-6)
 
 
 def test_bad_input():
