@@ -6,8 +6,9 @@ unusable --out/--csv/--plot path, bad --data file, failed simulation, an estimat
 finite answer) ends in one line ``error: ...`` on stderr that names the problem and the fix,
 with exit code 2 and no traceback (``JCALIB_DEBUG=1`` shows it). A --fix value outside the
 parameter's bounds is allowed (a `CalibrationProblem` admits fixed values outside the bounds
-on purpose, e.g. a rate fixed to 0) and gets a one-line ``note: ...`` on stderr. Output folders and files are checked and created
-before any computation, and every result file is written atomically.
+on purpose, e.g. a rate fixed to 0) and gets a one-line ``note: ...`` on stderr. Output
+folders and files are checked and created before any computation, and every result file is
+written atomically.
 """
 
 from __future__ import annotations

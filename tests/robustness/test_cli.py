@@ -233,3 +233,16 @@ def test_calibrate_without_a_finite_answer_exits_2(huge_data, tmp_path, method, 
     assert len(errors) == 1 and message in errors[0], errors
     assert "overflows" in errors[0] and "Traceback" not in result.output
     assert not list(tmp_path.iterdir())  # no metrics, no figures
+
+
+def test_fix_outside_the_bounds_gets_a_note(files, tmp_path, refuse_computation):
+    # allowed on purpose (CalibrationProblem widens a fixed parameter's bounds), but said on stderr; the note
+    # comes before any computation (refused here, so that the test stays fast)
+    result = runner.invoke(app, ["calibrate", M, "--data", files["data"], "--fix", "kad=-2e-6", "--free", "kab",
+                                 "--method", "trf", "--out", str(tmp_path)])
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == ["note: --fix kad=-2e-06 lies outside its bounds [1e-06, 0.0001]; allowed for a fixed value (the "
+                     "problem widens its bounds to include it)"], result.stderr
+    inside = runner.invoke(app, ["calibrate", M, "--data", files["data"], "--fix", "kad=2e-6", "--free", "kab",
+                                 "--method", "trf", "--out", str(tmp_path / "inside")])
+    assert "note:" not in inside.stderr
