@@ -73,7 +73,7 @@ from tqdm.auto import tqdm
 from jcalib import fileio
 from jcalib.bayes.recovery import estimate_errors, recovery_metrics
 from jcalib.jsonable import to_jsonable
-from jcalib.model import SolveStatus, simulate_batch
+from jcalib.model import AbstractSimulator, SolveStatus, check_simulator, simulate_batch
 from jcalib.nn.bayesflow import TRAINING_RANGE_MARGIN, AmortizedPosterior, BayesFlowConfig, outside_training_range
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig
 from jcalib.nn.training import TrainingConfig
@@ -385,7 +385,7 @@ class IdentificationResult(eqx.Module):
 # --- the workflows --------------------------------------------------------------------------------
 def iterative_identification(
     key: PRNGKeyArray,
-    model,
+    model: AbstractSimulator,
     observation,
     *,
     data: tuple[ArrayLike, ArrayLike] | None = None,
@@ -400,8 +400,7 @@ def iterative_identification(
 
     Args:
         key: a ``jax.random`` key (data, Sobol' designs, posterior draws); same key, same result.
-        model: the true simulation model (a jcalib model: ``parameters``,
-            ``simulate_with_status``, ``experiment``).
+        model: the true simulation model (a `jcalib.AbstractSimulator`, e.g. a jcalib model).
         observation: the data to calibrate to, ``(n_times, n_outputs)`` at the model's times,
             or `jcalib.data.Measurements` at those times with every entry measured.
         data: ``(thetas, trajectories)`` of step 1 from the true model (``(n, n_params)``
@@ -482,7 +481,7 @@ def iterative_identification(
 
 def one_shot_identification(
     key: PRNGKeyArray,
-    model,
+    model: AbstractSimulator,
     observation,
     *,
     data: tuple[ArrayLike, ArrayLike] | None = None,
@@ -531,9 +530,7 @@ class _Setup:
 def _prepare(key, model, observation, data, val, n_train, n_val, truth, config, where) -> _Setup:
     """Checks, the step-1 data (simulated when not given) and the observation as an array."""
     start = time.perf_counter()
-    if not all(hasattr(model, a) for a in ("parameters", "simulate_with_status")):
-        raise ValueError(f"{where}: model must be a jcalib model (parameters, simulate_with_status); got "
-                         f"{type(model).__name__}")
+    check_simulator(model, where, "model")
     if not jax.config.jax_enable_x64:
         raise ValueError(f"{where} needs float64 simulations: call jax.config.update('jax_enable_x64', True) first")
     space = model.parameters
@@ -573,9 +570,9 @@ def _surrogate(model, surrogate, setup: _Setup, config: IdentificationConfig):
     elif isinstance(surrogate, PELSVAE):
         surrogate = surrogate.surrogate
     where = "iterative_identification"
-    if not all(hasattr(surrogate, a) for a in ("parameters", "simulate_with_status", "output_names", "ts")):
-        raise ValueError(f"{where}: surrogate must be a trained PELSVAE or its Surrogate; got "
-                         f"{type(surrogate).__name__}")
+    if not isinstance(surrogate, AbstractSimulator):
+        raise ValueError(f"{where}: surrogate must be a trained PELSVAE or a jcalib simulator (its Surrogate: any "
+                         f"jcalib.AbstractSimulator); got {type(surrogate).__name__}")
     if tuple(surrogate.parameters.names) != tuple(model.parameters.names):
         raise ValueError(f"{where}: the surrogate's parameters {surrogate.parameters.names} are not the model's "
                          f"{model.parameters.names}; train it on the model's parameter space")
@@ -736,12 +733,20 @@ def _fix(space: ParameterSpace, thetas: np.ndarray, fixed: Mapping[str, float]) 
     return out
 
 
-class _Conditioned(eqx.Module):
+class _Conditioned(AbstractSimulator):
     """A model (or surrogate) whose parameter space has the identified parameters' nominal
     values at their estimates, so that `sobol_indices` on a subspace holds them there."""
 
-    base: object
+    base: AbstractSimulator
     parameters: ParameterSpace = eqx.field(static=True)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.base.output_names
+
+    @property
+    def ts(self):
+        return self.base.ts
 
     def simulate_with_status(self, theta):
         return self.base.simulate_with_status(theta)

@@ -52,6 +52,8 @@ from jcalib.estimation.global_search import differential_evolution
 from jcalib.estimation.least_squares import least_squares_trf
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
+from jcalib.model import AbstractSimulator
+from jcalib.nn.pelsvae import PELSVAE
 from jcalib.problem import CalibrationProblem
 
 __all__ = ["SurrogateCalibrationResult", "surrogate_calibration", "surrogate_problem"]
@@ -139,15 +141,14 @@ def surrogate_problem(problem: CalibrationProblem, surrogate) -> CalibrationProb
     Args:
         problem: the true calibration problem (without noise parameters).
         surrogate: a `jcalib.nn.pelsvae.Surrogate`, a trained `jcalib.nn.pelsvae.PELSVAE`
-            (its ``surrogate``) or any model-like object with ``parameters``,
-            ``output_names``, ``ts`` and ``simulate_with_status``.
+            (its ``surrogate``) or any other `jcalib.AbstractSimulator`.
 
     Returns:
         A `CalibrationProblem` on the surrogate; its box of the free parameters is the
         surrogate's (its training box), which must lie within the problem's.
 
     Raises:
-        ValueError: the surrogate is not model-like; its parameters (names, order), outputs
+        ValueError: the surrogate is not a simulator; its parameters (names, order), outputs
             or observation times differ from the problem's; its box of a free parameter is
             not within the problem's bounds; a fixed parameter lies outside its box (a
             PELS-VAE gives NaN there); the problem has noise parameters.
@@ -214,7 +215,7 @@ def surrogate_calibration(
         key: a ``jax.random`` key for the differential evolution; same key, same result.
         problem: the true calibration problem (the polish simulates its model).
         surrogate: a trained `jcalib.nn.pelsvae.PELSVAE`, its `Surrogate`, or any cheap
-            model-like stand-in observed at the measurement times (see `surrogate_problem`).
+            `jcalib.AbstractSimulator` observed at the measurement times (see `surrogate_problem`).
         polish: run the TRF polish (False: phase 1 only, one true-model simulation for the
             gap).
         n_training_simulations: true-model simulations spent on the surrogate (counted in
@@ -245,7 +246,7 @@ def surrogate_calibration(
             "surrogate); the true-model polish is surrogate_calibration(polish=True)"
         )
     if n_training_simulations is None:
-        n_training_simulations = getattr(surrogate, "n_train", None) or 0
+        n_training_simulations = (surrogate.n_train if isinstance(surrogate, PELSVAE) else None) or 0
     if (isinstance(n_training_simulations, bool) or not isinstance(n_training_simulations, (int, np.integer))
             or n_training_simulations < 0):
         raise ValueError(
@@ -253,7 +254,7 @@ def surrogate_calibration(
             f"{n_training_simulations!r}"
         )
     phases = {} if durations is None else {str(k): float(v) for k, v in durations.items()}
-    training = getattr(surrogate, "training", None)
+    training = surrogate.training if isinstance(surrogate, PELSVAE) else None
     if training is not None and "training_s" not in phases:
         phases["training_s"] = float(training.wall_time_s)
     cheap = surrogate_problem(problem, surrogate)
@@ -289,15 +290,14 @@ def surrogate_calibration(
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-def _unwrap(surrogate):
-    """A PELSVAE's surrogate, or the object itself when it looks like a model."""
-    if hasattr(surrogate, "surrogate") and not hasattr(surrogate, "simulate_with_status"):
-        surrogate = surrogate.surrogate  # a PELSVAE (raises its own error when untrained)
-    missing = [a for a in ("parameters", "output_names", "ts", "simulate_with_status") if not hasattr(surrogate, a)]
-    if missing:
+def _unwrap(surrogate) -> AbstractSimulator:
+    """A PELSVAE's surrogate, or the simulator itself."""
+    if isinstance(surrogate, PELSVAE):
+        surrogate = surrogate.surrogate  # raises its own error when untrained
+    if not isinstance(surrogate, AbstractSimulator):
         raise ValueError(
-            f"surrogate_calibration: surrogate must be a trained PELSVAE, a Surrogate or a model-like "
-            f"object; got {type(surrogate).__name__} without {', '.join(missing)}"
+            f"surrogate_calibration: surrogate must be a trained PELSVAE or a jcalib simulator (its Surrogate, "
+            f"a model, a FunctionSimulator: any jcalib.AbstractSimulator); got {type(surrogate).__name__}"
         )
     return surrogate
 

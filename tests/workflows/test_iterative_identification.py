@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from jcalib.data import Measurements
-from jcalib.model import Experiment
+from jcalib.model import AbstractSimulator, Experiment
 from jcalib.nn.bayesflow import BayesFlowConfig
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import Parameter, ParameterSpace
@@ -32,8 +32,8 @@ WEIGHT = 0.01  # the weak parameter's share of the output
 TRUTH = np.array([1.1, 1.3, 0.7])
 
 
-class WeakParameterModel(eqx.Module):
-    """``y(t) = a exp(-b t) + w c sin(4 pi t)``: a model-like object for `simulate_batch`."""
+class WeakParameterModel(AbstractSimulator):
+    """``y(t) = a exp(-b t) + w c sin(4 pi t)``: a simulator of its own for `simulate_batch`."""
 
     experiment: Experiment
     weight: float = eqx.field(static=True)
@@ -51,17 +51,10 @@ class WeakParameterModel(eqx.Module):
     def ts(self):
         return self.experiment.ts
 
-    @property
-    def n_outputs(self):
-        return 1
-
     def simulate_with_status(self, theta):
         t = self.experiment.ts
         y = theta[0] * jnp.exp(-theta[1] * t) + self.weight * theta[2] * jnp.sin(4.0 * jnp.pi * t)
         return y[:, None], jnp.asarray(0, dtype=jnp.int32)
-
-    def simulate(self, theta):
-        return self.simulate_with_status(theta)[0]
 
 
 def small_config(**changes) -> IdentificationConfig:
@@ -197,6 +190,22 @@ def test_bad_measurements(problem):
     gappy = Measurements(np.asarray(model.ts), observation, mask=mask)
     with pytest.raises(ValueError, match="miss 1 entries"):
         iterative_identification(jax.random.key(0), model, gappy, config=small_config())
+
+
+def test_non_simulators_are_refused(problem):
+    model, observation = problem
+    data = (np.tile(TRUTH, (4, 1)), np.tile(observation, (4, 1, 1)))
+    with pytest.raises(ValueError, match=r"iterative_identification: model must be a jcalib simulator \(an "
+                                         r"AbstractModel, .*got function; wrap a plain function"):
+        iterative_identification(jax.random.key(0), lambda theta: theta, observation, data=data, val=data,
+                                 config=small_config(regenerate_observation=False))
+    with pytest.raises(ValueError, match=r"one_shot_identification: model must be a jcalib simulator .*got dict"):
+        one_shot_identification(jax.random.key(0), {"parameters": model.parameters}, observation, data=data,
+                                val=data, config=small_config(regenerate_observation=False))
+    with pytest.raises(ValueError, match=r"iterative_identification: surrogate must be a trained PELSVAE or a jcalib "
+                                         r"simulator \(its Surrogate: any jcalib.AbstractSimulator\); got object"):
+        iterative_identification(jax.random.key(0), model, observation, data=data, val=data, surrogate=object(),
+                                 config=small_config(generator="surrogate", regenerate_observation=False))
 
 
 def test_surrogate_with_model_generator_is_refused(problem):

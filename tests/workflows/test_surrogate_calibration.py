@@ -194,7 +194,9 @@ def test_noise_parameters_and_options(case):
         surrogate_calibration(jax.random.key(0), problem, vae, screening_options={"polish": True})
     with pytest.raises(ValueError, match="n_training_simulations must be a non-negative integer; got -1"):
         surrogate_calibration(jax.random.key(0), problem, vae, n_training_simulations=-1)
-    with pytest.raises(ValueError, match="surrogate must be a trained PELSVAE, a Surrogate or a model-like"):
+    with pytest.raises(ValueError, match=r"surrogate_calibration: surrogate must be a trained PELSVAE or a jcalib "
+                                         r"simulator \(its Surrogate, a model, a FunctionSimulator: any "
+                                         r"jcalib.AbstractSimulator\); got object"):
         surrogate_calibration(jax.random.key(0), problem, object())
     with pytest.raises(ValueError, match="not trained yet"):
         surrogate_calibration(jax.random.key(0), problem, PELSVAE())
