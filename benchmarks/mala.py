@@ -1,4 +1,4 @@
-"""Bayesian sampling: jcalib prescaled MALA versus finite-difference MALA over scipy and blackjax NUTS.
+"""Bayesian sampling: jcalib prescaled MALA and NUTS versus finite-difference MALA over scipy and blackjax NUTS.
 
 Case: the polymerization paper's Test 2 posterior (Wulkow et al. 2021, §3.2.2). Data from the
 "real" model (recipe 1, nominal parameters) with 5 % multiplicative noise on [M] (30 times)
@@ -7,7 +7,7 @@ and Mw (500, 1000, 2000, 5000 s); the simple model with quasi-steady radicals (T
 (f, log kt,c), relative-Gaussian likelihood with σ = 0.05, uniform prior on the box. Every
 chain starts at the Gauss-Newton estimate (start f = 1, kt,c = 1e6, as in the paper).
 
-Four samplers in the same run:
+Five samplers in the same run:
 
 - jcalib: `jcalib.bayes.mala.sample`, prescaled MALA (fraction 1/200 of the prior range, the
   paper's value for this case) with ``warmup`` steps of dual averaging of one global factor
@@ -15,7 +15,10 @@ Four samplers in the same run:
   per chain, chains vmapped, gradients by reverse-mode autodiff through the diffrax solve,
   all jitted. Run twice with the same key: the first call compiles, the second is timed.
 - jcalib_laplace: the same, preconditioned by the Laplace covariance at the start
-  (``preconditioner="laplace"``, not in the paper): the proposal follows the f / kt,c ridge.
+  (``preconditioner=Laplace()``, not in the paper): the proposal follows the f / kt,c ridge.
+- jcalib_nuts: ``sample(..., kernel="nuts")``, blackjax's NUTS kernel whitened by the same
+  Laplace covariance (inverse mass matrix), the step size adapted by dual averaging over
+  ``warmup`` steps, then ``burn_in`` and ``n_steps`` as jcalib's MALA; timed the same way.
 - fd: the same algorithm (prescaled) written as a user without autodiff would: a NumPy right-hand side
   of the same QSS model solved by ``scipy.integrate.solve_ivp`` (LSODA, the same rtol/atol
   on the same scaled states), the same log posterior (likelihood, prior, internal
@@ -68,7 +71,7 @@ from scipy.integrate import solve_ivp  # noqa: E402
 import jcalib  # noqa: E402
 from benchmarks import common  # noqa: E402
 from benchmarks.scipy_reference.radical_polymerization_simple import build as simple_qss_build  # noqa: E402
-from jcalib.bayes import diagnostics  # noqa: E402
+from jcalib.bayes import Laplace, Prescaled, diagnostics  # noqa: E402
 from jcalib.bayes.mala import sample  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
@@ -287,10 +290,12 @@ def check_scipy_posterior(problem, target: ScipyPosterior, points, logdensities,
     return out
 
 
-def run_jcalib(problem, key, z0, sizes, n_chains, preconditioner=None):
+def run_jcalib(problem, key, z0, sizes, n_chains, preconditioner=None, kernel="mala"):
     """`sample` twice with the same key (compile + run, then run); summary row and result."""
-    settings = dict(n_chains=n_chains, burn_in=sizes["burn_in"], warmup=sizes["warmup"], fraction=FRACTION,
-                    preconditioner=preconditioner)
+    if preconditioner is None:
+        preconditioner = Prescaled(FRACTION)
+    settings = dict(n_chains=n_chains, burn_in=sizes["burn_in"], warmup=sizes["warmup"],
+                    preconditioner=preconditioner, kernel=kernel)
     n_steps = sizes["n_steps"]
     t = time.perf_counter()
     first = sample(key, problem, z0, n_steps, **settings)
@@ -300,7 +305,9 @@ def run_jcalib(problem, key, z0, sizes, n_chains, preconditioner=None):
     run_s = time.perf_counter() - t
     assert np.array_equal(first.samples_internal, post.samples_internal)
     row = posterior_summary(problem, post.samples_internal)
-    kind = "prescaled MALA" if preconditioner is None else "MALA preconditioned by the Laplace covariance at the start"
+    kind = ("prescaled MALA" if isinstance(preconditioner, Prescaled) else
+            f"{kernel.upper()} {'preconditioned' if kernel == 'mala' else 'whitened'} by the Laplace covariance at "
+            "the start")
     row.update({
         "method": f"jcalib.bayes.mala.sample: {kind}, autodiff gradients, jitted, chains vmapped",
         "compile_s": first_s - run_s, "run_s": run_s, "compile_plus_run_s": first_s,
@@ -344,9 +351,18 @@ def main(argv=None):
           f"min ESS {jc['ess_bulk_min']:.0f}, {jc['ess_per_second']:.1f} ESS/s", flush=True)
 
     # the same with the dense Laplace preconditioner (not in the paper; jcalib's option for ridges)
-    lap, _ = run_jcalib(problem, key_mala, z0, sizes, n_chains, preconditioner="laplace")
+    lap, _ = run_jcalib(problem, key_mala, z0, sizes, n_chains, preconditioner=Laplace())
     print(f"  jcalib (laplace): {lap['run_s']:.2f} s (+ {lap['compile_s']:.1f} s compile), acceptance "
           f"{lap['acceptance']:.2f}, min ESS {lap['ess_bulk_min']:.0f}, {lap['ess_per_second']:.1f} ESS/s", flush=True)
+
+    # jcalib's NUTS: blackjax's kernel whitened by the same Laplace covariance
+    jnuts, jnuts_post = run_jcalib(problem, key_mala, z0, sizes, n_chains, preconditioner=Laplace(), kernel="nuts")
+    jnuts.update({"n_divergent": int(np.sum(jnuts_post.extra["divergences"])),
+                  "mean_integration_steps": jnuts_post.extra["mean_integration_steps"],
+                  "all_finite": bool(np.all(np.isfinite(jnuts_post.samples)))})
+    print(f"  jcalib (nuts, laplace): {jnuts['run_s']:.2f} s (+ {jnuts['compile_s']:.1f} s compile), acceptance "
+          f"{jnuts['acceptance']:.2f}, min ESS {jnuts['ess_bulk_min']:.0f}, {jnuts['ess_per_second']:.1f} ESS/s",
+          flush=True)
 
     # finite-difference MALA over scipy, same step sizes P
     target = ScipyPosterior(problem)
@@ -420,6 +436,7 @@ def main(argv=None):
         "jcalib_laplace_vs_fd_at_jcalib_ess_per_step":
             lap["ess_per_second"] / fd["ess_per_second_at_jcalib_ess_per_step"],
         "jcalib_laplace_vs_nuts": lap["ess_per_second"] / nuts["ess_per_second"],
+        "jcalib_nuts_vs_nuts": jnuts["ess_per_second"] / nuts["ess_per_second"],
     }
     ratios["target_100x_vs_fd_met"] = {
         "fd_own_ess": bool(ratios["jcalib_vs_fd"] >= TARGET),
@@ -432,7 +449,8 @@ def main(argv=None):
           f"{ratios['jcalib_vs_fd_at_equal_ess_per_step']:.0f}x at equal ESS per step; "
           f"jcalib/nuts {ratios['jcalib_vs_nuts']:.2f}x; laplace: jcalib/fd "
           f"{ratios['jcalib_laplace_vs_fd_at_jcalib_ess_per_step']:.0f}x, jcalib/nuts "
-          f"{ratios['jcalib_laplace_vs_nuts']:.2f}x", flush=True)
+          f"{ratios['jcalib_laplace_vs_nuts']:.2f}x; jcalib nuts (laplace)/blackjax nuts "
+          f"{ratios['jcalib_nuts_vs_nuts']:.2f}x", flush=True)
 
     report = {
         "benchmark": "mala",
@@ -449,6 +467,7 @@ def main(argv=None):
         "scipy_check": check,
         "jcalib": jc,
         "jcalib_laplace": lap,
+        "jcalib_nuts": jnuts,
         "fd": fd,
         "nuts": nuts,
         "jcalib_chain_scaling": sweep,

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
 from experiments import common  # noqa: E402
-from jcalib.bayes import mala, predictive  # noqa: E402
+from jcalib.bayes import DenseMetric, mala, predictive  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.estimation.uncertainty import parameter_covariance  # noqa: E402
@@ -214,7 +214,8 @@ def main(argv=None):
     start_fit = gauss_newton(problem, START)
     covariance = parameter_covariance(problem, start_fit, sigma=args.sigma).covariance_internal
     posterior = mala.sample(mala_key, problem, start_fit.theta_internal, steps, n_chains=chains,
-                            burn_in=burn_in, preconditioner=covariance, warmup=warmup, progress=not args.quick)
+                            burn_in=burn_in, preconditioner=DenseMetric(covariance), warmup=warmup,
+                            progress=not args.quick)
     posterior.save(args.out / "posterior.npz")
     bayes_s = time.perf_counter() - t
 

@@ -63,7 +63,7 @@ from experiments.reactions_bayesian import (  # noqa: E402  (shared posterior an
     posterior_summary,
     sampling_problem,
 )
-from jcalib.bayes import mala  # noqa: E402
+from jcalib.bayes import Prescaled, mala  # noqa: E402
 from jcalib.bayes.predictive import prediction_bands, predictive_bands  # noqa: E402
 from jcalib.bayes.result import PosteriorResult  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
@@ -104,7 +104,7 @@ def run_test(key, name, model, data, sigma, n_chains, n_steps, burn_in, progress
     problem = sampling_problem(model, data, spec["outputs"], sigma, free=spec["free"], fixed=spec["fixed"])
     starts = [problem.to_internal(jnp.asarray([s[n] for n in problem.free_names])) for s in spec["starts"]]
     runs = [mala.sample(k, problem, starts[c % len(starts)], n_steps, n_chains=1, burn_in=burn_in,
-                        fraction=FRACTION, warmup=WARMUP, progress=progress)
+                        preconditioner=Prescaled(FRACTION), warmup=WARMUP, progress=progress)
             for c, k in enumerate(jax.random.split(key, n_chains))]
     return pool_chains(runs)
 

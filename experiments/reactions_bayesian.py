@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 import jcalib  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.reactions_classical import TRUTH, _problem, fit_case  # noqa: E402  (same data, same fits)
-from jcalib.bayes import mala  # noqa: E402
+from jcalib.bayes import Prescaled, mala  # noqa: E402
 from jcalib.bayes.predictive import prediction_bands, predictive_bands  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
@@ -153,7 +153,8 @@ def main(argv=None):
             fit, _ = fit_case(_problem(model, data[sigma], observe), sigma)
             start, start_note = fit["estimate"], f"Gauss-Newton from {fit['best_start']}, R_X {fit['R_X']:.3g}"
         result = mala.sample(key, problem, problem.to_internal(jnp.asarray([start[n] for n in TRUTH])), n_steps,
-                             n_chains=n_chains, burn_in=burn_in, fraction=FRACTION, progress=not args.quick)
+                             n_chains=n_chains, burn_in=burn_in, preconditioner=Prescaled(FRACTION),
+                             progress=not args.quick)
         result.save(args.out / f"posterior_{observe}_sigma{sigma}.npz")
         results[label] = result
         cases[label] = {"observe": observe, "sigma": sigma, "start": start, "start_from": start_note,

@@ -8,10 +8,10 @@ import pytest
 
 from tests.helpers import load_script
 
-METHODS = ("jcalib", "jcalib_laplace", "fd", "nuts")
+METHODS = ("jcalib", "jcalib_laplace", "jcalib_nuts", "fd", "nuts")
 
 
-@pytest.mark.slow  # ~90 s: compiles four samplers (jcalib x2, NUTS, scipy loop)
+@pytest.mark.slow  # ~2 min: compiles five samplers (jcalib MALA x2 and NUTS, blackjax NUTS, scipy loop)
 def test_mala_benchmark_quick(tmp_path):
     out = tmp_path / "mala.json"
     report = load_script("benchmarks/mala.py").main(["--quick", "--out", str(out)])
