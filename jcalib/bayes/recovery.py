@@ -43,7 +43,7 @@ from jaxtyping import ArrayLike, Float
 from jcalib.jsonable import to_jsonable
 from jcalib.parameters import ParameterSpace
 
-__all__ = ["RecoveryResult", "estimate_errors", "recovery_metrics", "space_prior_variance"]
+__all__ = ["RecoveryResult", "estimate_errors", "recovery_metrics", "relative_errors", "space_prior_variance"]
 
 _PER_PARAMETER = ("relative_error", "sd_normalised", "coverage", "r2", "rmse", "nrmse", "contraction")
 
@@ -209,15 +209,27 @@ def recovery_metrics(
     if np.any(~np.isfinite(prior_var) | (prior_var <= 0)):
         raise ValueError(f"recovery_metrics: prior variances must be positive; got {prior_var}")
 
-    err = means - truths
-    with np.errstate(divide="ignore", invalid="ignore"):
-        relative = np.where(truths != 0, np.abs(err) / np.abs(truths), np.nan)
+    relative = np.abs(relative_errors(truths, means))
     rmse, r2, nrmse = estimate_errors(truths, means, value_range)
     return RecoveryResult(
         names=names, truths=truths, estimates=means, sds=sds, lower=lower, upper=upper, level=float(level),
         relative_error=np.mean(relative, axis=0), sd_normalised=np.mean(sds, axis=0) / value_range,
         coverage=np.mean((truths >= lower) & (truths <= upper), axis=0), r2=r2, rmse=rmse, nrmse=nrmse,
         contraction=1.0 - np.mean(sds**2, axis=0) / prior_var, value_range=value_range, prior_variance=prior_var)
+
+
+def relative_errors(truths: Float[ArrayLike, "..."], estimates: Float[ArrayLike, "..."]) -> np.ndarray:
+    """Signed relative errors ``ε = (estimate − truth) / truth``, elementwise (broadcast), NaN where
+    a truth is 0: the IMPU paper's eq. 18 (`jcalib.nn.impu.relative_error_metrics`, the digital
+    twin's parameter errors) and, as ``|ε|``, Zhang & Mikelsons' error rate ER (`recovery_metrics`).
+
+    Example:
+        >>> relative_errors([2.0, 0.0, -4.0], [2.5, 1.0, -3.0]).tolist()
+        [0.25, nan, -0.25]
+    """
+    truths, estimates = np.asarray(truths, np.float64), np.asarray(estimates, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(truths != 0, (estimates - truths) / truths, np.nan)
 
 
 def estimate_errors(

@@ -69,8 +69,9 @@ from jcalib._warnings import warn_user
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator, check_simulator, simulate_batch
 from jcalib.nn import training as _training
+from jcalib.nn.data import check_training_data
 from jcalib.nn.flows import CouplingFlow
-from jcalib.nn.layers import MLP, SequenceEncoder
+from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
 from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.probability.likelihoods import add_noise
@@ -83,6 +84,9 @@ SUMMARIES = ("lstm", "gru", "conv", "mlp")
 COORDINATES = ("physical", "internal")
 _FORMAT = "jcalib-bayesflow-1"
 _LOG_2PI = float(np.log(2.0 * np.pi))
+_CONSTANT_RTOL = 1e-12
+"""A parameter or output whose standard deviation over the training set is at most this times
+its magnitude does not vary (`Standardizer.fit`'s ``rtol``): it is centred, not rescaled."""
 _ACTNORM_INIT_SAMPLES = 1024  # samples of the data-dependent ActNorm initialisation
 _MAX_REDRAWS = 10  # fit_online: rounds of replacing failed simulations by fresh draws
 _MAX_REJECTION_ROUNDS = 50  # sample: rounds of n draws to find n inside the bounds (acceptance >= 2 %)
@@ -497,17 +501,26 @@ class AmortizedPosterior:
     def _setup(self, space: ParameterSpace, thetas: np.ndarray, xs: np.ndarray) -> None:
         internal = np.asarray(space.to_internal(thetas), np.float64)
         self._space = space
-        self._stats = {"theta_mean": internal.mean(axis=0), "theta_std": _std(internal, 0),
-                       "x_mean": xs.mean(axis=(0, 1)), "x_std": _std(xs, (0, 1)),
+        theta_scaler = Standardizer.fit(internal, 0, rtol=_CONSTANT_RTOL, dtype=_float_dtype())
+        x_scaler = Standardizer.fit(xs, (0, 1), rtol=_CONSTANT_RTOL, dtype=_float_dtype())  # per output
+        self._stats = {"theta_mean": np.asarray(theta_scaler.mean, np.float64),
+                       "theta_std": np.asarray(theta_scaler.std, np.float64),
+                       "x_mean": np.asarray(x_scaler.mean, np.float64), "x_std": np.asarray(x_scaler.std, np.float64),
                        "x_min": xs.min(axis=(0, 1)), "x_max": xs.max(axis=(0, 1))}  # the training range
         self.network = PosteriorNetwork(space.n_params, xs.shape[1], xs.shape[2], self.config,
                                         rngs=nnx.Rngs(self.config.seed))
         self._fns = {}
 
     def _normalised(self, thetas: np.ndarray, xs: np.ndarray) -> dict:
-        s = self._stats
-        u = (np.asarray(self._space.to_internal(thetas), np.float64) - s["theta_mean"]) / s["theta_std"]
-        return {"theta": u.astype(np.float32), "x": ((xs - s["x_mean"]) / s["x_std"]).astype(np.float32)}
+        theta_scaler, x_scaler = self._scalers()
+        u = theta_scaler(jnp.asarray(self._space.to_internal(thetas), _float_dtype()))
+        return {"theta": np.asarray(u, np.float32), "x": np.asarray(x_scaler(jnp.asarray(xs, _float_dtype())),
+                                                                     np.float32)}
+
+    def _scalers(self) -> tuple[Standardizer, Standardizer]:
+        """The standardisers of the internal parameters and of the observations (per output)."""
+        s = {k: jnp.asarray(v, _float_dtype()) for k, v in self._stats.items()}
+        return Standardizer(s["theta_mean"], s["theta_std"]), Standardizer(s["x_mean"], s["x_std"])
 
     def _train(self, train, val, config: TrainingConfig, checkpoint, fresh_start: bool = False) -> None:
         first = train(1) if callable(train) else train
@@ -541,15 +554,16 @@ class AmortizedPosterior:
         if name not in self._fns:
             graphdef, state = nnx.split(self.network)
             stats = {k: jnp.asarray(v, _float_dtype()) for k, v in self._stats.items()}
+            theta_scaler, x_scaler = self._scalers()
             space = self._space
 
             def normalise_x(x):
-                return ((x - _lead(stats["x_mean"], x)) / _lead(stats["x_std"], x)).astype(jnp.float32)
+                return x_scaler(x).astype(jnp.float32)
 
             def sample(state, key, x, n):
                 net = nnx.merge(graphdef, state)
                 u = net.flow.sample(key, net.summarize(normalise_x(x)), n).astype(x.dtype)
-                return space.to_physical(u * _lead(stats["theta_std"], u) + _lead(stats["theta_mean"], u))
+                return space.to_physical(theta_scaler.inverse(u))
 
             def log_prob(state, theta, x, internal):
                 net = nnx.merge(graphdef, state)
@@ -557,7 +571,7 @@ class AmortizedPosterior:
                 if x.ndim == 3:  # (n_obs, S) against theta (n_obs, [k,] n_params)
                     context = context.reshape(context.shape[0], *(1,) * (theta.ndim - 2), context.shape[-1])
                 theta_int = space.to_internal(theta)
-                u = (theta_int - _lead(stats["theta_mean"], theta_int)) / _lead(stats["theta_std"], theta_int)
+                u = theta_scaler(theta_int)
                 lp = net.flow.log_prob(u, context).astype(theta.dtype) - jnp.sum(jnp.log(stats["theta_std"]))
                 if not internal:  # density of θ: p(log θ) / θ for log-scale parameters
                     log_scale = _lead(jnp.asarray(space.log_scale), theta)
@@ -751,34 +765,8 @@ def _lead(stat: Array, x: Array) -> Array:
     return jnp.broadcast_to(jnp.reshape(stat, (1,) * (x.ndim - stat.ndim) + stat.shape), x.shape)
 
 
-def _std(x: np.ndarray, axis) -> np.ndarray:
-    std = x.std(axis=axis)
-    return np.where(std > 1e-12 * np.maximum(1.0, np.abs(x.mean(axis=axis))), std, 1.0)
-
-
 def _check_data(space: ParameterSpace, thetas, xs, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """Float64 NumPy copies after checking shapes, finiteness and the bounds."""
-    thetas = np.asarray(thetas, dtype=np.float64)
-    xs = np.asarray(xs, dtype=np.float64)
-    space.check_shape(thetas, f"AmortizedPosterior.{where}: thetas", batched=True)
-    if xs.ndim != 3 or xs.shape[0] != thetas.shape[0]:
-        raise ValueError(f"AmortizedPosterior.{where}: xs must have shape (n, n_times, n_outputs) with n = "
-                         f"{thetas.shape[0]} (the rows of thetas); got {xs.shape}")
-    bad = np.flatnonzero(~np.all(np.isfinite(thetas), axis=1))
-    if bad.size:
-        raise ValueError(f"AmortizedPosterior.{where}: thetas has NaN or inf in rows {bad[:10].tolist()}")
-    bad = np.flatnonzero(~np.all(np.isfinite(xs.reshape(xs.shape[0], -1)), axis=1))
-    if bad.size:
-        raise ValueError(f"AmortizedPosterior.{where}: xs have NaN or inf in samples {bad[:10].tolist()} "
-                         f"({bad.size} of {xs.shape[0]}); drop failed simulations first")
-    outside = (thetas < space.lower) | (thetas > space.upper)
-    if outside.any():
-        row, col = np.argwhere(outside)[0]
-        p = space.parameters[col]
-        raise ValueError(f"AmortizedPosterior.{where}: {int(outside.any(axis=1).sum())} samples lie outside the "
-                         f"parameter bounds, first: row {row}, {p.name} = {thetas[row, col]} not in "
-                         f"[{p.lower}, {p.upper}]; widen the bounds (space.replace(name, lower=..., upper=...))")
-    return thetas, xs
+    return check_training_data(space, thetas, xs, f"AmortizedPosterior.{where}")
 
 
 def _noise_fn(noise) -> Callable[[PRNGKeyArray, np.ndarray], np.ndarray]:

@@ -70,9 +70,11 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
+from jcalib.bayes.recovery import relative_errors
 from jcalib.jsonable import to_jsonable
 from jcalib.model import SolveStatus, check_simulator, simulate_batch
 from jcalib.nn import training as _training
+from jcalib.nn.data import check_training_data
 from jcalib.nn.features import FEATURE_TYPES, FeatureExtractor
 from jcalib.nn.layers import MLP, MinMaxScaler
 from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
@@ -230,7 +232,7 @@ def relative_error_metrics(theta_true: Float[ArrayLike, "n n_params"], theta_est
         raise ValueError(f"relative_error_metrics: needs at least 2 test samples; got {true.shape[0]}")
     if np.any(true == 0):
         raise ValueError("relative_error_metrics: a true parameter value is 0; relative errors are undefined")
-    err = (est - true) / true
+    err = relative_errors(true, est)
     outside = np.zeros(true.shape[0], bool) if outside is None else np.asarray(outside, bool)
     return IMPUMetrics(names=tuple(names), theta_true=jnp.asarray(true), theta_estimate=jnp.asarray(est),
                        errors=jnp.asarray(err), bias=jnp.asarray(err.mean(0)), sd=jnp.asarray(err.std(0, ddof=1)),
@@ -769,22 +771,10 @@ class InverseMapping:
         return values, ok
 
     def _check_data(self, thetas, signals, where: str):
-        thetas = np.asarray(thetas, dtype=np.float64)
-        signals = np.asarray(signals, dtype=np.float64)
-        self._space.check_shape(thetas, f"InverseMapping.{where}: thetas", batched=True)
-        n_out = None if self._output_names is None else len(self._output_names)
-        if (signals.ndim != 3 or signals.shape[0] != thetas.shape[0] or signals.shape[1] != self._ts.size
-                or (n_out is not None and signals.shape[2] != n_out)):
-            raise ValueError(f"InverseMapping.{where}: signals must have shape (n = {thetas.shape[0]}, n_times = "
-                             f"{self._ts.size}, n_outputs = {n_out if n_out is not None else '...'}); got "
-                             f"{signals.shape}")
-        if not np.all(np.isfinite(thetas)):
-            raise ValueError(f"InverseMapping.{where}: thetas contain NaN or inf")
-        bad = np.flatnonzero(~np.all(np.isfinite(signals.reshape(signals.shape[0], -1)), axis=1))
-        if bad.size:
-            raise ValueError(f"InverseMapping.{where}: signals have NaN or inf in samples {bad[:10].tolist()}; drop "
-                             "failed simulations first")
-        return thetas, signals
+        """`check_training_data` against this mapping's times and outputs (no bounds: the min-max
+        scalers span whatever the data span)."""
+        return check_training_data(self._space, thetas, signals, f"InverseMapping.{where}", what="signals",
+                                   n_times=self._ts.size, output_names=self._output_names, check_bounds=False)
 
     def _trained_extractor(self) -> FeatureExtractor:
         if self.extractor is None:

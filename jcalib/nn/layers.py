@@ -81,19 +81,40 @@ class SequenceEncoder(nnx.Module):
 
 
 class Standardizer(eqx.Module):
-    """z = (x - mean) / std per feature (statistics over the sample axes)."""
+    """z = (x - mean) / std per feature (statistics over the sample axes): the one standardiser of
+    jcalib (the PELS-VAE's outputs, the amortized posterior's parameters and observations, the
+    identification workflow's training elements).
+
+    Example:
+        >>> scaler = Standardizer.fit(jnp.array([[1.0, 5.0], [3.0, 5.0]]))
+        >>> scaler.mean.tolist(), scaler.std.tolist()  # the constant feature keeps std 1
+        ([2.0, 5.0], [1.0, 1.0])
+    """
 
     mean: Float[Array, "..."]
     std: Float[Array, "..."]
 
     @classmethod
-    def fit(cls, x: Float[ArrayLike, "n ..."], axis: int | Sequence[int] = 0, min_std: float = 1e-8) -> Standardizer:
-        """Statistics of ``x`` over ``axis`` (constant features get std 1)."""
+    def fit(cls, x: Float[ArrayLike, "n ..."], axis: int | Sequence[int] = 0, rtol: float = 1e-8,
+            dtype=jnp.float32) -> Standardizer:
+        """Mean and (population) standard deviation of ``x`` over ``axis``.
+
+        Args:
+            x: samples, finite.
+            axis: the sample axes.
+            rtol: a feature whose standard deviation is at most ``rtol * max(1, |mean|)`` does not
+                vary beyond round-off: it gets std 1 (only centred), never a division by ~0.
+            dtype: dtype of the stored statistics (computed in float64): float32 at a network's
+                boundary, float64 (with x64 on) for statistics used in float64 arithmetic.
+
+        Raises:
+            ValueError: empty ``x`` or NaN/inf in it.
+        """
         x = np.asarray(x, dtype=np.float64)
         _check_finite(x, "Standardizer.fit")
-        std = x.std(axis=axis)
-        return cls(jnp.asarray(x.mean(axis=axis), jnp.float32),
-                   jnp.asarray(np.where(std > min_std, std, 1.0), jnp.float32))
+        mean, std = x.mean(axis=axis), x.std(axis=axis)
+        std = np.where(std > rtol * np.maximum(1.0, np.abs(mean)), std, 1.0)
+        return cls(jnp.asarray(mean, dtype), jnp.asarray(std, dtype))
 
     def __call__(self, x):
         return (x - _lead(self.mean, x)) / _lead(self.std, x)

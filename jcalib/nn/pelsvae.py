@@ -75,6 +75,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator, Experiment, SolveStatus, simulate_batch
 from jcalib.nn import training as _training
+from jcalib.nn.data import check_training_data
 from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
 from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
@@ -630,36 +631,9 @@ def _describe(model_or_space, ts, output_names):
 
 
 def _check_data(space, thetas, trajectories, where, experiment, names):
-    """Float64 NumPy copies after checking shapes (against ``experiment`` and ``names`` where
-    given), finiteness and the bounds."""
-    thetas = np.asarray(thetas, dtype=np.float64)
-    trajectories = np.asarray(trajectories, dtype=np.float64)
-    space.check_shape(thetas, f"PELSVAE.{where}: thetas", batched=True)
-    if trajectories.ndim != 3 or trajectories.shape[0] != thetas.shape[0]:
-        raise ValueError(f"PELSVAE.{where}: trajectories must have shape (n, n_times, n_outputs) with "
-                         f"n = {thetas.shape[0]} (the rows of thetas); got {trajectories.shape}")
-    if experiment is not None and trajectories.shape[1] != experiment.n_times:
-        raise ValueError(f"PELSVAE.{where}: trajectories have {trajectories.shape[1]} times, the model "
-                         f"{experiment.n_times}")
-    if names is not None and trajectories.shape[2] != len(names):
-        raise ValueError(f"PELSVAE.{where}: trajectories have {trajectories.shape[2]} outputs, expected "
-                         f"{len(names)} ({', '.join(names)})")
-    bad = np.flatnonzero(~np.all(np.isfinite(thetas), axis=1))
-    if bad.size:
-        raise ValueError(f"PELSVAE.{where}: thetas has NaN or inf in rows {bad[:10].tolist()}")
-    bad = np.flatnonzero(~np.all(np.isfinite(trajectories.reshape(trajectories.shape[0], -1)), axis=1))
-    if bad.size:
-        raise ValueError(f"PELSVAE.{where}: trajectories have NaN or inf in samples {bad[:10].tolist()} "
-                         f"({bad.size} of {thetas.shape[0]}); drop failed simulations first (simulate_batch("
-                         "..., throw=False, return_status=True) marks them)")
-    outside = (thetas < space.lower) | (thetas > space.upper)
-    if outside.any():
-        row, col = np.argwhere(outside)[0]
-        p = space.parameters[col]
-        raise ValueError(f"PELSVAE.{where}: {int(outside.any(axis=1).sum())} samples lie outside the parameter "
-                         f"bounds (the training box), first: row {row}, {p.name} = {thetas[row, col]} not in "
-                         f"[{p.lower}, {p.upper}]; widen the bounds (space.replace(name, lower=..., upper=...))")
-    return thetas, trajectories
+    """`check_training_data` against ``experiment``'s times and ``names`` where given."""
+    return check_training_data(space, thetas, trajectories, f"PELSVAE.{where}", what="trajectories",
+                               n_times=None if experiment is None else experiment.n_times, output_names=names)
 
 
 def _normalised(space, scaler, thetas, trajectories) -> dict:

@@ -231,7 +231,8 @@ def add_noise(key: PRNGKeyArray, values: Float[ArrayLike, "..."], sigma: Float[A
         noise: one of `NOISE_MODELS`.
 
     Returns:
-        the noisy values X, a JAX array of the shape and dtype of ``values``.
+        the noisy values X in the shape and dtype of ``values``: a NumPy array when ``values``
+        is one (or a list) and nothing is traced, else a JAX array.
 
     Raises:
         ValueError: unknown ``noise``; ``sigma`` that does not broadcast to ``values``.
@@ -243,6 +244,7 @@ def add_noise(key: PRNGKeyArray, values: Float[ArrayLike, "..."], sigma: Float[A
     """
     if noise not in NOISE_MODELS:
         raise ValueError(f"add_noise: noise must be one of {NOISE_MODELS}; got {noise!r}")
+    numpy_in = not isinstance(values, jax.Array)
     values = jnp.asarray(values)
     if not jnp.issubdtype(values.dtype, jnp.floating):
         values = values.astype(jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
@@ -254,10 +256,12 @@ def add_noise(key: PRNGKeyArray, values: Float[ArrayLike, "..."], sigma: Float[A
                          f"{values.shape}; give a scalar, one per output or one per entry") from None
     eps = jax.random.normal(key, values.shape, dtype=values.dtype)
     if noise == "additive":
-        return values + sigma * eps
-    if noise == "multiplicative":
-        return values * (1.0 + sigma * eps)
-    return values * jnp.exp(sigma * eps)
+        noisy = values + sigma * eps
+    elif noise == "multiplicative":
+        noisy = values * (1.0 + sigma * eps)
+    else:
+        noisy = values * jnp.exp(sigma * eps)
+    return np.asarray(noisy) if numpy_in and not isinstance(noisy, jax.core.Tracer) else noisy
 
 
 def _check_fixed_sigma(sigma, owner: str):

@@ -64,6 +64,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from jcalib import fileio
+from jcalib.bayes.recovery import relative_errors
 from jcalib.jsonable import to_jsonable
 from jcalib.model import SolveStatus, simulate_batch
 
@@ -229,8 +230,7 @@ class TwinUpdatingResult(eqx.Module):
         if which not in choices:
             raise ValueError(f"TwinUpdatingResult.parameter_errors: which must be one of {tuple(choices)}; got "
                              f"{which!r}")
-        true = np.asarray(self.theta_true, np.float64)
-        return (np.asarray(choices[which], np.float64) - true) / true
+        return relative_errors(self.theta_true, choices[which])
 
     def summary(self) -> dict:
         """Means over the steps: RMSE per output before/after the updates, of the reference

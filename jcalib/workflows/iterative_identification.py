@@ -75,6 +75,7 @@ from jcalib.bayes.recovery import estimate_errors, recovery_metrics
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator, SolveStatus, check_simulator, simulate_batch
 from jcalib.nn.bayesflow import TRAINING_RANGE_MARGIN, AmortizedPosterior, BayesFlowConfig, outside_training_range
+from jcalib.nn.layers import Standardizer
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import ParameterSpace
@@ -609,9 +610,9 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
         train_xs = _noisy(jax.random.fold_in(k_noise, 0), train_xs, config.noise_sigma)
         val_xs = _noisy(jax.random.fold_in(k_noise, 1), val_xs, config.noise_sigma)
     if config.standardize:
-        center, scale = _element_statistics(train_xs)
-        train_xs, val_xs = (train_xs - center) / scale, (val_xs - center) / scale
-        observation = (observation - center) / scale
+        scaler = Standardizer.fit(train_xs, axis=0, rtol=_CONSTANT_RTOL, dtype=jnp.float64)  # per element
+        train_xs, val_xs, observation = (np.asarray(scaler(jnp.asarray(x)), np.float64)
+                                         for x in (train_xs, val_xs, observation))
     durations["generate_s"] = time.perf_counter() - t0
 
     # Algorithm 1 on the remaining parameters (the identified ones at their estimates)
@@ -770,15 +771,6 @@ def _generate(generator, thetas: np.ndarray) -> np.ndarray:
             "the bounds or relax the solver settings"
         )
     return values
-
-
-def _element_statistics(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation of every (time, output) element over the samples; 1 where
-    an element does not vary (beyond round-off, `_CONSTANT_RTOL`)."""
-    center = xs.mean(axis=0)
-    scale = xs.std(axis=0)
-    constant = scale <= _CONSTANT_RTOL * np.maximum(np.abs(center), 1.0)
-    return center, np.where(constant, 1.0, scale)
 
 
 def _noisy(key, xs: np.ndarray, sigma) -> np.ndarray:

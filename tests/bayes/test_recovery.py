@@ -4,7 +4,7 @@ MCSE, R²/RMSE/NRMSE/ER by hand, contraction of a known posterior, prior varianc
 import numpy as np
 import pytest
 
-from jcalib.bayes.recovery import recovery_metrics, space_prior_variance
+from jcalib.bayes.recovery import recovery_metrics, relative_errors, space_prior_variance
 from jcalib.parameters import Parameter, ParameterSpace
 
 SPACE = ParameterSpace([Parameter("a", 0.0, -4.0, 4.0), Parameter("k", 1.0, 0.1, 10.0, log_scale=True)])
@@ -67,3 +67,18 @@ def test_bad_input():
         recovery_metrics(t, means=t, sds=t + 1, level=1.5)
     with pytest.raises(ValueError, match="prior variances must be positive"):
         recovery_metrics(t, means=t, sds=t + 1)  # constant truths: no variance
+
+
+def test_relative_errors_are_the_one_definition():
+    """Signed (estimate - truth) / truth, NaN at a zero truth; recovery_metrics' ER, IMPU's eq. 18
+    metrics and the digital twin's parameter errors all use it."""
+    from jcalib.nn.impu import relative_error_metrics
+
+    truths = np.array([[2.0, -4.0], [0.5, 8.0], [1.0, 0.0]])
+    estimates = np.array([[2.5, -3.0], [0.4, 8.0], [1.0, 1.0]])
+    expected = np.array([[0.25, -0.25], [-0.2, 0.0], [0.0, np.nan]])
+    np.testing.assert_allclose(relative_errors(truths, estimates), expected, rtol=1e-15)
+    result = recovery_metrics(truths, means=estimates, sds=np.ones_like(truths))
+    np.testing.assert_allclose(result.relative_error, [(0.25 + 0.2 + 0.0) / 3, np.nan], rtol=1e-15)
+    metrics = relative_error_metrics(truths[:2], estimates[:2], ("a", "b"))
+    np.testing.assert_allclose(np.asarray(metrics.errors), expected[:2], rtol=1e-15)

@@ -231,8 +231,11 @@ def test_bad_input(beam, impu):
         fresh.fit(jax.random.key(0), 10, 10, exclude={"d3": (0.0, 1.0)})
     with pytest.raises(ValueError, match="n_test must be an integer >= 2"):
         impu.evaluate(jax.random.key(0), 1)
-    with pytest.raises(ValueError, match="signals must have shape"):
+    with pytest.raises(ValueError, match=r"InverseMapping\.fit_data: signals have 100 times, the model 256"):
         fresh.fit_data(np.ones((4, 4)), np.ones((4, 100, 2)))
+    with pytest.raises(ValueError, match=r"InverseMapping\.fit_data: signals must have shape \(n, n_times, n_outputs\) "
+                                         r"with n = 4"):
+        fresh.fit_data(np.ones((4, 4)), np.ones((3, 256, 2)))
     with pytest.raises(ValueError, match=r"noise='paper' needs a model with the paper's settings \(a method "
                                          r"impu_settings\(\), as rigid_double_beam and roll_plane have\); got "
                                          "FourSubstanceReactions"):

@@ -52,3 +52,18 @@ def test_scalers_round_trip(scaler_type):
     np.testing.assert_array_equal(np.asarray(again(x)), z)
     with pytest.raises(ValueError, match="NaN"):
         scaler_type.fit(np.array([[1.0], [np.nan]]))
+
+
+def test_standardizer_constant_features_and_dtype():
+    """A feature that varies only by round-off relative to its magnitude is centred, not rescaled
+    (``rtol``); the statistics are stored in the requested dtype, computed in float64."""
+    rng = np.random.default_rng(0)
+    x = np.stack([rng.normal(3.0, 2.0, 50), 1e6 + 1e-4 * rng.standard_normal(50), np.full(50, -7.0)], axis=1)
+    scaler = Standardizer.fit(x, rtol=1e-9, dtype=jnp.float64)
+    assert scaler.mean.dtype == scaler.std.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(scaler.mean), x.mean(axis=0), rtol=1e-15)
+    np.testing.assert_array_equal(np.asarray(scaler.std), [x[:, 0].std(), 1.0, 1.0])
+    loose = Standardizer.fit(x, rtol=1e-12, dtype=jnp.float64)  # 1e-4 spread > 1e-12 * 1e6: rescaled
+    np.testing.assert_allclose(np.asarray(loose.std)[1], x[:, 1].std(), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(scaler.inverse(scaler(jnp.asarray(x)))), x, rtol=1e-14)
+    assert Standardizer.fit(x).mean.dtype == jnp.float32

@@ -40,6 +40,11 @@ def test_jit_and_vmap_agree():
     np.testing.assert_array_equal(np.asarray(fn(KEY, VALUES, SIGMA)),
                                   np.asarray(add_noise(KEY, VALUES, SIGMA, "multiplicative")))
     keys = jax.random.split(KEY, 2)
+    # NumPy in, NumPy out (mutable, as the IMPU scripts use it); traced: JAX
+    assert isinstance(add_noise(KEY, VALUES, SIGMA), np.ndarray)
+    assert isinstance(add_noise(KEY, jnp.asarray(VALUES), SIGMA), jax.Array)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda k: add_noise(k, VALUES[0], SIGMA))(keys)[1]),
+                                  add_noise(keys[1], VALUES[0], SIGMA))
     batched = jax.vmap(lambda k, f: add_noise(k, f, SIGMA))(keys, VALUES)
     np.testing.assert_array_equal(np.asarray(batched),
                                   np.stack([np.asarray(add_noise(k, f, SIGMA)) for k, f in zip(keys, VALUES)]))
