@@ -530,7 +530,7 @@ def _simulate_vmapped(model: AbstractModel, thetas):
 
 
 def simulate_batch(
-    model: AbstractModel,
+    model: AbstractSimulator,
     thetas: Float[ArrayLike, "n n_params"],
     chunk_size: int | None = None,
     *,
@@ -546,7 +546,7 @@ def simulate_batch(
     The last chunk is padded, so every chunk reuses one compiled function.
 
     Args:
-        model: any `AbstractModel` (or object with the same ``simulate_with_status``).
+        model: any `AbstractSimulator` (a model, a surrogate, a `FunctionSimulator`).
         thetas: physical parameter vectors, ``(n, n_params)``.
         chunk_size: samples per compiled call, rounded up to a multiple of the device
             count (default: `DEFAULT_CHUNK_PER_DEVICE` per device).
@@ -559,7 +559,13 @@ def simulate_batch(
     Returns:
         ``(n, n_times, n_outputs)`` float64 NumPy array (NaN rows for failed solves),
         plus the ``(n,)`` status codes when ``return_status``.
+
+    Raises:
+        ValueError: ``model`` is not an `AbstractSimulator`; bad ``thetas`` (shape, NaN/inf,
+            outside the bounds while ``check_bounds``) or ``chunk_size``; float32 mode.
+        SimulationError: solves failed while ``throw``.
     """
+    check_simulator(model, "simulate_batch", "model")
     space = model.parameters
     thetas = np.asarray(thetas, dtype=np.float64)
     space.check_shape(thetas, "thetas", batched=True)
@@ -571,7 +577,7 @@ def simulate_batch(
         raise ValueError(f"simulate_batch: thetas has NaN or inf in rows {bad_rows[:10].tolist()}")
     if check_bounds:
         _check_bounds(space, thetas)
-    elif hasattr(model, "with_bounds_check"):  # the model would refuse them itself
+    elif isinstance(model, AbstractModel):  # the model would refuse them itself
         model = model.with_bounds_check(False)
     if not jax.config.jax_enable_x64:
         raise ValueError("simulate_batch needs float64: call jax.config.update('jax_enable_x64', True)")

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from jcalib.model import AbstractModel, SolveStatus
+from jcalib.model import AbstractModel, AbstractSimulator, SolveStatus
 
 __all__ = [
     "J_SCALINGS",
@@ -290,7 +290,7 @@ def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
 def failure_cause(model, theta) -> str:
     """Why sensitivities at ``theta`` are not finite, in words: the simulation failed (with
     its `jcalib.model.SolveStatus` name and text) or only its derivatives are NaN."""
-    if not hasattr(model, "simulate_with_status"):
+    if not isinstance(model, AbstractSimulator):
         return "the model's outputs or derivatives are not finite there"
     code = int(_solve_status(model, jnp.asarray(theta)))
     if code != SolveStatus.SUCCESS:
