@@ -530,9 +530,12 @@ def sample(
     typer.echo(f"{'parameter':24s} {'mean':>12s} {'sd':>12s} {'5 %':>12s} {'95 %':>12s} {'ESS':>8s} {'R-hat':>6s}")
     for i, pname in enumerate(result.names):
         typer.echo(f"{pname:24s} {result.mean[i]:12.5g} {result.sd[i]:12.5g} {lo[i]:12.5g} {hi[i]:12.5g} "
-                   f"{result.ess_bulk[i]:8.0f} {result.rhat[i]:6.3f}")
+                   f"{result.ess_bulk[i]:8.0f} " + (f"{result.rhat[i]:6.3f}" if result.n_chains > 1 else f"{'n/a':>6s}"))
     typer.echo(f"acceptance {result.acceptance:.1%}; {result.n_chains} chains x {result.n_draws} draws; "
                f"{result.wall_time_s:.1f} s")
+    if result.n_chains < 2:
+        typer.echo("note: R-hat needs at least 2 chains (it compares them); run --chains 2 or more to check "
+                   "convergence", err=True)
     for message in sampler_warnings:
         typer.echo(f"warning: {message}", err=True)
     typer.echo(f"wrote {out}/posterior.npz, metrics.json and {', '.join(figures)}")

@@ -22,6 +22,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -197,6 +199,27 @@ def to_inference_data(
                         sample_stats=stats or None, attrs=attrs)
 
 
+class _DropShapeValidation(logging.Filter):
+    """Drops ArviZ's "Shape validation failed ..." log line (R-hat of one chain, fewer than 4
+    draws): ArviZ returns NaN there, and `sampling_warnings` and the CLI say why."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Shape validation failed")
+
+
+@contextlib.contextmanager
+def _quiet_shape_validation():
+    import arviz as az  # imported on use: arviz takes ~1 s to import
+
+    logger = getattr(az, "_log", None) or logging.getLogger("arviz")  # ArviZ's own Logger("arviz")
+    drop = _DropShapeValidation()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 def _per_parameter(dataset, names: list[str]) -> np.ndarray:
     return np.array([float(dataset[n].values) for n in names], dtype=np.float64)
 
@@ -216,7 +239,8 @@ def rhat(samples: Float[ArrayLike, "n_chains n_draws n_params"]) -> np.ndarray:
     import arviz as az  # imported on use: arviz takes ~1 s to import
 
     arr = _check(samples, "rhat")
-    return _per_parameter(az.rhat(to_inference_data(arr)), _names(None, arr.shape[2], "rhat"))
+    with _quiet_shape_validation():  # one chain: NaN, without ArviZ's log line
+        return _per_parameter(az.rhat(to_inference_data(arr)), _names(None, arr.shape[2], "rhat"))
 
 
 def mcse(samples: Float[ArrayLike, "n_chains n_draws n_params"], method: str = "mean") -> np.ndarray:
@@ -238,7 +262,8 @@ def chain_diagnostics(samples: Float[ArrayLike, "n_chains n_draws n_params"]) ->
     arr = _check(samples, "chain_diagnostics")
     names = _names(None, arr.shape[2], "chain_diagnostics")
     idata = to_inference_data(arr)
-    with np.errstate(divide="ignore", invalid="ignore"):  # constant chains: NaN by design, no RuntimeWarning
+    # constant chains: NaN by design, no RuntimeWarning; one chain: R-hat NaN without ArviZ's log line
+    with np.errstate(divide="ignore", invalid="ignore"), _quiet_shape_validation():
         values = {
             "ess_bulk": _per_parameter(az.ess(idata, method="bulk"), names),
             "ess_tail": _per_parameter(az.ess(idata, method="tail"), names),
