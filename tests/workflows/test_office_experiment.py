@@ -3,6 +3,7 @@ counted consistently and carry the paper's numbers (a smoke test: tiny networks 
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.helpers import load_script
@@ -36,7 +37,14 @@ def test_office_surrogate_calibration_quick(tmp_path):
     for r in table4:
         assert r["n_total"] == r["n_train"] + r["n_opt_simulations"]
         assert r["gap"] == r["mse_model_at_surrogate_optimum"] - r["mse_surrogate_de"]
-        assert r["test_mae_K"] > 0 and r["paper"]["n_total"] in (260, 188)
+        # the table's test MAE is the PELS-VAE evaluation's, whose outputs all have n_test x n_times
+        # elements: the overall MAE is the mean of the per-output MAEs
+        test_errors = metrics["surrogates"][str(r["n_train"])]["test_errors"]
+        assert r["test_mae_K"] == test_errors["mae"]
+        np.testing.assert_allclose(r["test_mae_K"], np.mean(test_errors["mae_per_output"]), rtol=1e-12)
+        # the paper's block is the script's PAPER_TABLE4 row (not constants restated here)
+        assert r["paper"] == dict(zip(("mse_surrogate_de", "mse_model_at_surrogate_optimum", "n_opt",
+                                       "mse_after_polish", "n_total"), script.PAPER_TABLE4[r["n_train"]]))
         # the polish on the true model lowers the MSE at the surrogate optimum to a good fit
         assert r["mse_after_polish"] < r["mse_model_at_surrogate_optimum"]
         assert r["mse_after_polish"] < 0.05  # K²; the noise floor is ~0.01
