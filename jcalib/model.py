@@ -1,8 +1,11 @@
-"""Model base on diffrax, experiments, and batched simulation.
+"""The simulator protocol, the model base on diffrax, experiments, and batched simulation.
 
-A model turns a physical parameter vector ``theta`` into observations at the
-experiment's times: ``simulate(theta) -> (n_times, n_outputs)``. Models are immutable
-equinox modules; solver, controller and adjoint are fields (swap with ``eqx.tree_at``).
+A simulator turns a physical parameter vector ``theta`` into observations at its times:
+``simulate(theta) -> (n_times, n_outputs)``. `AbstractSimulator` is the one contract every
+method takes (`check_simulator` refuses anything else); `AbstractModel` (an ODE solved by
+diffrax), the PELS-VAE `jcalib.nn.Surrogate` and `FunctionSimulator` (a plain JAX function)
+implement it. Models are immutable equinox modules; solver, controller and adjoint are
+fields (swap with ``eqx.tree_at``).
 """
 
 from __future__ import annotations
