@@ -509,7 +509,7 @@ def sample(
     with warnings_module.catch_warnings(record=True) as caught:
         warnings_module.simplefilter("always")
         result = mala.sample(jax.random.key(seed), problem, z0, steps, n_chains=chains, burn_in=burn,
-                             thin=thin, fraction=fraction, warmup=warmup,
+                             thin=thin, warmup=warmup,
                              preconditioner=Prescaled(fraction) if preconditioner == "diagonal" else Laplace(),
                              target_acceptance=target_acceptance, progress=kernel == "mala", kernel=kernel)
     sampler_warnings = _sampler_warnings(result, caught)

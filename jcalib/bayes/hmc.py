@@ -186,11 +186,11 @@ def run_chains(logdensity_fn: Callable, kernel: str, key_warm, key_draw, positio
     return kept, logdensity, valid0, HMCChainInfo(*totals, eps, warm_mean)
 
 
-def default_preconditioner(preconditioner, fraction) -> AbstractPreconditioner:
+def default_preconditioner(preconditioner) -> AbstractPreconditioner:
     """HMC/NUTS: `Laplace()` unless another strategy (or its short form) is given."""
     if preconditioner is None:
         return Laplace()
-    return as_preconditioner(preconditioner, fraction)
+    return as_preconditioner(preconditioner)
 
 
 def sample_chains(key: PRNGKeyArray, kernel: str, logdensity_fn: Callable, theta0: Float[Array, "n_chains n"],

@@ -61,7 +61,7 @@ Example:
     >>> jax.config.update("jax_enable_x64", True)
     >>> logdensity_fn = lambda x: -0.5 * jnp.sum((x / jnp.array([1.0, 100.0])) ** 2)
     >>> result = sample(jax.random.key(0), logdensity_fn, jnp.zeros(2), 1000, n_chains=2,
-    ...                 bounds=(jnp.full(2, -1e3), jnp.full(2, 1e3)), fraction=0.002)
+    ...                 bounds=(jnp.full(2, -1e3), jnp.full(2, 1e3)), preconditioner=Prescaled(0.002))
     >>> result.samples.shape
     (2, 1000, 2)
 """
@@ -307,7 +307,6 @@ def sample(
     burn_in: int = 0,
     thin: int = 1,
     step_sizes: str | Prescaling | float | Float[ArrayLike, " n_params"] = "prescaled",
-    fraction: float | Float[ArrayLike, " n_params"] = 0.02,
     bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | None = None,
     preconditioner: AbstractPreconditioner | str | Float[ArrayLike, "n_params n_params"] | None = None,
     warmup: int = 0,
@@ -346,14 +345,14 @@ def sample(
         n_chains: chains.
         burn_in: steps discarded before recording (the paper: 500 of 2500).
         thin: keep every ``thin``-th step.
-        step_sizes: MALA with `Prescaled`: ``"prescaled"`` (`prescaling` with the fraction
+        step_sizes: MALA with `Prescaled`: ``"prescaled"`` (`prescaling` with its fraction
             and ``bounds``), a `Prescaling`, or the diagonal of P (scalar or ``(n_params,)``),
             positive. MALA with a dense metric: the scalar h (below). HMC/NUTS: the leapfrog
             step ε, ``"prescaled"`` meaning ε = n_params^(-1/4).
-        fraction: short for ``preconditioner=Prescaled(fraction)`` (the default of MALA).
         bounds: ``(lower, upper)`` in internal coordinates for the prescaling draws;
             default: the box of the problem or of ``to_physical`` (a `ParameterSpace`).
-        preconditioner: `Prescaled(fraction)` (the diagonal P above; MALA's default),
+        preconditioner: `Prescaled(fraction)` (the diagonal P above; MALA's default is
+            ``Prescaled()``, τ_i = 1/50 of the range; the paper used 1/50 and 1/200),
             `DenseMetric(cov)`: a symmetric positive definite ``(n_params, n_params)``
             covariance C in internal coordinates (module doc), or `Laplace()`: C from
             `jcalib.bayes.adaptation.laplace_covariance` at the mean start (start at an
@@ -388,7 +387,7 @@ def sample(
 
     Raises:
         ValueError: float64 not enabled; bad sizes, ``theta0_internal`` shape or a start
-            with a non-finite log density or gradient; bad ``step_sizes``, ``fraction``,
+            with a non-finite log density or gradient; bad ``step_sizes``,
             ``bounds``, ``preconditioner``, ``target_acceptance``, ``backend``, ``kernel``,
             ``names`` or ``to_physical``; ``chunk_size`` or ``backend="blackjax"`` with HMC/NUTS.
 
@@ -408,14 +407,14 @@ def sample(
     if kernel != "mala":
         return hmc.sample_chains(
             key, kernel, logdensity_fn, theta0, n_steps, burn_in=burn_in, thin=thin, warmup=warmup,
-            preconditioner=hmc.default_preconditioner(preconditioner, fraction), step_size=step_sizes,
+            preconditioner=hmc.default_preconditioner(preconditioner), step_size=step_sizes,
             target_acceptance=0.8 if target_acceptance is None else target_acceptance, bounds=bounds, space=space,
             names=names, phys_fn=phys_fn, start_time=start_time)
     if target_acceptance is None:
         target_acceptance = 0.6
 
     key_pre, key_warm, key_draw = jax.random.split(key, 3)
-    strategy = as_preconditioner(preconditioner, fraction)
+    strategy = as_preconditioner(preconditioner)
     pre, dense, n_evaluations = None, None, 0
     if isinstance(strategy, Prescaled):
         pre, p0, start_valid, n_evaluations = _diagonal_step_sizes(key_pre, strategy, step_sizes, logdensity_fn,

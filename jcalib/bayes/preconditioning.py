@@ -114,9 +114,9 @@ def _is_numeric(x) -> bool:
         return False
 
 
-def as_preconditioner(preconditioner, fraction=0.02, where: str = "sample") -> AbstractPreconditioner:
+def as_preconditioner(preconditioner, where: str = "sample") -> AbstractPreconditioner:
     """A strategy object from ``preconditioner``: an `AbstractPreconditioner` as it is; the
-    short forms None (`Prescaled(fraction)`), ``"laplace"`` (`Laplace()`) and a matrix
+    short forms None (`Prescaled()`), ``"laplace"`` (`Laplace()`) and a matrix
     (`DenseMetric`).
 
     Raises:
@@ -125,7 +125,7 @@ def as_preconditioner(preconditioner, fraction=0.02, where: str = "sample") -> A
     if isinstance(preconditioner, AbstractPreconditioner):
         return preconditioner
     if preconditioner is None:
-        return Prescaled(fraction)
+        return Prescaled()
     if isinstance(preconditioner, str):
         if preconditioner == "laplace":
             return Laplace()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jcalib
-from jcalib.bayes import mala
+from jcalib.bayes import Prescaled, mala
 from jcalib.bayes.result import PosteriorResult
 
 # --- linear-Gaussian reference: y = A θ + ε, ε ~ N(0, σ² I) ------------------------------------
@@ -73,7 +73,7 @@ def _logdensity(prior: str):
 def linear_run(request):
     prior = request.param
     result = mala.sample(jax.random.key(11), _logdensity(prior), jnp.asarray(THETA_TRUE), N_STEPS,
-                         n_chains=N_CHAINS, warmup=WARMUP, bounds=(LOWER, UPPER), fraction=0.01,
+                         n_chains=N_CHAINS, warmup=WARMUP, bounds=(LOWER, UPPER), preconditioner=Prescaled(0.01),
                          names=["a", "b", "c"])
     return prior, result
 
@@ -281,7 +281,8 @@ def test_dense_preconditioner_follows_a_ridge():
     preconditioner moves along it: > 20x the ESS of the (warmed-up) diagonal sampler."""
     bounds = (jnp.full(2, -1e3), jnp.full(2, 1e3))
     kwargs = dict(n_chains=4, warmup=300)
-    diagonal = mala.sample(jax.random.key(1), _ridge, jnp.zeros(2), 2000, bounds=bounds, fraction=0.001, **kwargs)
+    diagonal = mala.sample(jax.random.key(1), _ridge, jnp.zeros(2), 2000, bounds=bounds,
+                           preconditioner=Prescaled(0.001), **kwargs)
     dense = mala.sample(jax.random.key(1), _ridge, jnp.zeros(2), 2000, preconditioner=RIDGE_COV, **kwargs)
     assert np.all(dense.ess_bulk > 20 * diagonal.ess_bulk), (dense.ess_bulk, diagonal.ess_bulk)
     np.testing.assert_array_less(np.abs(dense.mean), 5 * dense.mcse_mean)
@@ -415,7 +416,10 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="bounds need finite lower < upper"):
         mala.sample(jax.random.key(0), _banana, x0, 10, bounds=(jnp.ones(3), jnp.zeros(3)))
     with pytest.raises(ValueError, match="fraction must be positive and finite"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, bounds=(-jnp.ones(3), jnp.ones(3)), fraction=0.0)
+        mala.sample(jax.random.key(0), _banana, x0, 10, bounds=(-jnp.ones(3), jnp.ones(3)),
+                    preconditioner=Prescaled(0.0))
+    with pytest.raises(ValueError, match="fraction must be positive and finite"):
+        mala.prescaling(jax.random.key(0), _banana, (-jnp.ones(3), jnp.ones(3)), fraction=np.array([0.1, 0.0, 0.1]))
     with pytest.raises(ValueError, match=r"target_acceptance must lie in \(0, 1\)"):
         mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=p, warmup=10, target_acceptance=1.2)
     with pytest.raises(ValueError, match="backend must be one of"):
@@ -460,7 +464,7 @@ def test_physical_map_from_a_space():
     space = jcalib.ParameterSpace([jcalib.Parameter("k", 1.0, 0.01, 100.0, "1/s", log_scale=True),
                                    jcalib.Parameter("c", 0.0, -5.0, 5.0)])
     result = mala.sample(jax.random.key(0), lambda z: -0.5 * jnp.sum(z**2), jnp.zeros(2), 200, n_chains=2,
-                         to_physical=space, fraction=0.05)
+                         to_physical=space, preconditioner=Prescaled(0.05))
     np.testing.assert_allclose(result.samples[..., 0], np.exp(result.samples_internal[..., 0]), rtol=1e-14)
     np.testing.assert_array_equal(result.samples[..., 1], result.samples_internal[..., 1])
     assert result.names == ("k", "c") and result.units == ("1/s", "") and result.log_scale == (True, False)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jcalib
-from jcalib.bayes import mala
+from jcalib.bayes import Prescaled, mala
 from jcalib.problem import CalibrationProblem
 
 # The paper: τ_i = 1/50 of the range, 2500 steps of which the first 500 are discarded. Fewer
@@ -22,7 +22,7 @@ def _posterior(observe: str, sigma: float, seed: int = 0):
     data = jcalib.synthetic_measurements(jax.random.key(seed), model, truth, sigma=sigma)
     problem = CalibrationProblem(model, data, weighting="relative")
     result = mala.sample(jax.random.key(1), problem, problem.initial_internal(), N_STEPS, n_chains=N_CHAINS,
-                         burn_in=BURN_IN, fraction=FRACTION)
+                         burn_in=BURN_IN, preconditioner=Prescaled(FRACTION))
     return truth, result
 
 
@@ -74,7 +74,7 @@ def test_solver_failures_in_part_of_the_box_are_rejected():
     data = jcalib.synthetic_measurements(jax.random.key(0), model, truth, sigma=0.1)
     problem = CalibrationProblem(model, data, weighting="relative")
     result = mala.sample(jax.random.key(2), problem.log_posterior, problem.initial_internal(), 1000, n_chains=2,
-                         fraction=FRACTION)
+                         preconditioner=Prescaled(FRACTION))
     assert result.names == ("kab", "kac", "kad")  # the space comes from the bound method's problem
     assert result.extra["prescaling_n_valid"] < 100
     assert np.any(result.extra["invalid_proposal_rate"] > 0)  # some proposals failed and were rejected
