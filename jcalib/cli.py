@@ -529,8 +529,9 @@ def sample(
     lo, hi = result.interval(0.9)
     typer.echo(f"{'parameter':24s} {'mean':>12s} {'sd':>12s} {'5 %':>12s} {'95 %':>12s} {'ESS':>8s} {'R-hat':>6s}")
     for i, pname in enumerate(result.names):
+        rhat = f"{result.rhat[i]:6.3f}" if result.n_chains > 1 else f"{'n/a':>6s}"  # R-hat compares chains
         typer.echo(f"{pname:24s} {result.mean[i]:12.5g} {result.sd[i]:12.5g} {lo[i]:12.5g} {hi[i]:12.5g} "
-                   f"{result.ess_bulk[i]:8.0f} " + (f"{result.rhat[i]:6.3f}" if result.n_chains > 1 else f"{'n/a':>6s}"))
+                   f"{result.ess_bulk[i]:8.0f} {rhat}")
     typer.echo(f"acceptance {result.acceptance:.1%}; {result.n_chains} chains x {result.n_draws} draws; "
                f"{result.wall_time_s:.1f} s")
     if result.n_chains < 2:

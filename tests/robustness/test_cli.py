@@ -47,6 +47,8 @@ def _no_computation(*args, **kwargs):
 def refuse_computation(monkeypatch):
     """Every simulation, estimator, sampler and training entry point the CLI calls fails the
     test if it is reached."""
+    # imported first: a module imported while simulate_batch is patched would keep the patch for good
+    workflow = importlib.import_module("jcalib.workflows.iterative_identification")
     monkeypatch.setattr(jcalib.model.AbstractModel, "simulate_with_status", _no_computation)
     monkeypatch.setattr(jcalib.model, "simulate_batch", _no_computation)
     for name in ("gauss_newton", "least_squares_trf", "differential_evolution", "multistart"):
@@ -56,7 +58,6 @@ def refuse_computation(monkeypatch):
     monkeypatch.setattr(mala, "sample", _no_computation)
     monkeypatch.setattr(AmortizedPosterior, "fit", _no_computation)
     # the package re-exports the function under the module's name: patch the module itself
-    workflow = importlib.import_module("jcalib.workflows.iterative_identification")
     monkeypatch.setattr(workflow, "iterative_identification", _no_computation)
 
 
