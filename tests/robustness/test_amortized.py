@@ -83,6 +83,14 @@ def test_draws_outside_the_bounds_are_rejected_with_a_warning(posterior, data):
     assert abs(float(mean[0])) < 5 * sd / np.sqrt(2000)
 
 
+def test_the_warning_counts_all_draws_and_info_gives_each_observation(posterior, data):
+    fake = faked(posterior, np.array([6.0] + [0.5] * 9)[:, None, None])  # one leaky observation of 10
+    (draws, info), caught = record(lambda: fake.sample(jax.random.key(3), data[1][:10], 2000, return_info=True))
+    assert np.all(np.abs(np.asarray(draws)) <= 3.0)
+    assert abs(info.acceptance[0] - 0.383) < 5 * np.sqrt(0.383 * 0.617 / 2000) and np.all(info.acceptance[1:] == 1)
+    assert not [w for w in caught if issubclass(w.category, PosteriorLeakageWarning)]  # 94 % of all draws inside
+
+
 def test_no_draws_inside_the_bounds_is_an_error(posterior, data):
     fake = faked(posterior, 1.0)
     fake._fns = {"sample": lambda key, x, n: 5.0 + jnp.zeros((n, 1), jnp.float64)}
