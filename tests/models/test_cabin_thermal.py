@@ -10,7 +10,6 @@ Factory variants (symmetric load, no load) differ only in array values: no recom
 
 import dataclasses
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -20,6 +19,7 @@ import pytest
 import jcalib
 from jcalib.models import cabin_thermal as mod
 from tests.helpers import central_differences
+from tests.models.harness import JACOBIAN, states
 
 NAME = "cabin_thermal"
 TIGHT = 1e-10
@@ -67,23 +67,9 @@ def _row(j, series):
     return j - 1 if series == "cool" else 99 + j
 
 
-def _solve_states(model, theta):
-    sol = model.solve(theta)
-    return sol.ys, sol.result == dfx.RESULTS.successful
-
-
-SOLVE = eqx.filter_jit(_solve_states)
 SIMULATE = eqx.filter_jit(lambda model, theta: model.simulate(theta))
-JACOBIAN = eqx.filter_jit(lambda model, theta: model.jacobian(theta))
 BALANCE_TERMS = eqx.filter_jit(lambda model, t, y, theta: (
     model.vector_field(t, y, theta), model.capacities(theta), model.heat_flows(t, y, theta)))
-
-
-def states(model, theta):
-    """All 20 states at the model's times, (n_times, 20) NumPy; asserts success."""
-    ys, ok = SOLVE(model, jnp.asarray(theta, dtype=jnp.float64))
-    assert bool(ok)
-    return np.asarray(ys)
 
 
 def probe_model(**options):

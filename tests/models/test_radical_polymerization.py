@@ -7,8 +7,6 @@ jacobian per variant, on a time grid holding the paper's 30 times plus 250 s and
 
 import dataclasses
 
-import diffrax as dfx
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +21,8 @@ from jcalib.models.radical_polymerization import (
     STATE_NAMES,
     recipe_concentrations,
 )
+from tests.models import harness
+from tests.models.harness import JACOBIAN
 
 TIMES = np.union1d(np.asarray(OBSERVATION_TIMES, dtype=np.float64), [250.0, 2500.0])
 PAPER_ROWS = np.isin(TIMES, OBSERVATION_TIMES)
@@ -41,20 +41,9 @@ TEST_POINT_1 = np.array([0.5, 1e7, 0.0])  # simple (f, ktc, ktd)
 TEST_POINT_2 = np.array([1.0, 1e7, 1e6])
 
 
-def _states_and_outputs(model, theta):
-    sol = model.solve(theta)
-    outputs = jax.vmap(model.observe, in_axes=(0, 0, None))(model.ts, sol.ys, theta)
-    return model.physical_states(sol.ys, theta), outputs, sol.result == dfx.RESULTS.successful
-
-
-RUN = eqx.filter_jit(_states_and_outputs)
-JACOBIAN = eqx.filter_jit(lambda model, theta: model.jacobian(theta))
-
-
 def run(model, theta):
-    states, outputs, ok = RUN(model, jnp.asarray(theta, dtype=jnp.float64))
-    assert bool(ok)
-    return np.asarray(states), np.asarray(outputs)
+    """Physical states and outputs of one successful solve."""
+    return harness.run(model, theta, physical=True)
 
 
 @pytest.fixture(scope="module")

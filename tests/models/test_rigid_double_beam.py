@@ -1,14 +1,13 @@
 """rigid_double_beam: the spec's sanity checks and reference values
 (``shared/models/rigid_double_beam.md``), the forward-mode Jacobian and batched simulation.
 
-Compile time dominates, so the solves share compiled functions: `RUN` (states and outputs)
+Compile time dominates, so the solves share the compiled functions of `tests.models.harness`: `run` (states and outputs)
 and `JACOBIAN` take the model as an argument, and every model variant used here (tight
 tolerances, inputs off, perturbed start) differs from the default one only in array leaves.
 """
 
 import itertools
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -19,6 +18,7 @@ from scipy.signal import find_peaks
 import jcalib
 from jcalib.models import rigid_double_beam as mod
 from tests.helpers import central_differences
+from tests.models.harness import JACOBIAN, run
 
 NAME = "rigid_double_beam"
 REFERENCE = {  # spec table at p_c: t [s] -> (y1 [m], y2 [rad]); DOP853, rtol 1e-12
@@ -34,23 +34,8 @@ TIGHT = 1e-11  # rtol = atol for the finite-difference and energy checks
 OTHER_POINT = np.array([2.0, 6.5e-4, 30.0, 0.07])  # inside the box, k2 != k2_c
 
 
-def _states_and_outputs(model, theta):
-    sol = model.solve(theta)
-    outputs = jax.vmap(model.observe, in_axes=(0, 0, None))(model.ts, sol.ys, theta)
-    return sol.ys, outputs, sol.result == dfx.RESULTS.successful
-
-
-RUN = eqx.filter_jit(_states_and_outputs)
-JACOBIAN = eqx.filter_jit(lambda model, theta: model.jacobian(theta))
 LINEARISATION = eqx.filter_jit(
     lambda model, x, theta: jax.jacfwd(model.vector_field, argnums=1)(0.0 * x[0], x, theta))
-
-
-def run(model, theta):
-    """(states (256, 4), outputs (256, 2)) as NumPy; asserts the solve succeeded."""
-    states, outputs, ok = RUN(model, jnp.asarray(theta, dtype=jnp.float64))
-    assert bool(ok)
-    return np.asarray(states), np.asarray(outputs)
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,11 @@
 """roll_plane: the spec's sanity checks and reference values (shared/models/roll_plane.md).
 
-Compile time dominates, so the tests share a few compiled functions: `RUN` (states and
+Compile time dominates, so the tests share the compiled functions of `tests.models.harness`: `run` (states and
 outputs of one solve; compiled once per road kind and time grid, constants and bump
 positions are traced arrays) and `JACOBIAN` (forward mode), plus one vmapped solve for
 the batch and one for the vmap check.
 """
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ import pytest
 import jcalib
 from jcalib.models import roll_plane as mod
 from tests.helpers import central_differences
+from tests.models.harness import jacobian, run
 
 KT = mod.KT_NOMINAL
 NOMINAL = np.array([KT, KT])
@@ -44,27 +44,6 @@ REFERENCE = {
 # Spec "Solver notes": linearised (ks3 = 0) eigenvalues at the nominal tires (upper halves).
 EIGENVALUES = np.array([-0.8480 + 7.4349j, -4.5110 + 17.0841j, -11.8049 + 53.6710j,
                         -10.1774 + 55.3431j])
-
-
-def _run(model, theta):
-    sol = model.solve(theta)
-    outputs = jax.vmap(model.observe, in_axes=(0, 0, None))(model.ts, sol.ys, theta)
-    return sol.ys, outputs, sol.result == dfx.RESULTS.successful
-
-
-RUN = eqx.filter_jit(_run)
-JACOBIAN = eqx.filter_jit(lambda model, theta: model.jacobian(theta))
-
-
-def run(model, theta):
-    """States ``(n_times, 8)`` and outputs ``(n_times, 4)`` of one successful solve."""
-    states, outputs, ok = RUN(model, jnp.asarray(theta, dtype=jnp.float64))
-    assert bool(ok)
-    return np.asarray(states), np.asarray(outputs)
-
-
-def jacobian(model, theta):
-    return np.asarray(JACOBIAN(model, jnp.asarray(theta, dtype=jnp.float64)))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ a "tight" model (rtol = atol = 1e-11, for finite differences). Input-table varia
 inputs, TAC or ventilation off) differ only in array values: no recompilation.
 """
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -18,6 +17,8 @@ import pytest
 import jcalib
 from jcalib.models import thermal_office_r7c4 as mod
 from tests.helpers import central_differences
+from tests.models.harness import JACOBIAN
+from tests.models.harness import solve_states as STATES
 
 NAME = "thermal_office_r7c4"
 TIGHT = 1e-11
@@ -54,14 +55,7 @@ STIFF_POINT = {"C_W": 5.0e5, "C_Air": 7.2e4, "C_Int": 2.0e7, "C_TAC": 2.4e6, "R_
                "R_Int": 1.2e-3, "f_sol": 1.0, "Q_int": 1500.0, "T_TAC0": 28.0}
 
 
-def _states(model, theta):
-    sol = model.solve(theta)
-    return sol.ys, sol.result == dfx.RESULTS.successful
-
-
-STATES = eqx.filter_jit(_states)
 SIMULATE = eqx.filter_jit(lambda model, theta: model.simulate(theta))
-JACOBIAN = eqx.filter_jit(lambda model, theta: model.jacobian(theta))
 VMAP_SIMULATE = eqx.filter_jit(lambda model, thetas: jax.vmap(model.simulate)(thetas))
 TERMS = eqx.filter_jit(lambda model, t, y, theta: (
     model.vector_field(t, y, theta), model.capacities(theta), model.inputs(t)))

@@ -1,18 +1,16 @@
 """winding_process: the spec's sanity checks and reference values
 (shared/models/winding_process.md).
 
-Compile time dominates, so the tests share a few compiled functions: `RUN` (states and
+Compile time dominates, so the tests share the compiled functions of `tests.models.harness`: `run` (states and
 outputs of one solve; constants, inputs and theta are traced arrays, so changing them does
 not recompile), `JACOBIAN` (forward mode) and the vmapped solve behind `jcalib.simulate_batch`
 (also used for the vmap-equals-single check). The web-length check integrates an augmented
 model (`WithLength`, two extra states, also observing the speeds for the beta check) with
-its own compile of `RUN`.
+its own compile of `run`.
 """
 
 import dataclasses
 
-import diffrax as dfx
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +19,7 @@ import pytest
 import jcalib
 from jcalib.models import winding_process as mod
 from tests.helpers import central_differences
+from tests.models.harness import JACOBIAN, run, with_field
 
 NAMES = ("gamma1", "gamma3", "Jp", "Js", "kW1", "kW3", "G1", "G3", "Tfs1", "Tfs3", "cv1", "cv3",
          "BP1", "BP3", "beta1", "beta3")
@@ -47,28 +46,6 @@ RMS_SENSITIVITY = {"kW3": 1.70, "gamma3": 1.01, "gamma1": 0.72, "Tfs3": 0.66, "T
 RMS_BP2 = 2.5e-4
 SINGULAR_VALUES = np.array([1, 0.42, 0.029, 0.015, 0.013, 6.9e-3, 4.4e-3, 2.0e-3, 1.7e-3, 1.5e-3,
                             8.1e-4, 2.1e-4, 1.6e-4, 6.7e-8, 0, 0])
-
-
-def _run(model, theta):
-    sol = model.solve(theta)
-    outputs = jax.vmap(model.observe, in_axes=(0, 0, None))(model.ts, sol.ys, theta)
-    return sol.ys, outputs, sol.result == dfx.RESULTS.successful
-
-
-RUN = eqx.filter_jit(_run)
-JACOBIAN = eqx.filter_jit(lambda model, theta: model.jacobian(theta))
-
-
-def run(model, theta):
-    """States ``(600, n_states)`` and outputs ``(600, n_outputs)`` of one successful solve."""
-    states, outputs, ok = RUN(model, jnp.asarray(theta, dtype=jnp.float64))
-    assert bool(ok)
-    return np.asarray(states), np.asarray(outputs)
-
-
-def with_field(model, name, value):
-    """``model`` with the array field ``name`` replaced (same compiled functions)."""
-    return eqx.tree_at(lambda m: getattr(m, name), model, jnp.asarray(value, dtype=jnp.float64))
 
 
 class WithLength(mod.WindingProcess):
