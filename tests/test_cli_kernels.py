@@ -32,7 +32,7 @@ def test_sample_with_nuts(tmp_path, reactions_csv):
     posterior = PosteriorResult.load(tmp_path / "posterior.npz")
     assert posterior.samples.shape == (2, 100, 2) and np.all(np.isfinite(posterior.samples))
     assert posterior.method.startswith("nuts") and metrics["posterior"]["extra"]["kernel"] == "nuts"
-    assert metrics["posterior"]["extra"]["preconditioner"] == "Laplace"
+    assert metrics["posterior"]["extra"]["metric"] == "Laplace"
     assert metrics["posterior"]["extra"]["target_acceptance"] == 0.8
     nominal = np.asarray(jcalib.models.get("four_substance_reactions").parameters.nominal)[:2]
     lo, hi = posterior.interval(0.99)

@@ -248,7 +248,7 @@ def sample_chains(key: PRNGKeyArray, kernel: str, logdensity_fn: Callable, theta
     extra.update({
         "kernel": kernel, "target_acceptance": float(target_acceptance), "step_size": eps,
         "step_size_factor": eps / eps0, "inverse_mass_matrix": inverse_mass,
-        "preconditioner": type(preconditioner).__name__,
+        "metric": type(preconditioner).__name__,
         "mean_acceptance_probability": np.asarray(info.p_accept_sum) / n_counted,
         "divergences": np.asarray(info.divergences).astype(int),
         "mean_integration_steps": float(np.sum(np.asarray(info.integration_steps)))

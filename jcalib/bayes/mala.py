@@ -410,17 +410,26 @@ def sample(
             preconditioner=hmc.default_preconditioner(preconditioner), step_size=step_sizes,
             target_acceptance=0.8 if target_acceptance is None else target_acceptance, bounds=bounds, space=space,
             names=names, phys_fn=phys_fn, start_time=start_time)
-    if target_acceptance is None:
-        target_acceptance = 0.6
+    return _sample_mala(key, logdensity_fn, theta0, n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin,
+                        step_sizes=step_sizes, bounds=bounds, preconditioner=as_preconditioner(preconditioner),
+                        warmup=warmup, target_acceptance=0.6 if target_acceptance is None else target_acceptance,
+                        space=space, names=names, phys_fn=phys_fn, backend=backend, chunk_size=chunk_size,
+                        progress=progress, start_time=start_time)
 
+
+def _sample_mala(key, logdensity_fn, theta0, n_steps, *, n_chains, burn_in, thin, step_sizes, bounds,
+                 preconditioner, warmup, target_acceptance, space, names, phys_fn, backend, chunk_size, progress,
+                 start_time) -> PosteriorResult:
+    """The ``kernel="mala"`` path of `sample` (arguments checked there): the step sizes from
+    the preconditioner strategy, then warm-up, burn-in and draws in compiled chunks."""
     key_pre, key_warm, key_draw = jax.random.split(key, 3)
-    strategy = as_preconditioner(preconditioner)
+    n = int(theta0.shape[1])
     pre, dense, n_evaluations = None, None, 0
-    if isinstance(strategy, Prescaled):
-        pre, p0, start_valid, n_evaluations = _diagonal_step_sizes(key_pre, strategy, step_sizes, logdensity_fn,
+    if isinstance(preconditioner, Prescaled):
+        pre, p0, start_valid, n_evaluations = _diagonal_step_sizes(key_pre, preconditioner, step_sizes, logdensity_fn,
                                                                    theta0, bounds, space)
     else:  # run plain MALA on u = L^-1 (θ - θ̄) (module doc)
-        cov, n_evaluations = _covariance(strategy, logdensity_fn, theta0, bounds, space)
+        cov, n_evaluations = _covariance(preconditioner, logdensity_fn, theta0, bounds, space)
         dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), _cholesky(cov, n))
         theta0, logdensity_fn = dense.to_u(theta0), dense
         p0 = jnp.asarray(_positive(_dense_step(step_sizes, n), n, "sample", "step_sizes"))
@@ -472,7 +481,7 @@ def sample(
     acceptance = accepted.sum(axis=0) / n_kept_steps
     mean_p_accept = p_accept.sum(axis=0) / n_kept_steps
     samples = np.asarray(phys_fn(jnp.asarray(samples_internal)))
-    extra = {"backend": backend, "target_acceptance": float(target_acceptance),
+    extra = {"backend": backend, "metric": type(preconditioner).__name__, "target_acceptance": float(target_acceptance),
              "step_size_factor": factor, "mean_acceptance_probability": mean_p_accept,
              "invalid_proposal_rate": invalid.sum(axis=0) / n_kept_steps,
              "warmup_acceptance_mean": float(warm_rate_sum) / int(warmup) if warmup else None}

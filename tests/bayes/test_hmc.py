@@ -48,7 +48,7 @@ def test_moments_of_a_correlated_gaussian(gaussian_run):
 
 def test_laplace_whitening_is_the_default_metric(gaussian_run):
     kernel, result = gaussian_run
-    assert result.extra["preconditioner"] == "Laplace" and result.extra["kernel"] == kernel
+    assert result.extra["metric"] == "Laplace" and result.extra["kernel"] == kernel
     np.testing.assert_allclose(result.extra["inverse_mass_matrix"], COV, rtol=1e-6)
     # the warm-up reaches the target acceptance 0.8 (4 chains x 1000 draws: sd of the mean < 0.01)
     assert abs(np.mean(result.extra["mean_acceptance_probability"]) - 0.8) < 0.05
@@ -88,7 +88,7 @@ def test_prescaled_metric_and_explicit_step():
     box = (jnp.full(2, -10.0), jnp.full(2, 10.0))
     result = mala.sample(jax.random.key(1), _gaussian, jnp.zeros(2), 200, n_chains=2, kernel="hmc",
                          preconditioner=Prescaled(0.01), bounds=box, step_sizes=0.3)
-    assert result.extra["preconditioner"] == "Prescaled" and result.extra["step_size"] == 0.3
+    assert result.extra["metric"] == "Prescaled" and result.extra["step_size"] == 0.3
     np.testing.assert_allclose(result.extra["inverse_mass_matrix"], result.extra["step_sizes_prescaled"])
     assert np.all(np.isfinite(result.samples))
 

@@ -50,6 +50,8 @@ def test_short_forms_are_the_strategy_objects():
     paper = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=Prescaled(0.02), **kwargs)
     np.testing.assert_array_equal(default.samples, paper.samples)
     np.testing.assert_allclose(prescaled.extra["tau"], 1e-3 * 2e3)
+    assert (laplace.extra["metric"], dense.extra["metric"], default.extra["metric"]) == (
+        "Laplace", "DenseMetric", "Prescaled")
     assert not np.allclose(prescaled.samples, dense.samples)
 
 
