@@ -3,9 +3,11 @@
 import pathlib
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jcalib.model import AbstractSimulator
 from jcalib.parameters import Parameter, ParameterSpace
 
 
@@ -22,27 +24,27 @@ def central_differences(fn, x, rel_step=1e-6):
     return np.stack(columns, axis=-1)
 
 
-class LinearModel(eqx.Module):
-    """Analytic reference y = A θ: ``simulate(theta)[k, i] = Σ_j A[k, i, j] θ_j``, so the
-    absolute output sensitivities are exactly ``A`` (a model without an ODE)."""
+class LinearModel(AbstractSimulator):
+    """The linear test case y = A θ: ``simulate(theta)[k, i] = Σ_j A[k, i, j] θ_j``, so the
+    absolute output sensitivities are exactly ``A`` (a simulator without an ODE, always
+    successful). ``space`` replaces the default box ``[lower, upper]`` (nominal 1) per parameter;
+    ``ts`` defaults to ``0, 1, ..., n_times - 1``."""
 
-    matrix: np.ndarray  # (n_times, n_outputs, n_params)
+    matrix: jax.Array  # (n_times, n_outputs, n_params)
     parameters: ParameterSpace = eqx.field(static=True)
     output_names: tuple[str, ...] = eqx.field(static=True)
+    ts: jax.Array
 
-    def __init__(self, matrix, lower=-2.0, upper=3.0):
-        matrix = np.asarray(matrix, dtype=np.float64)
+    def __init__(self, matrix, lower=-2.0, upper=3.0, space: ParameterSpace | None = None, ts=None):
+        matrix = jnp.asarray(np.asarray(matrix, dtype=np.float64))
         self.matrix = matrix
-        self.parameters = ParameterSpace(Parameter(f"p{j}", 1.0, lower, upper)
-                                         for j in range(matrix.shape[2]))
+        self.parameters = space if space is not None else ParameterSpace(
+            Parameter(f"p{j}", 1.0, lower, upper) for j in range(matrix.shape[2]))
         self.output_names = tuple(f"y{i}" for i in range(matrix.shape[1]))
+        self.ts = jnp.arange(float(matrix.shape[0])) if ts is None else jnp.asarray(ts)
 
-    @property
-    def n_outputs(self):
-        return len(self.output_names)
-
-    def simulate(self, theta):
-        return jnp.einsum("kij,j->ki", jnp.asarray(self.matrix), theta)
+    def simulate_with_status(self, theta):
+        return jnp.einsum("kij,j->ki", self.matrix, jnp.asarray(theta)), jnp.zeros((), jnp.int32)
 
 
 def load_script(relative):

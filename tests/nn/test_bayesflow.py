@@ -2,7 +2,6 @@
 posterior means and sds, SBC, exact save/load, batch consistency, online training, the
 physical-density correction of log-scale parameters and bad input."""
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,11 +9,11 @@ import pytest
 from flax import nnx
 
 from jcalib.bayes.sbc import run_sbc
-from jcalib.model import AbstractSimulator
 from jcalib.nn import training
 from jcalib.nn.bayesflow import SUMMARIES, AmortizedPosterior, BayesFlowConfig, PosteriorNetwork, bayesflow_loss
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import Parameter, ParameterSpace
+from tests.helpers import LinearModel
 
 D, T, M = 2, 4, 2  # parameters, 'times', outputs: x = A θ + σ ε reshaped to (T, M)
 SIGMA = 0.8
@@ -119,20 +118,8 @@ def test_batch_and_single_draws_agree(trained, test_set):
     np.testing.assert_allclose(lp[1], trained.log_prob(batch[1], xs[1]), rtol=1e-5)
 
 
-class LinearModel(AbstractSimulator):
-    """The Gaussian-linear simulator without noise, as a model for simulate_batch."""
-
-    matrix: jax.Array
-    parameters: ParameterSpace = eqx.field(static=True)
-    output_names: tuple = ("y0", "y1")
-    ts: jax.Array = eqx.field(default_factory=lambda: jnp.arange(float(T)))
-
-    def simulate_with_status(self, theta):
-        return (self.matrix @ theta).reshape(T, M), jnp.zeros((), jnp.int32)
-
-
 def test_fit_online_draws_fresh_data_every_epoch(tmp_path):
-    model = LinearModel(jnp.asarray(A), SPACE.replace("p0", lower=-3.0, upper=3.0))
+    model = LinearModel(A.reshape(T, M, D), space=SPACE.replace("p0", lower=-3.0, upper=3.0))  # x = A θ
     config = quick_config(summary="mlp", n_blocks=1, training=TrainingConfig(epochs=3, batch_size=64,
                                                                              progress=False))
     posterior = AmortizedPosterior(config).fit_online(  # a prior other than the space's: the sampler callable
