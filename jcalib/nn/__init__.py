@@ -1,7 +1,8 @@
 """Neural networks: the shared training loop, layers and scalers, the PELS-VAE surrogate, the
 coupling-flow amortized posterior (BayesFlow) and inverse mapping parameter updating (IMPU)."""
 
-from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig, PosteriorNetwork, SummaryNetwork, bayesflow_loss
+from jcalib.nn.bayesflow import (AmortizedPosterior, BayesFlowConfig, OutsideTrainingRangeWarning,
+                                 PosteriorLeakageWarning, PosteriorNetwork, SampleInfo, SummaryNetwork, bayesflow_loss)
 from jcalib.nn.features import (FEATURE_TYPES, FeatureExtractor, fft_magnitude_phase, fft_real_imaginary,
                                 frequency_bins_of_interest, time_extrema, time_samples)
 from jcalib.nn.flows import CouplingFlow
@@ -12,8 +13,9 @@ from jcalib.nn.training import (TrainingConfig, TrainingResult, fit, load_model,
                                 save_model)
 
 __all__ = ["FEATURE_TYPES", "MLP", "PELSVAE", "AmortizedPosterior", "BayesFlowConfig", "CouplingFlow",
-           "FeatureExtractor", "IMPUEstimate", "IMPUMetrics", "InverseMapping", "MinMaxScaler", "PELSVAEConfig",
-           "PELSVAENetwork", "PosteriorNetwork", "SequenceEncoder", "Standardizer", "SummaryNetwork", "Surrogate",
+           "FeatureExtractor", "IMPUEstimate", "IMPUMetrics", "InverseMapping", "MinMaxScaler",
+           "OutsideTrainingRangeWarning", "PELSVAEConfig", "PELSVAENetwork", "PosteriorLeakageWarning",
+           "PosteriorNetwork", "SampleInfo", "SequenceEncoder", "Standardizer", "SummaryNetwork", "Surrogate",
            "TrainingConfig", "TrainingResult", "bayesflow_loss", "fft_magnitude_phase", "fft_real_imaginary", "fit",
            "frequency_bins_of_interest", "load_model", "make_optimizer", "pelsvae_loss", "read_model_extra",
            "save_model", "time_extrema", "time_samples"]
