@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jcalib
-from jcalib.bayes import DenseMetric, Laplace, Prescaled, adaptation, mala
+from jcalib.bayes import DenseMetric, Laplace, Prescaled, SamplingWarning, adaptation, mala
 from jcalib.bayes.result import PosteriorResult
 from jcalib.problem import CalibrationProblem
 
@@ -64,6 +64,15 @@ def test_same_key_same_draws_and_dense_metric_is_laplace_here():
     np.testing.assert_array_equal(a.samples, b.samples)
     np.testing.assert_allclose(c.samples, a.samples, atol=1e-4)  # Laplace = COV up to finite differences
     assert not np.allclose(d.samples, a.samples)
+
+
+def test_sampling_warnings_as_for_mala():
+    """Issue 17's warnings come with every kernel: 2 x 20 draws cannot reach a bulk ESS of 100."""
+    with pytest.warns(SamplingWarning, match="bulk ESS below 100"):
+        result = mala.sample(jax.random.key(6), _gaussian, jnp.zeros(2), 20, n_chains=2, kernel="hmc",
+                             preconditioner=DenseMetric(COV))
+    assert any("bulk ESS below 100" in message for message in result.warnings)
+    assert result.to_dict()["warnings"] == list(result.warnings)
 
 
 def _half_failing(x):
