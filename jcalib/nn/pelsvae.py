@@ -468,7 +468,6 @@ class PELSVAE:
             if not (isinstance(val, (tuple, list)) and len(val) == 2):
                 raise ValueError("PELSVAE.fit: val must be a (thetas, trajectories) pair or None")
             val_data = _normalised(space, scaler, *_check_data(space, *val, "fit (val)", experiment, names))
-        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # beta, seed, sizes
         config = self.config
         network = PELSVAENetwork(space.n_params, experiment.n_times, len(names), config,
                                  rngs=nnx.Rngs(config.seed))
@@ -477,6 +476,7 @@ class PELSVAE:
         extra = _extra(surrogate, config)
         # the checkpoint's weights belong to its scaler, space and times: all in the fingerprint
         identity = {k: extra[k] for k in ("output_scaler", "parameters", "output_names", "experiment")}
+        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # beta, seed, sizes
         self.training = _training.fit(network, lambda net, batch, key: pelsvae_loss(net, batch, key, beta),
                                      train, val_data, config.training, checkpoint=checkpoint, extra=extra,
                                      fingerprint=identity, fresh_start=fresh_start)
