@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from jcalib.bayes import PosteriorResult
-
 from tests.helpers import load_script
 
 

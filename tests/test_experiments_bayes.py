@@ -10,7 +10,6 @@ import pytest
 
 import jcalib
 from jcalib.bayes.result import PosteriorResult
-
 from tests.helpers import load_script
 
 

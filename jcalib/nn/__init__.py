@@ -1,16 +1,38 @@
 """Neural networks: the shared training loop, layers and scalers, the PELS-VAE surrogate, the
 coupling-flow amortized posterior (BayesFlow) and inverse mapping parameter updating (IMPU)."""
 
-from jcalib.nn.bayesflow import (AmortizedPosterior, BayesFlowConfig, OutsideTrainingRangeWarning,
-                                 PosteriorLeakageWarning, PosteriorNetwork, SampleInfo, SummaryNetwork, bayesflow_loss)
-from jcalib.nn.features import (FEATURE_TYPES, FeatureExtractor, fft_magnitude_phase, fft_real_imaginary,
-                                frequency_bins_of_interest, time_extrema, time_samples)
+from jcalib.nn.bayesflow import (
+                                 AmortizedPosterior,
+                                 BayesFlowConfig,
+                                 OutsideTrainingRangeWarning,
+                                 PosteriorLeakageWarning,
+                                 PosteriorNetwork,
+                                 SampleInfo,
+                                 SummaryNetwork,
+                                 bayesflow_loss,
+)
+from jcalib.nn.features import (
+                                 FEATURE_TYPES,
+                                 FeatureExtractor,
+                                 fft_magnitude_phase,
+                                 fft_real_imaginary,
+                                 frequency_bins_of_interest,
+                                 time_extrema,
+                                 time_samples,
+)
 from jcalib.nn.flows import CouplingFlow
 from jcalib.nn.impu import IMPUEstimate, IMPUMetrics, InverseMapping
 from jcalib.nn.layers import MLP, MinMaxScaler, SequenceEncoder, Standardizer
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig, PELSVAENetwork, Surrogate, pelsvae_loss
-from jcalib.nn.training import (TrainingConfig, TrainingResult, fit, load_model, make_optimizer, read_model_extra,
-                                save_model)
+from jcalib.nn.training import (
+                                 TrainingConfig,
+                                 TrainingResult,
+                                 fit,
+                                 load_model,
+                                 make_optimizer,
+                                 read_model_extra,
+                                 save_model,
+)
 
 __all__ = ["FEATURE_TYPES", "MLP", "PELSVAE", "AmortizedPosterior", "BayesFlowConfig", "CouplingFlow",
            "FeatureExtractor", "IMPUEstimate", "IMPUMetrics", "InverseMapping", "MinMaxScaler",

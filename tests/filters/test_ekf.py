@@ -19,8 +19,8 @@ from jcalib.filters.ekf import (
 from jcalib.model import AbstractModel, Experiment, SimulationError
 from jcalib.models.roll_plane import P_REF
 from jcalib.parameters import Parameter, ParameterSpace
-from tests.estimation.linear_case import TS as LINEAR_TS
 from tests.estimation.linear_case import THETA_TRUE, design, linear_model
+from tests.estimation.linear_case import TS as LINEAR_TS
 
 
 # --- 1. linear Gaussian system: the EKF is the Kalman filter --------------------------------

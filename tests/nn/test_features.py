@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 import scipy.signal
 
-from jcalib.nn.features import (FEATURE_TYPES, FeatureExtractor, fft_magnitude_phase, fft_real_imaginary,
-                                frequency_bins_of_interest, prominences, time_extrema, time_samples)
+from jcalib.nn.features import (
+    FEATURE_TYPES,
+    FeatureExtractor,
+    fft_magnitude_phase,
+    fft_real_imaginary,
+    frequency_bins_of_interest,
+    prominences,
+    time_extrema,
+    time_samples,
+)
 
 N = 256
 jit_prominences = jax.jit(prominences)

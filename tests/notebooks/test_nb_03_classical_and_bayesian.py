@@ -1,4 +1,5 @@
-"""notebooks/03_classical_and_bayesian.ipynb runs top to bottom (one file per notebook: the xdist workers share them out)."""
+"""notebooks/03_classical_and_bayesian.ipynb runs top to bottom
+(one file per notebook: the xdist workers share them out)."""
 
 from tests.helpers import execute_notebook
 

@@ -1,4 +1,5 @@
-"""notebooks/05_amortized_inference.ipynb runs top to bottom (one file per notebook: the xdist workers share them out)."""
+"""notebooks/05_amortized_inference.ipynb runs top to bottom
+(one file per notebook: the xdist workers share them out)."""
 
 from tests.helpers import execute_notebook
 

@@ -14,8 +14,7 @@ import pytest
 import jcalib
 from jcalib.nn.impu import InverseMapping, add_noise
 from jcalib.nn.training import TrainingConfig
-from jcalib.workflows.impu_updating import (DigitalTwin, TwinUpdatingResult, impu_updating,
-                                            rmse_per_output)
+from jcalib.workflows.impu_updating import DigitalTwin, TwinUpdatingResult, impu_updating, rmse_per_output
 
 CHUNK = 16  # the twin's default chunk (TWIN_CHUNK): one compiled solve for the whole module
 N_DRIFT = 8

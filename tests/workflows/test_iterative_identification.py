@@ -25,8 +25,12 @@ from jcalib.nn.bayesflow import BayesFlowConfig
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.plotting import plot_identification, plot_identification_recovery
-from jcalib.workflows.iterative_identification import (IdentificationConfig, IdentificationResult,
-                                                       iterative_identification, one_shot_identification)
+from jcalib.workflows.iterative_identification import (
+    IdentificationConfig,
+    IdentificationResult,
+    iterative_identification,
+    one_shot_identification,
+)
 
 WEIGHT = 0.01  # the weak parameter's share of the output
 TRUTH = np.array([1.1, 1.3, 0.7])
