@@ -25,12 +25,12 @@ def reactions_csv(tmp_path_factory):
 
 def test_sample_with_nuts(tmp_path, reactions_csv):
     result = runner.invoke(app, ["sample", "four_substance_reactions", "--data", str(reactions_csv),
-                                 "--sigma", "0.05", "--steps", "100", "--burn", "0", "--chains", "2",
-                                 "--warmup", "50", "--kernel", "nuts", "--free", "kab,kac", "--out", str(tmp_path)])
+                                 "--sigma", "0.05", "--steps", "60", "--burn", "0", "--chains", "2",
+                                 "--warmup", "40", "--kernel", "nuts", "--free", "kab,kac", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     posterior = PosteriorResult.load(tmp_path / "posterior.npz")
-    assert posterior.samples.shape == (2, 100, 2) and np.all(np.isfinite(posterior.samples))
+    assert posterior.samples.shape == (2, 60, 2) and np.all(np.isfinite(posterior.samples))
     assert posterior.method.startswith("nuts") and metrics["posterior"]["extra"]["kernel"] == "nuts"
     assert metrics["posterior"]["extra"]["metric"] == "Laplace"
     assert metrics["posterior"]["extra"]["target_acceptance"] == 0.8
