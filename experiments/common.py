@@ -76,3 +76,35 @@ def save(fig, path: str | os.PathLike, dpi: int = 110) -> None:
 
     save_figure(fig, path, dpi=dpi)
     plt.close(fig)
+
+
+def write_paper_comparison(out: str | os.PathLike, title: str, rows: list[dict], quick: bool = False) -> str:
+    """Write ``paper_comparison.md``: one table row per claim of the paper.
+
+    Args:
+        out: the experiment's output folder (next to metrics.json).
+        title: the paper and case, e.g. "Wulkow et al. 2021, Example 1 (four substances)".
+        rows: ``{"claim", "paper", "ours", "match", "why"}`` each; ``match`` is True, False or None
+            (not comparable at this size, e.g. in --quick mode); ``why`` explains a mismatch.
+        quick: the run used --quick sizes (stated in the header: its numbers are not the paper's setting).
+
+    Returns:
+        The Markdown text written.
+    """
+    def cell(value) -> str:
+        return " ".join(str(value).split()).replace("|", "\\|")
+
+    mark = {True: "yes", False: "no", None: "n/a"}
+    lines = [f"# {title}: paper versus jcalib", ""]
+    if quick:
+        lines += ["Quick run (CI sizes): our numbers are not at the paper's settings; matches are indicative only.", ""]
+    lines += ["| claim | paper | ours | match | why not |", "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {cell(row['claim'])} | {cell(row['paper'])} | {cell(row['ours'])} | "
+                     f"{mark[row['match']]} | {cell(row.get('why', ''))} |")
+    n_yes = sum(row["match"] is True for row in rows)
+    n_no = sum(row["match"] is False for row in rows)
+    lines += ["", f"{n_yes} of {len(rows)} claims match, {n_no} do not."]
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(pathlib.Path(out) / "paper_comparison.md", text)
+    return text
