@@ -16,9 +16,9 @@ def test_least_squares_benchmark_quick(tmp_path):
     jc, fd = report["jcalib"], report["scipy"]
     assert jc["converged"] and fd["converged"]
     assert jc["n_jacobians"] > 0 and fd["n_jacobians"] == 0
-    # the Jacobian cost is a ratio of two timings: a benchmark figure, reported but never asserted
-    # against a threshold here (it fails on a loaded machine); only that it was measured
-    assert report["jacobian_cost_simulation_equivalents"] > 0
+    # the Jacobian cost is a ratio of two timings: a benchmark figure, never compared with a threshold
+    # here (that fails on a loaded machine); only that it is the ratio of the two timings reported
+    assert report["jacobian_cost_simulation_equivalents"] == pytest.approx(report["jacobian_s"] / report["simulation_s"])
     assert jc["simulation_equivalents"] == jc["n_simulations"] + jc["n_jacobians"] * report[
         "jacobian_cost_simulation_equivalents"]
     # same problem, same start: both reach the same least-squares optimum
@@ -34,4 +34,5 @@ def test_least_squares_benchmark_quick(tmp_path):
     assert ratios["simulation_equivalents_ratio"] == pytest.approx(
         fd["simulation_equivalents"] / jc["simulation_equivalents"])
     assert ratios["mse_ratio_jcalib_over_scipy"] == pytest.approx(jc["mse"] / fd["mse"])
+    # the target flag is its definition applied to the reported numbers (no timing threshold asserted)
     assert ratios["target_5x_full_runs_met"] == (ratios["wall_speedup"] >= 5.0 and jc["mse"] <= fd["mse"] * (1 + 1e-6))

@@ -42,7 +42,7 @@ def test_reactions_bayesian_quick(tmp_path):
     for label, case in cases.items():  # the paper: 75 % (A only); 50-70 % is ideal
         assert 0.4 <= case["acceptance"] <= 0.95, (label, case["acceptance"])
     # §3.1.1-3.1.2: with A alone kac and kad spread over decades; B, C, D pin them down
-    ratio = metrics["sd_ratio_A_over_ABCD_sigma0.1"]
+    ratio = metrics["sd_ratio_A_over_ABCD_sigma0.1"]  # posterior sd ratio (not a timing)
     assert ratio["kac"] >= 5 and ratio["kad"] >= 5, ratio
     # §3.1.3: sigma = 0.03 gives intervals around the truth, narrower than sigma = 0.1 (~0.3x)
     assert all(cases["ABCD, sigma=0.03"]["truth_in_interval90"].values())

@@ -209,7 +209,7 @@ def test_identifiability(nominal_jacobian):  # check 5
     singular_values = np.linalg.svd(sensitivity, compute_uv=False)
     ratio = singular_values[0] / singular_values[1]
     assert singular_values[1] > 1e-3 * singular_values[0]  # full rank
-    assert 1.55 < ratio < 1.60, ratio  # spec: ~1.6; this model: 1.574
+    assert 1.55 < ratio < 1.60, ratio  # singular-value ratio (not a timing); spec: ~1.6; this model: 1.574
 
 
 def test_kt_difference_information_is_early(nominal_jacobian):
