@@ -101,16 +101,6 @@ def _positive(value, n: int, where: str, label: str) -> np.ndarray:
     return arr
 
 
-def _as_float64(value, where: str, label: str) -> Array:
-    arr = jnp.asarray(value)
-    if arr.dtype != jnp.float64:
-        raise ValueError(
-            f"{where}: {label} must be float64 (got {arr.dtype}); call jax.config.update('jax_enable_x64', True) "
-            "before creating arrays, and pass floating-point values"
-        )
-    return arr
-
-
 def _resolve_names(names, space, n: int) -> tuple[str, ...]:
     if names is None:
         return space.names if space is not None else tuple(f"x{i}" for i in range(n))

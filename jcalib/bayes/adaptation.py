@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from jcalib.bayes._target import _as_float64, _evaluate_batch, _positive, _resolve_bounds, _resolve_target
+from jcalib._precision import as_float64
+from jcalib.bayes._target import _evaluate_batch, _positive, _resolve_bounds, _resolve_target
 from jcalib.parameters import ParameterSpace
 from jcalib.problem import CalibrationProblem
 
@@ -143,7 +144,7 @@ def _prescaling(key, logdensity_fn, bounds, space, fraction, n_draws, center, sp
         draws = lo[None, :] + jax.random.uniform(key, (int(n_draws), n), dtype=jnp.float64) * width[None, :]
         where = f"uniform draws from the box {lower.tolist()} .. {upper.tolist()}"
     else:
-        c = _as_float64(center, "prescaling", "center")
+        c = as_float64(center, "prescaling", "center")
         if c.shape != (n,):
             raise ValueError(f"prescaling: center must have shape ({n},); got shape {c.shape}")
         draws = c[None, :] + spread * width[None, :] * jax.random.normal(key, (int(n_draws), n),

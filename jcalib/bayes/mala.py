@@ -80,9 +80,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from jcalib._precision import as_float64
 from jcalib.bayes import hmc
 from jcalib.bayes._target import (
-    _as_float64,
     _check_start,
     _evaluate,
     _evaluate_batch,  # noqa: F401  (re-exported for the tests' and benchmarks' convenience)
@@ -602,7 +602,7 @@ def _check_options(kernel, backend, target_acceptance, chunk_size) -> None:
 
 def _starts(theta0_internal, n_chains: int, space) -> Array:
     """The starts as a float64 ``(n_chains, n_params)`` array."""
-    theta0 = _as_float64(theta0_internal, "sample", "theta0_internal")
+    theta0 = as_float64(theta0_internal, "sample", "theta0_internal")
     if theta0.ndim == 1:
         theta0 = jnp.broadcast_to(theta0[None, :], (int(n_chains), theta0.shape[0]))
     if theta0.ndim != 2 or theta0.shape[0] != n_chains:

@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from jcalib._precision import as_float64
 from jcalib.model import AbstractModel, AbstractSimulator, SolveStatus
 
 __all__ = [
@@ -260,7 +261,7 @@ def problem_point(problem, theta, theta_internal, where: str):
     if theta_internal is not None:
         z = problem._check(jnp.asarray(theta_internal), "theta_internal")
     elif theta is not None:
-        z = problem.to_internal(_as_float64(theta, where, "theta"))
+        z = problem.to_internal(as_float64(theta, where, "theta"))
     else:
         z = problem.initial_internal()
     return z
@@ -309,7 +310,7 @@ def _solve_status(model, theta):
 
 
 def _check_theta(model, theta, where):
-    theta = _as_float64(theta, where, "theta")
+    theta = as_float64(theta, where, "theta")
     space = getattr(model, "parameters", None)
     if space is None or not hasattr(space, "check_shape"):
         raise ValueError(
@@ -317,16 +318,6 @@ def _check_theta(model, theta, where):
             f"an equinox module with parameters and simulate); got {type(model).__name__}"
         )
     space.check_shape(theta, "theta")
-    return theta
-
-
-def _as_float64(theta, where, what):
-    theta = jnp.asarray(theta)
-    if theta.dtype != jnp.float64:
-        raise ValueError(
-            f"{where}: {what} must be float64 (got {theta.dtype}); sensitivities need double "
-            "precision: call jax.config.update('jax_enable_x64', True) before creating arrays"
-        )
     return theta
 
 
