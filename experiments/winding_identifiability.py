@@ -92,6 +92,41 @@ def finite_difference_sensitivities(values, n_times, n_outputs, names, columns):
     return out
 
 
+def paper_rows(ours, comparison, j_identifiable):
+    """paper_comparison.md rows: the PAPER claims against ours (match = exact equality)."""
+    not_analysed = "not analysed yet (issue 19)"
+
+    def row(claim, paper, value, match):
+        return {"claim": claim, "paper": paper, "ours": value, "match": match,
+                "why": "" if match else not_analysed}
+
+    subset_match = sorted(ours["initial_subset"]) == sorted(PAPER["initial_subset"])
+    first_four_match = ours["correlation_first_four"] == PAPER["correlation_first_four"]
+    return [
+        row("numerical rank of S_y (16 parameters), §4.4", PAPER["rank"], ours["rank"],
+            comparison["rank_matches"]),
+        row("null (zero-sensitivity) parameters", ", ".join(PAPER["null"]), ", ".join(ours["null"]),
+            comparison["null_matches"]),
+        row("identifiable parameters (eq. 18), same set", ", ".join(PAPER["identifiable"]),
+            ", ".join(ours["identifiable"]), comparison["identifiable_matches"]),
+        row("most J-sensitive parameter (§4.5.1)", PAPER["j_sensitivity_most"],
+            ours["j_sensitivity_most"], comparison["j_most_matches"]),
+        row("least J-sensitive identifiable parameter (dJ/dθ)", PAPER["j_sensitivity_least"],
+            ours["j_sensitivity_least_identifiable"], comparison["j_least_matches"]),
+        row("least J-sensitive identifiable parameter (dJ/d ln θ)", PAPER["j_sensitivity_least"],
+            ours["j_sensitivity_log_least_identifiable"], comparison["j_log_least_matches"]),
+        row("correlation ranking, first four in order (§4.5.2)",
+            ", ".join(PAPER["correlation_first_four"]), ", ".join(ours["correlation_first_four"]),
+            first_four_match),
+        row("correlation first four = J-sensitivity first four (as sets)", "yes",
+            f"{'yes' if comparison['correlation_first_four_equal_j_first_four'] else 'no'} "
+            f"(J first four: {', '.join(j_identifiable[:4])})",
+            comparison["correlation_first_four_equal_j_first_four"]),
+        row("proposed initial subset, same set", ", ".join(PAPER["initial_subset"]),
+            ", ".join(ours["initial_subset"]), subset_match),
+    ]
+
+
 def main(argv=None):
     parser = common.parser(__doc__, "winding_identifiability",
                            quick_help=f"finite-difference check of {', '.join(FD_QUICK)} only")
@@ -194,6 +229,8 @@ def main(argv=None):
         "comparison": comparison,
     }
     common.write_metrics(args.out, metrics)
+    common.write_paper_comparison(args.out, "Bastogne et al. 2007, §4.4-4.5 (winding process)",
+                                  paper_rows(ours, comparison, j_identifiable), quick=args.quick)
 
     ts = np.asarray(model.ts)
     # in newtons: γ_i⁻¹ dy_i/d ln θ = dT_i/d ln θ for every θ but γ_i (for which it is T_i)

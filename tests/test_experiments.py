@@ -78,6 +78,9 @@ def test_winding_identifiability_quick(tmp_path):
     assert all(a >= b for a, b in zip(spectrum, spectrum[1:]))
     assert report["proposed_subset"] == report["correlation"]["order"][:len(
         report["proposed_subset"])]
+    table = [line for line in (tmp_path / "paper_comparison.md").read_text().splitlines()
+             if line.startswith("| ") and not line.startswith("| claim")]
+    assert len(table) == 9  # one row per claim of Bastogne 2007 §4.4-4.5
 
 
 def test_sobol_benchmark_quick(tmp_path):
@@ -120,3 +123,6 @@ def test_cabin_sensitivity_quick(tmp_path):
             assert s[i] < sel["delta"] or r[i] is None or r[i] > k
         # the next round varies exactly the parameters not grouped so far
         assert set(rnd["parameters"]).isdisjoint(rnd["fixed_at_nominal"])
+    table = [line for line in (tmp_path / "paper_comparison.md").read_text().splitlines()
+             if line.startswith("| ") and not line.startswith("| claim")]
+    assert len(table) == 5  # one row per claim of Zhang & Mikelsons 2023, Fig. 4 / App. A.2

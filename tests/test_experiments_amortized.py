@@ -42,3 +42,5 @@ def test_cabin_iterative_identification_quick(tmp_path):
     assert len(iterative["steps"]) <= 2  # --quick: max_steps 2
     assert metrics["config"]["regenerate_observation"] is True
     assert "| mean ER [%] |" in (tmp_path / "report.md").read_text()
+    table = (tmp_path / "paper_comparison.md").read_text().splitlines()
+    assert len([line for line in table if line.startswith("|")][2:]) == 7  # one row per claim of Fig. 6

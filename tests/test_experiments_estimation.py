@@ -70,3 +70,5 @@ def test_winding_bottom_up_quick(tmp_path):
     validation = metrics["validation"]["cost"]
     assert validation[f"j={bu['knee']}"] < 0.05 * validation["nominal"]
     assert validation["plant"] < 1.5 * metrics["validation"]["sigma_squared"]
+    table = (tmp_path / "paper_comparison.md").read_text().splitlines()
+    assert len([line for line in table if line.startswith("|")][2:]) == 5  # Bastogne §4.6-4.7 claims
