@@ -43,6 +43,8 @@ def test_demo_writes_metrics_and_figures(tmp_path):
     assert misses["M"]["max_miss_of_range"] > 0.02
     assert misses["M"]["max_miss_of_range"] > 2 * misses["Mw"]["max_miss_of_range"]
     assert "Recipe 2" in (tmp_path / "report.md").read_text()
+    table = (tmp_path / "paper_comparison.md").read_text().splitlines()
+    assert len([line for line in table if line.startswith("|")][2:]) == 6  # one row per claim of §3.2.2
 
 
 @pytest.mark.parametrize("case", ["four_substance_reactions", "radical_polymerization_real_qss"])

@@ -51,6 +51,8 @@ def test_reactions_bayesian_quick(tmp_path):
     # added (prediction band) most D points lie inside for the ABCD posterior too
     assert cases["A, sigma=0.1"]["band_D"]["confidence"]["fraction_inside"] >= 0.9
     assert cases["ABCD, sigma=0.1"]["band_D"]["prediction"]["fraction_inside"] >= 0.6
+    table = (tmp_path / "paper_comparison.md").read_text().splitlines()
+    assert len([line for line in table if line.startswith("|")][2:]) == 7  # one row per claim of §3.1.1-3.1.4
 
 
 @pytest.mark.slow  # ~100 s CPU: three compiled samplers of the stiff model
@@ -75,3 +77,5 @@ def test_polymerization_bayesian_quick(tmp_path):
     for sigma in ("0.05", "0.1"):
         monomer = metrics["recipe2"][f"sigma={sigma}"]["confidence"]["M"]
         assert monomer["fraction_outside"] > 0.5 and monomer["max_relative_miss"] > 0.2, monomer
+    table = (tmp_path / "paper_comparison.md").read_text().splitlines()
+    assert len([line for line in table if line.startswith("|")][2:]) == 10  # claims of Tests 1-4 and recipe 2
