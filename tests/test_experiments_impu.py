@@ -76,3 +76,5 @@ def test_quick_run_writes_the_tables(script, tmp_path):
     assert twin["n_steps"] == 12 and set(twin["mean_rmse_before"]) == {"y1", "y2"}
     assert all(isinstance(c["holds"], bool) for c in metrics["checks"]) and len(metrics["checks"]) >= 6
     assert metrics["quick"] is True
+    comparison = (tmp_path / "paper_comparison.md").read_text()
+    assert comparison.count("\n| ") == 1 + len(metrics["checks"])  # header + one row per claim
