@@ -230,6 +230,31 @@ def main(argv=None):
         "wall_time_s": time.perf_counter() - start,
     }
     metrics = common.write_metrics(args.out, metrics)
+    # paper_comparison.md: Fig. 19's three statements, each with a stated criterion; None at --quick sizes
+    final = {f: float(np.mean(impu[f]["test_mare"][-1])) * 100 for f in impu}
+    first = {f: float(np.mean(impu[f]["test_mare"][0])) * 100 for f in impu}
+    ratio = {f: {n: round(float(v), 2) for n, v in c["p_ref_error_over_ekf_at_largest_n_s"].items()}
+             for f, c in comparison.items()}
+    checks = [
+        ("IMPU competitive with the EKF from n_s ~ 100, better for sufficiently high n_s (Fig. 19)",
+         "IMPU p_ref error / EKF's <= 1 for both parameters at the largest n_s, every feature type",
+         {"p_ref error / EKF at largest n_s": ratio,
+          "smallest n_s below EKF": {f: c["smallest_n_s_with_p_ref_error_below_ekf_both_params"]
+                                     for f, c in comparison.items()}},
+         all(v <= 1 for r in ratio.values() for v in r.values())),
+        ("TS, MP and RI give comparable errors (Fig. 19)",
+         "largest n_s: max / min of the mean test mu_|eps| over the feature types <= 2",
+         {f: round(v, 3) for f, v in final.items()}, max(final.values()) <= 2 * min(final.values())),
+        ("mu_|eps| falls with n_s (Fig. 19)", "mean test mu_|eps| at the largest n_s < at the smallest, every type",
+         {f: f"{first[f]:.3f} -> {final[f]:.3f} %" for f in final}, all(final[f] < first[f] for f in final)),
+    ]
+    common.write_paper_comparison(
+        args.out, "Kessels et al. 2023, Sec. 5 (roll plane, IMPU versus EKF)",
+        [{"claim": claim, "paper": f"{PAPER['finding']}; criterion: {criterion}", "ours": ours,
+          "match": None if args.quick else bool(holds),
+          "why": "" if args.quick or holds else "not analysed yet (issue 19)"}
+         for claim, criterion, ours, holds in checks],
+        quick=args.quick)
     common.save(figure(sizes, impu, ekf_error, names), args.out / "error_versus_training_size.png", dpi=120)
     return metrics
 

@@ -44,6 +44,8 @@ def test_roll_plane_impu_vs_ekf_quick(tmp_path):
         assert np.all(np.isfinite(mare)) and np.all(mare < 0.2)  # the box spans +-20 %
         assert row["epochs"] == [15, 15]
         assert set(metrics["comparison"][feature]) >= {"smallest_n_s_with_p_ref_error_below_ekf_both_params"}
+    comparison = (tmp_path / "paper_comparison.md").read_text()
+    assert comparison.count("\n| ") == 1 + 3  # header + one row per claim (three Fig. 19 statements)
 
 
 @pytest.mark.slow  # ~45 s CPU: double-beam and roll-plane compiles, two tiny trainings, EKF
