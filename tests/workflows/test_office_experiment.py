@@ -31,6 +31,8 @@ def test_office_surrogate_calibration_quick(tmp_path):
     one, two = rows["LS-TRF with initial guess"], rows["LS-TRF with 2 starts"]
     assert two["n_simulations"] > one["n_simulations"] and two["mse"] <= one["mse"]
     assert rows["Diff. Evolution"]["n_simulations"] == 20 * 3  # population 20, 2 generations
+    comparison = (tmp_path / "paper_comparison.md").read_text()  # header + one row per Table 3 method of the paper
+    assert comparison.count("\n| ") == 1 + sum(r["paper_model_calls"] is not None for r in metrics["table3"])
 
     table4 = metrics["table4"]
     assert [r["n_train"] for r in table4] == [32, 64]
