@@ -114,7 +114,8 @@ def test_result_fields_and_best(linear_run):
     # starts (with the 100 prescaling draws), then one run: its start, warm-up and sampling
     assert result.n_logdensity_evaluations == N_CHAINS * (2 + WARMUP + N_STEPS) + 100
     np.testing.assert_array_equal(result.extra["invalid_proposal_rate"], 0.0)
-    np.testing.assert_allclose(result.ess_per_second, result.ess_bulk / result.wall_time_s)  # a ratio, not a speed check
+    # a ratio of the reported numbers, not a speed check
+    np.testing.assert_allclose(result.ess_per_second, result.ess_bulk / result.wall_time_s)
 
 
 def test_result_to_dict_save_load_inference_data(linear_run, tmp_path):
