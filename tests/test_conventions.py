@@ -1,0 +1,141 @@
+"""The public signatures follow the README's conventions table (issue 18 §4).
+
+Every public function, class and public method defined in a public jcalib module is inspected
+(`inspect.signature`); a violation names the callable and the rule. The rules:
+
+- randomness: a parameter named ``key`` is the first parameter (after ``self``); no integer seeds
+  (no parameter named ``seed`` or ending in ``_seed``);
+- one name per concept: start point ``theta0`` (not ``thetas0``, ``theta0_internal``, ``x0`` for
+  parameters), coordinate system ``coordinates=`` (not ``internal=``, ``coordinate=``), step budget
+  ``max_steps`` / ``n_steps`` (not ``max_iterations``, ``max_iter``, ``maxiter``, ``max_nfev``,
+  ``max_generations``, ``n_generations``, ``n_iterations``);
+- one type per argument: no parameter named ``<a>_or_<b>`` (a union of two kinds of input);
+- no clashing names: a public name exported by two jcalib modules refers to one object.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+import jcalib
+
+FORBIDDEN = {
+    "seed": "randomness enters as a `key`, never an integer seed",
+    "thetas0": "the start point is `theta0`",
+    "theta0_internal": "the start point is `theta0` (with coordinates='internal')",
+    "internal": "the coordinate system is `coordinates='physical'|'internal'`",
+    "coordinate": "the coordinate system is `coordinates=`",
+    "max_iterations": "a step budget is `max_steps`",
+    "max_iter": "a step budget is `max_steps`",
+    "maxiter": "a step budget is `max_steps`",
+    "max_nfev": "a step budget is `max_steps`",
+    "max_generations": "a step budget is `max_steps`",
+    "n_generations": "a step budget is `max_steps`",
+    "n_iterations": "a step budget is `max_steps` (or `n_steps` for an exact count)",
+}
+
+# Modules whose signatures are not jcalib's API: the CLI's (typer options are the command line's
+# flags, checked in tests/test_cli*.py) and the built-in model factories' physical constants.
+SKIP_MODULES = ("jcalib.cli",)
+
+
+def _public_modules():
+    for info in pkgutil.walk_packages(jcalib.__path__, "jcalib."):
+        if any(part.startswith("_") for part in info.name.split(".")) or info.name.startswith(SKIP_MODULES):
+            continue
+        yield importlib.import_module(info.name)
+
+
+def _callables():
+    """``(qualified name, callable)`` of every public callable defined in jcalib."""
+    seen = set()
+    for module in _public_modules():
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if inspect.isfunction(obj):
+                yield f"{module.__name__}.{name}", obj
+            elif inspect.isclass(obj):
+                yield f"{module.__name__}.{name}", obj
+                for attr, member in vars(obj).items():
+                    if attr.startswith("_") or not inspect.isfunction(getattr(member, "__func__", member)):
+                        continue
+                    yield f"{module.__name__}.{name}.{attr}", getattr(member, "__func__", member)
+
+
+def _parameters(fn) -> list[inspect.Parameter]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    if params and params[0].name in ("self", "cls"):
+        params = params[1:]
+    return params
+
+
+CALLABLES = sorted(_callables(), key=lambda item: item[0])
+
+
+def _violations():
+    out = []
+    for qualname, fn in CALLABLES:
+        params = _parameters(fn)
+        names = [p.name for p in params]
+        if "key" in names and names.index("key") != 0:
+            out.append(f"{qualname}: `key` must be the first parameter (is #{names.index('key') + 1})")
+        for p in params:
+            if p.name in FORBIDDEN:
+                out.append(f"{qualname}({p.name}=...): {FORBIDDEN[p.name]}")
+            elif p.name.endswith("_seed"):
+                out.append(f"{qualname}({p.name}=...): {FORBIDDEN['seed']}")
+            elif "_or_" in p.name:
+                out.append(f"{qualname}({p.name}): one type per argument, not a union of two kinds")
+    return out
+
+
+def test_the_inspection_sees_the_api():
+    names = {q for q, _ in CALLABLES}
+    for expected in ("jcalib.sensitivity.sobol.sobol_indices", "jcalib.bayes.mala.sample",
+                     "jcalib.estimation.gauss_newton.gauss_newton", "jcalib.algorithm.run",
+                     "jcalib.problem.CalibrationProblem.log_posterior"):
+        assert expected in names
+
+
+def test_public_signatures_follow_the_conventions():
+    violations = _violations()
+    assert not violations, "\n".join(violations)
+
+
+def test_a_public_name_means_one_thing():
+    owners: dict[str, dict[int, str]] = {}
+    for module in _public_modules():
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            if inspect.ismodule(obj):
+                continue
+            owners.setdefault(name, {})[id(obj)] = module.__name__
+    clashes = {name: sorted(where.values()) for name, where in owners.items() if len(where) > 1}
+    assert not clashes, clashes
+
+
+@pytest.mark.parametrize("bad", [
+    ("f(x, key)", lambda x, key: None),
+    ("f(seed)", lambda seed: None),
+    ("f(model_or_problem)", lambda model_or_problem: None),
+])
+def test_the_rules_catch_violations(bad, monkeypatch):
+    label, fn = bad
+    monkeypatch.setattr(__import__(__name__), "CALLABLES", [(label, fn)], raising=False)
+    global CALLABLES
+    saved, CALLABLES = CALLABLES, [(label, fn)]
+    try:
+        assert _violations(), label
+    finally:
+        CALLABLES = saved
