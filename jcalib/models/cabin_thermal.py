@@ -350,10 +350,14 @@ class CabinThermal(AbstractModel):
         def add(name, value, unit):
             out[name] = (float(value), unit)
 
-        add("c_p", c.c_p, "J/(kg*K)")
-        add("rho", c.rho, "kg/m^3")
-        add("V_cab", c.V_cab, "m^3")
-        add("f_cap", c.f_cap, "-")
+        scalars = {"J/(kg*K)": ("c_p",), "kg/m^3": ("rho",), "m^3": ("V_cab",), "kg/s": ("m_ref", "m_nom", "m_low"),
+                   "degC": ("T_amb", "T_evap"), "J/(m^2*K)": ("c_m",), "W/(m^2*K)/(m/s)": ("alpha_m1",),
+                   "W/(m^2*K)": ("alpha_ext0", "alpha_in0", "alpha_in1", "alpha_m0"), "m/s": ("v_m_ref",),
+                   "W": ("Q_L0",), "1/K": ("kappa_b",),
+                   "-": ("f_cap", "w_top", "f_dir", "lambda_L", "beta_fan", "NTU0", "phi_fresh")}
+        for unit, names in scalars.items():
+            for name in names:
+                add(name, getattr(c, name), unit)
         add("C_a_front", c.zone_capacity()[front], "J/K")
         add("C_a_rear", c.zone_capacity()[rear], "J/K")
         for name, vec, unit in (("A_h", c.hull_area, "m^2"),
@@ -362,29 +366,10 @@ class CabinThermal(AbstractModel):
                                 ("Q_hs", c.hull_sun, "W")):
             add(f"{name}_top", vec[top], unit)
             add(f"{name}_bottom", vec[bottom], unit)
-        for name in ("alpha_ext0", "alpha_in0", "alpha_in1"):
-            add(name, getattr(c, name), "W/(m^2*K)")
-        add("m_ref", c.m_ref, "kg/s")
-        add("T_amb", c.T_amb, "degC")
-        for mass, share in zip(MASSES, c.mass_share):
-            add(f"s_{mass}", share, "-")
-        add("c_m", c.c_m, "J/(m^2*K)")
-        add("alpha_m0", c.alpha_m0, "W/(m^2*K)")
-        add("alpha_m1", c.alpha_m1, "W/(m^2*K)/(m/s)")
-        add("v_m_ref", c.v_m_ref, "m/s")
-        add("w_top", c.w_top, "-")
-        add("Q_L0", c.Q_L0, "W")
-        add("f_dir", c.f_dir, "-")
-        add("lambda_L", c.lambda_L, "-")
-        add("m_nom", c.m_nom, "kg/s")
-        add("m_low", c.m_low, "kg/s")
-        for outlet, share in zip(OUTLETS, c.outlet_shares):
-            add(f"s_{outlet}", share, "-")
-        add("beta_fan", c.beta_fan, "-")
-        add("NTU0", c.NTU0, "-")
-        add("T_evap", c.T_evap, "degC")
-        add("phi_fresh", c.phi_fresh, "-")
-        add("kappa_b", c.kappa_b, "1/K")
+        shares = [(f"s_{mass}", share) for mass, share in zip(MASSES, c.mass_share)]
+        shares += [(f"s_{outlet}", share) for outlet, share in zip(OUTLETS, c.outlet_shares)]
+        for name, share in shares:
+            add(name, share, "-")
         for kind, g_nat, g_fcd in zip(EXCHANGE_TYPES, c.g_nat, c.g_fcd):
             add(f"g_nat_{kind}", g_nat, "kg/s")
             add(f"g_fcd_{kind}", g_fcd, "kg/s")
