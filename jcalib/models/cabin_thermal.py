@@ -65,6 +65,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from jcalib.model import AbstractModel, Experiment
+from jcalib.models._checks import check_number
 from jcalib.models.registry import register
 from jcalib.parameters import Parameter, ParameterSpace
 
@@ -376,16 +377,6 @@ class CabinThermal(AbstractModel):
         return out
 
 
-def _check_number(name: str, value, lower: float, upper: float = np.inf) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"cabin_thermal: {name} must be a number; got {value!r}") from None
-    if not (np.isfinite(value) and lower <= value <= upper):
-        raise ValueError(f"cabin_thermal: {name} must lie in [{lower}, {upper}]; got {value}")
-    return value
-
-
 @register("cabin_thermal")
 def cabin_thermal(
     outputs=("T1", "T3", "T5", "T7"), load: float = 1200.0, load_left_share: float = 0.6,
@@ -418,12 +409,12 @@ def cabin_thermal(
     if not outputs or unknown:
         raise ValueError(f"cabin_thermal: unknown outputs {unknown or outputs!r}; choose from "
                          f"{tuple(SENSORS)} or the state names {STATE_NAMES}")
-    load = _check_number("load", load, 0.0)
-    load_left_share = _check_number("load_left_share", load_left_share, 0.0, 1.0)
-    hull_sun = _check_number("hull_sun", hull_sun, 0.0)
-    ambient = _check_number("ambient", ambient, -50.0, 80.0)
-    rtol = _check_number("rtol", rtol, 1e-14, 1.0)
-    atol = _check_number("atol", atol, 1e-14, 1.0)
+    load = check_number("cabin_thermal", "load", load, 0.0)
+    load_left_share = check_number("cabin_thermal", "load_left_share", load_left_share, 0.0, 1.0)
+    hull_sun = check_number("cabin_thermal", "hull_sun", hull_sun, 0.0)
+    ambient = check_number("cabin_thermal", "ambient", ambient, -50.0, 80.0)
+    rtol = check_number("cabin_thermal", "rtol", rtol, 1e-14, 1.0)
+    atol = check_number("cabin_thermal", "atol", atol, 1e-14, 1.0)
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"cabin_thermal: max_steps must be a positive integer; got {max_steps!r}")
     one = "-"

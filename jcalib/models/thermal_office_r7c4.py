@@ -66,6 +66,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from jcalib.model import AbstractModel, Experiment
+from jcalib.models._checks import check_number
 from jcalib.models.registry import register
 from jcalib.parameters import Parameter, ParameterSpace
 
@@ -250,17 +251,6 @@ class ThermalOfficeR7C4(AbstractModel):
         }
 
 
-def _check_number(name: str, value, lower: float, upper: float = np.inf) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"thermal_office_r7c4: {name} must be a number; got {value!r}") from None
-    if not (np.isfinite(value) and lower <= value <= upper):
-        raise ValueError(f"thermal_office_r7c4: {name} must lie in [{lower}, {upper}]; "
-                         f"got {value}")
-    return value
-
-
 @register("thermal_office_r7c4")
 def thermal_office_r7c4(
     inputs: ArrayLike | None = None, A_win: float = 6.0, f_c_sol: float = 0.3,
@@ -291,13 +281,13 @@ def thermal_office_r7c4(
             other than 0/1, or option values out of range.
     """
     table = synthetic_inputs() if inputs is None else _check_inputs(inputs)
-    A_win = _check_number("A_win", A_win, 0.0)
-    f_c_sol = _check_number("f_c_sol", f_c_sol, 0.0, 1.0)
-    f_c_int = _check_number("f_c_int", f_c_int, 0.0, 1.0)
-    T_Air0 = _check_number("T_Air0", T_Air0, -50.0, 80.0)
-    T_Int0 = _check_number("T_Int0", T_Int0, -50.0, 80.0)
-    rtol = _check_number("rtol", rtol, 1e-14, 1.0)
-    atol = _check_number("atol", atol, 1e-14, 1.0)
+    A_win = check_number("thermal_office_r7c4", "A_win", A_win, 0.0)
+    f_c_sol = check_number("thermal_office_r7c4", "f_c_sol", f_c_sol, 0.0, 1.0)
+    f_c_int = check_number("thermal_office_r7c4", "f_c_int", f_c_int, 0.0, 1.0)
+    T_Air0 = check_number("thermal_office_r7c4", "T_Air0", T_Air0, -50.0, 80.0)
+    T_Int0 = check_number("thermal_office_r7c4", "T_Int0", T_Int0, -50.0, 80.0)
+    rtol = check_number("thermal_office_r7c4", "rtol", rtol, 1e-14, 1.0)
+    atol = check_number("thermal_office_r7c4", "atol", atol, 1e-14, 1.0)
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"thermal_office_r7c4: max_steps must be a positive integer; "
                          f"got {max_steps!r}")
