@@ -3,10 +3,23 @@
 Three coordinates are used throughout jcalib:
 
 - *physical*: the values a user reads and writes, in the parameter's unit;
-- *internal*: what methods iterate on: ``log(theta)`` for log-scale parameters (natural
-  log), ``theta`` itself otherwise;
+- *internal*: what methods iterate on (`Parameter.transform`):
+
+  - log-scale parameter on ``[a, b]`` (``0 <= a < b <= inf``): ``z = log(theta)``
+    (natural log), internal bounds ``[log a, log b]`` (``log 0 = -inf``);
+  - linear parameter on a finite ``[a, b]`` or on ``(-inf, inf)``: ``z = theta``;
+  - linear parameter on ``(a, inf)``: ``z = log(theta - a)``, unbounded;
+  - linear parameter on ``(-inf, b)``: ``z = -log(b - theta)``, unbounded;
+
+  so a parameter with an infinite bound (a rate constant > 0, a location on the real line)
+  has unconstrained internal coordinates and no artificial box. Densities in internal
+  coordinates carry the log-Jacobian ``log |dtheta/dz|`` (`ParameterSpace.log_jacobian`:
+  ``z`` for log-scale and ``(a, inf)`` parameters, ``-z`` for ``(-inf, b)``, 0 otherwise);
 - *unit cube*: ``[0, 1]`` per parameter, linear in the internal coordinate (so a
-  log-scale parameter is log-uniform between its bounds).
+  log-scale parameter is log-uniform between its bounds). Only parameters with a finite
+  internal box have one: `ParameterSpace.to_unit`, `~ParameterSpace.from_unit` and
+  `~ParameterSpace.sample` (uniform, LHS, Sobol; hence Sobol indices, training sets and
+  differential evolution) refuse the others (`ParameterSpace.check_box`).
 
 Example:
     >>> space = ParameterSpace([Parameter("k", 1e-4, 1e-6, 1e-3, "1/s", log_scale=True),
@@ -41,15 +54,25 @@ class Parameter:
 
     Args:
         name: identifier, unique within a space.
-        nominal: default value in physical units (inside the bounds).
-        lower: lower bound in physical units (> 0 when ``log_scale``).
-        upper: upper bound in physical units (> ``lower``).
+        nominal: default value in physical units (finite, inside the bounds; strictly inside
+            on an open side: above 0 for a log-scale parameter, above ``lower`` / below
+            ``upper`` for a half-open linear one).
+        lower: lower bound in physical units, finite or ``-inf`` (``>= 0`` when
+            ``log_scale``; 0 means unbounded below in ``log(theta)``).
+        upper: upper bound in physical units (> ``lower``), finite or ``inf``.
         unit: unit string for tables and plots.
         log_scale: work on ``log(theta)`` internally (parameters spanning decades).
 
     Raises:
-        ValueError: non-finite values, ``lower >= upper``, nominal outside the bounds or
-            non-positive bounds of a log-scale parameter; the message names the parameter.
+        ValueError: NaN or infinite values where they are not allowed, ``lower >= upper``,
+            nominal outside the bounds or a negative bound of a log-scale parameter; the
+            message names the parameter.
+
+    Example:
+        >>> Parameter("rate", 0.3, 0.0, math.inf, log_scale=True).transform
+        'log'
+        >>> Parameter("offset", 2.0, 1.0, math.inf).transform
+        'lower'
     """
 
     name: str
@@ -62,10 +85,12 @@ class Parameter:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise ValueError(f"Parameter name must be an identifier string; got {self.name!r}")
-        for field in ("nominal", "lower", "upper"):
+        allowed = {"nominal": "finite", "lower": "finite or -inf", "upper": "finite or inf"}
+        for field, what in allowed.items():
             value = float(getattr(self, field))
-            if not math.isfinite(value):
-                raise ValueError(f"Parameter {self.name!r}: {field} must be finite; got {value}")
+            if math.isnan(value) or (math.isinf(value) and (field == "nominal"
+                                                            or (value > 0) == (field == "lower"))):
+                raise ValueError(f"Parameter {self.name!r}: {field} must be {what}; got {value}")
             if value != 0.0 and abs(value) < _TINY:  # XLA flushes subnormals to zero on CPU and GPU
                 raise ValueError(f"Parameter {self.name!r}: {field} = {value} is subnormal (|value| < "
                                  f"{_TINY:.4g}), which JAX computes as 0; use 0 or rescale the parameter's unit")
@@ -80,11 +105,87 @@ class Parameter:
                 f"Parameter {self.name!r}: nominal {self.nominal} lies outside its bounds "
                 f"[{self.lower}, {self.upper}]"
             )
-        if self.log_scale and self.lower <= 0:
+        if self.log_scale and self.lower < 0:
             raise ValueError(
-                f"Parameter {self.name!r}: log-scale parameters need positive bounds; got "
-                f"lower={self.lower} (use log_scale=False or a positive lower bound)"
+                f"Parameter {self.name!r}: log-scale parameters need bounds >= 0; got "
+                f"lower={self.lower} (use log_scale=False or a lower bound >= 0)"
             )
+        open_side = {"log": self.lower == 0.0, "lower": True, "upper": True}.get(self.transform, False)
+        edge = self.upper if self.transform == "upper" else self.lower
+        if open_side and self.nominal == edge:
+            raise ValueError(
+                f"Parameter {self.name!r}: nominal {self.nominal} sits on the open bound {edge}, which "
+                f"the internal coordinate ({self.transform!r} transform) maps to infinity; pick a nominal "
+                "strictly inside the bounds"
+            )
+
+    # --- coordinate map of this parameter ---------------------------------------------------
+    @property
+    def transform(self) -> str:
+        """The map to the internal coordinate (see the module doc): ``"log"`` (log-scale),
+        ``"identity"`` (linear, both bounds finite or both infinite), ``"lower"`` (linear on
+        ``(a, inf)``: ``log(theta - a)``) or ``"upper"`` (linear on ``(-inf, b)``:
+        ``-log(b - theta)``)."""
+        if self.log_scale:
+            return "log"
+        lower_finite, upper_finite = math.isfinite(self.lower), math.isfinite(self.upper)
+        if lower_finite == upper_finite:
+            return "identity"
+        return "lower" if lower_finite else "upper"
+
+    @property
+    def lower_internal(self) -> float:
+        """The lower bound in internal coordinates (``-inf`` where unbounded)."""
+        if self.transform == "log":
+            return math.log(self.lower) if self.lower > 0 else -math.inf
+        return self.lower if self.transform == "identity" else -math.inf
+
+    @property
+    def upper_internal(self) -> float:
+        """The upper bound in internal coordinates (``inf`` where unbounded)."""
+        if self.transform == "log":
+            return math.log(self.upper) if math.isfinite(self.upper) else math.inf
+        return self.upper if self.transform == "identity" else math.inf
+
+    @property
+    def has_box(self) -> bool:
+        """Whether both internal bounds are finite (what uniform, LHS and Sobol sampling need)."""
+        return math.isfinite(self.lower_internal) and math.isfinite(self.upper_internal)
+
+    def to_internal(self, theta: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+        """Physical -> internal, elementwise (see `transform`)."""
+        theta = jnp.asarray(theta)
+        kind = self.transform
+        if kind == "log":
+            return jnp.log(theta)
+        if kind == "lower":
+            return jnp.log(theta - self.lower)
+        if kind == "upper":
+            return -jnp.log(self.upper - theta)
+        return theta
+
+    def to_physical(self, theta_internal: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+        """Internal -> physical, elementwise, the inverse of `to_internal`."""
+        z = jnp.asarray(theta_internal)
+        kind = self.transform
+        if kind == "log":
+            return jnp.exp(z)
+        if kind == "lower":
+            return self.lower + jnp.exp(z)
+        if kind == "upper":
+            return self.upper - jnp.exp(-z)
+        return z
+
+    def log_jacobian(self, theta_internal: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
+        """``log |d theta / d z|`` at ``z = theta_internal``, elementwise: ``z`` for the
+        ``"log"`` and ``"lower"`` transforms, ``-z`` for ``"upper"``, 0 for ``"identity"``."""
+        z = jnp.asarray(theta_internal)
+        kind = self.transform
+        if kind in ("log", "lower"):
+            return z
+        if kind == "upper":
+            return -z
+        return jnp.zeros_like(z)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,33 +301,74 @@ class ParameterSpace:
 
     # --- coordinate maps (jittable) -------------------------------------------------------
     def to_internal(self, theta: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
-        """Physical -> internal: ``log`` on log-scale parameters, identity elsewhere."""
+        """Physical -> internal, per parameter (`Parameter.transform`: ``log`` on log-scale
+        parameters, identity on boxed linear ones, a log map on half-open ones)."""
         theta = jnp.asarray(theta)
-        log = _like(self.log_scale, theta)
-        return jnp.where(log, jnp.log(jnp.where(log, theta, 1.0)), theta)
+        if all(p.transform == "identity" for p in self.parameters):
+            return theta
+        return jnp.stack([p.to_internal(theta[..., i]) for i, p in enumerate(self.parameters)], axis=-1)
 
     def to_physical(self, theta_internal: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
         """Internal -> physical, the inverse of `to_internal`."""
         z = jnp.asarray(theta_internal)
-        log = _like(self.log_scale, z)
-        return jnp.where(log, jnp.exp(jnp.where(log, z, 0.0)), z)
+        if all(p.transform == "identity" for p in self.parameters):
+            return z
+        return jnp.stack([p.to_physical(z[..., i]) for i, p in enumerate(self.parameters)], axis=-1)
+
+    def log_jacobian(self, theta_internal: Float[ArrayLike, "... n_params"]) -> Float[Array, "..."]:
+        """``log |det d theta / d theta_internal|``, shape ``theta_internal.shape[:-1]``: what a
+        density in physical units gains when it is written in internal coordinates
+        (``log p_z(z) = log p_theta(to_physical(z)) + log_jacobian(z)``)."""
+        z = jnp.asarray(theta_internal)
+        total = jnp.zeros(z.shape[:-1], dtype=z.dtype)
+        for i, p in enumerate(self.parameters):
+            total = total + p.log_jacobian(z[..., i])
+        return total
 
     @property
     def lower_internal(self) -> np.ndarray:
-        return np.where(self.log_scale, np.log(np.where(self.log_scale, self.lower, 1.0)), self.lower)
+        """Lower bounds in internal coordinates, ``-inf`` where unbounded."""
+        return np.array([p.lower_internal for p in self.parameters], dtype=np.float64)
 
     @property
     def upper_internal(self) -> np.ndarray:
-        return np.where(self.log_scale, np.log(np.where(self.log_scale, self.upper, 1.0)), self.upper)
+        """Upper bounds in internal coordinates, ``inf`` where unbounded."""
+        return np.array([p.upper_internal for p in self.parameters], dtype=np.float64)
+
+    @property
+    def has_box(self) -> bool:
+        """Whether every parameter has finite internal bounds (`Parameter.has_box`)."""
+        return all(p.has_box for p in self.parameters)
+
+    def check_box(self, method: str) -> None:
+        """Refuse parameters without a finite internal box, for a method that draws from it.
+
+        Args:
+            method: the method, for the message (e.g. ``"sobol_indices"``).
+
+        Raises:
+            ValueError: naming the method, the first such parameter, its bounds and the fix.
+        """
+        for p in self.parameters:
+            if not p.has_box:
+                raise ValueError(
+                    f"{method} needs finite bounds (a box to draw from), but parameter {p.name!r} has "
+                    f"bounds [{p.lower}, {p.upper}]{' on a log scale' if p.log_scale else ''}; give it "
+                    f"finite bounds for this method (space.replace({p.name!r}, lower=..., upper=...); "
+                    "> 0 on a log scale) or fix it"
+                )
 
     def to_unit(self, theta: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
-        """Physical -> unit cube (linear in the internal coordinate)."""
+        """Physical -> unit cube (linear in the internal coordinate); needs a finite box."""
+        self.check_box("ParameterSpace.to_unit")
         z = self.to_internal(theta)
         lo, hi = _like(self.lower_internal, z), _like(self.upper_internal, z)
         return (z - lo) / (hi - lo)
 
     def from_unit(self, u: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
-        """Unit cube -> physical; the result is clipped into the bounds against round-off."""
+        """Unit cube -> physical; the result is clipped into the bounds against round-off.
+        Needs a finite box."""
+        self.check_box("ParameterSpace.from_unit")
         u = jnp.asarray(u)
         lo, hi = _like(self.lower_internal, u), _like(self.upper_internal, u)
         theta = self.to_physical(lo + u * (hi - lo))
@@ -250,7 +392,12 @@ class ParameterSpace:
             method: ``"uniform"`` (i.i.d.), ``"lhs"`` (Latin hypercube: each of the ``n``
                 equal strata of every parameter holds exactly one sample) or ``"sobol"``
                 (scrambled Sobol sequence; ``n`` a power of two keeps its balance).
+
+        Raises:
+            ValueError: a parameter without a finite internal box (`check_box`), bad ``n``
+                or ``method``.
         """
+        self.check_box(f"ParameterSpace.sample(method={method!r})")
         return self.from_unit(unit_samples(key, n, self.n_params, method))
 
 

@@ -1,3 +1,5 @@
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -94,8 +96,16 @@ def test_dict_round_trip(space):
     [
         (dict(name="k", nominal=1.0, lower=2.0, upper=1.0), "'k': lower < upper"),
         (dict(name="k", nominal=5.0, lower=0.0, upper=1.0), "'k': nominal 5.0 lies outside"),
-        (dict(name="k", nominal=0.5, lower=0.0, upper=1.0, log_scale=True), "'k': log-scale parameters need positive"),
+        (dict(name="k", nominal=0.5, lower=-1.0, upper=1.0, log_scale=True), "'k': log-scale parameters need bounds >= 0"),
         (dict(name="k", nominal=float("nan"), lower=0.0, upper=1.0), "'k': nominal must be finite"),
+        (dict(name="k", nominal=float("inf"), lower=0.0, upper=math.inf), "'k': nominal must be finite; got inf"),
+        (dict(name="k", nominal=0.5, lower=math.inf, upper=1.0), "'k': lower must be finite or -inf; got inf"),
+        (dict(name="k", nominal=0.5, lower=0.0, upper=-math.inf), "'k': upper must be finite or inf; got -inf"),
+        (dict(name="k", nominal=0.5, lower=float("nan"), upper=1.0), "'k': lower must be finite or -inf; got nan"),
+        (dict(name="k", nominal=0.0, lower=0.0, upper=math.inf, log_scale=True),
+         r"'k': nominal 0.0 sits on the open bound 0.0, which the internal coordinate \('log' transform\)"),
+        (dict(name="k", nominal=1.0, lower=1.0, upper=math.inf), "'k': nominal 1.0 sits on the open bound 1.0"),
+        (dict(name="k", nominal=1.0, lower=-math.inf, upper=1.0), r"'k': nominal 1.0 sits on the open bound 1.0.*'upper'"),
         (dict(name="k", nominal=0.5, lower=1e-310, upper=1.0), "'k': lower = 1e-310 is subnormal"),
         (dict(name="not valid", nominal=0.5, lower=0.0, upper=1.0), "must be an identifier"),
     ],
@@ -116,3 +126,52 @@ def test_space_validation(space):
         space.sample(jax.random.key(0), 4, "grid")
     with pytest.raises(ValueError, match="n must be a positive integer"):
         space.sample(jax.random.key(0), 0)
+
+
+# --- infinite bounds (issue 18 §6) --------------------------------------------------------
+@pytest.fixture(scope="module")
+def open_space():
+    return ParameterSpace([
+        Parameter("rate", 0.3, 0.0, math.inf, log_scale=True),   # (0, inf), log
+        Parameter("loc", -1.0, -math.inf, math.inf),             # real line, identity
+        Parameter("shift", 3.0, 1.0, math.inf),                  # (1, inf): log(theta - 1)
+        Parameter("cap", -2.0, -math.inf, 5.0),                  # (-inf, 5): -log(5 - theta)
+        Parameter("box", 0.5, 0.0, 1.0),                         # boxed, identity
+    ])
+
+
+def test_infinite_bounds_map_to_unconstrained_internal_coordinates(open_space):
+    assert [p.transform for p in open_space] == ["log", "identity", "lower", "upper", "identity"]
+    np.testing.assert_array_equal(open_space.lower_internal, [-np.inf, -np.inf, -np.inf, -np.inf, 0.0])
+    np.testing.assert_array_equal(open_space.upper_internal, [np.inf, np.inf, np.inf, np.inf, 1.0])
+    theta = np.array([0.3, -1.0, 3.0, -2.0, 0.5])
+    z = np.asarray(open_space.to_internal(theta))
+    np.testing.assert_allclose(z, [np.log(0.3), -1.0, np.log(2.0), -np.log(7.0), 0.5], rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(open_space.to_physical(z)), theta, rtol=1e-14)
+    # internal vectors map inside the (open) bounds (far out, theta - a underflows against a)
+    zs = np.array([[-10.0, -1e3, -10.0, -10.0, 0.2], [10.0, 1e3, 10.0, 10.0, 0.7]])
+    thetas = np.asarray(open_space.to_physical(zs))
+    assert bool(np.all(open_space.contains(thetas)))
+    np.testing.assert_allclose(np.asarray(open_space.to_internal(thetas)), zs, rtol=1e-9, atol=1e-12)
+
+
+def test_log_jacobian_is_the_log_derivative_of_to_physical(open_space):
+    z = jax.numpy.array([0.4, -0.7, 1.3, -0.2, 0.6])
+    jac = jax.jacfwd(open_space.to_physical)(z)
+    expected = np.log(np.abs(np.linalg.det(np.asarray(jac))))
+    np.testing.assert_allclose(float(open_space.log_jacobian(z)), expected, rtol=1e-12)
+    batch = jax.numpy.stack([z, 2 * z])
+    assert open_space.log_jacobian(batch).shape == (2,)
+
+
+@pytest.mark.parametrize("call, method", [
+    (lambda s: s.sample(jax.random.key(0), 4, "lhs"), r"ParameterSpace.sample\(method='lhs'\)"),
+    (lambda s: s.sample(jax.random.key(0), 4), r"ParameterSpace.sample\(method='uniform'\)"),
+    (lambda s: s.to_unit(s.nominal), "ParameterSpace.to_unit"),
+    (lambda s: s.from_unit(np.full(s.n_params, 0.5)), "ParameterSpace.from_unit"),
+])
+def test_box_methods_refuse_infinite_bounds(open_space, call, method):
+    with pytest.raises(ValueError, match=method + r" needs finite bounds \(a box to draw from\), but parameter "
+                       r"'rate' has bounds \[0.0, inf\] on a log scale; give it finite bounds"):
+        call(open_space)
+    assert open_space.subset(["box"]).has_box and not open_space.has_box
