@@ -148,6 +148,18 @@ class Parameter:
         return self.upper if self.transform == "identity" else math.inf
 
     @property
+    def nominal_internal(self) -> float:
+        """The nominal value in internal coordinates (a Python float, finite)."""
+        kind = self.transform
+        if kind == "log":
+            return math.log(self.nominal)
+        if kind == "lower":
+            return math.log(self.nominal - self.lower)
+        if kind == "upper":
+            return -math.log(self.upper - self.nominal)
+        return self.nominal
+
+    @property
     def has_box(self) -> bool:
         """Whether both internal bounds are finite (what uniform, LHS and Sobol sampling need)."""
         return math.isfinite(self.lower_internal) and math.isfinite(self.upper_internal)
@@ -334,6 +346,11 @@ class ParameterSpace:
     def upper_internal(self) -> np.ndarray:
         """Upper bounds in internal coordinates, ``inf`` where unbounded."""
         return np.array([p.upper_internal for p in self.parameters], dtype=np.float64)
+
+    @property
+    def nominal_internal(self) -> np.ndarray:
+        """Nominal values in internal coordinates, shape ``(n_params,)``, float64 NumPy."""
+        return np.array([p.nominal_internal for p in self.parameters], dtype=np.float64)
 
     @property
     def has_box(self) -> bool:

@@ -101,7 +101,11 @@ class CalibrationProblem(eqx.Module):
             `jcalib.probability.priors` (Uniform, LogUniform, Normal, LogNormal, HalfNormal) in
             physical units, truncated to the bounds; unnamed parameters get the uniform
             default, names of fixed parameters are ignored. Noise parameters take their
-            priors from the dict too (default: log-uniform on their bounds).
+            priors from the dict too (default: log-uniform on their bounds). A parameter
+            with an infinite bound (see `jcalib.parameters`) has no uniform default: it
+            needs a proper prior in the dict (a dict without one is refused here;
+            ``"uniform"`` is refused by ``log_prior``/``log_posterior``, while estimation,
+            which needs no prior, works).
         likelihood: the noise model of ``log_likelihood``: ``"absolute_gaussian"``,
             ``"relative_gaussian"``, ``"lognormal"`` or an instance from
             `jcalib.probability.likelihoods` (which may fix σ); None: the one matching
@@ -606,6 +610,14 @@ class CalibrationProblem(eqx.Module):
             lp = self.prior.log_prob_internal(z_model)
         else:
             space = self.model.parameters.subset(self.model_free_names)
+            for p in space:
+                if not p.has_box:
+                    raise ValueError(
+                        f"log_prior: the default prior='uniform' (uniform in internal coordinates on the "
+                        f"bounds) is improper for {p.name!r}, whose bounds [{p.lower}, {p.upper}] are "
+                        f"infinite; pass a proper prior for it, e.g. CalibrationProblem(..., "
+                        f"prior={{{p.name!r}: Normal(mean, std)}}) (jcalib.probability.priors)"
+                    )
             lower, upper = space.lower_internal, space.upper_internal
             inside = jnp.all((z_model >= jnp.asarray(lower)) & (z_model <= jnp.asarray(upper)))
             lp = jnp.where(inside, -float(np.sum(np.log(upper - lower))), -jnp.inf)
@@ -618,9 +630,10 @@ class CalibrationProblem(eqx.Module):
         if isinstance(self.prior, GaussianPrior):
             return lp + self._log_likelihood_impl(z)
         inside = jnp.isfinite(lp)
-        space = self.space
-        centre = jnp.asarray(0.5 * (space.lower_internal + space.upper_internal))
-        z_safe = jnp.where(jnp.broadcast_to(inside, z.shape), z, centre)
+        # where the prior is zero the model is evaluated at the nominal values instead (always
+        # inside the bounds, finite in internal coordinates), so it never sees values outside
+        nominal = jnp.asarray(self.space.nominal_internal)
+        z_safe = jnp.where(jnp.broadcast_to(inside, z.shape), z, nominal)
         return jnp.where(inside, lp + self._log_likelihood_impl(z_safe), -jnp.inf)
 
 

@@ -271,3 +271,65 @@ def test_runtime_errors(model, clean, problem):
         problem.residuals(jnp.zeros(2))
     with pytest.raises(ValueError, match="theta_internal must be float64"):
         problem.loss(jnp.zeros(3, dtype=jnp.float32))
+
+
+# --- parameters without artificial bounds (issue 18 §6) -------------------------------------
+@pytest.fixture(scope="module")
+def open_problem():
+    """The linear case y = A θ (tests/estimation/linear_case.py) with θ = (a, b, c) on
+    (-inf, inf), (0, inf) log-scale and (-1, inf): no parameter has a finite box."""
+    import math
+
+    import diffrax as dfx
+
+    from jcalib.model import Experiment
+    from jcalib.parameters import Parameter, ParameterSpace
+    from tests.estimation.linear_case import TS, LinearModel, design
+
+    space = ParameterSpace([Parameter("a", 0.0, -math.inf, math.inf),
+                            Parameter("b", 1.0, 0.0, math.inf, log_scale=True),
+                            Parameter("c", 0.0, -1.0, math.inf)])
+    model = LinearModel(parameters=space, output_names=("y1", "y2"), state_names=("y1", "y2"),
+                        experiment=Experiment(TS, t0=0.0), solver=dfx.Tsit5(),
+                        controller=dfx.PIDController(rtol=1e-10, atol=1e-12),
+                        adjoint=dfx.RecursiveCheckpointAdjoint(), dt0=None, max_steps=4096)
+    rng = np.random.default_rng(3)
+    y = (design() @ np.array([1.0, 0.5, 0.3])).reshape(TS.size, 2) + 0.05 * rng.standard_normal((TS.size, 2))
+    data = Measurements(TS, y, sigma=0.05, output_names=("y1", "y2"))
+    problem = CalibrationProblem(model, data, weighting="absolute")
+    least_squares = np.linalg.lstsq(design(), y.reshape(-1), rcond=None)[0]
+    assert least_squares[1] > 0 and least_squares[2] > -1  # inside the open bounds
+    return problem, least_squares
+
+
+@pytest.mark.parametrize("method", ["gauss_newton", "least_squares_trf"])
+def test_infinite_bounds_estimate_the_least_squares_answer(open_problem, method):
+    from jcalib import estimation
+
+    problem, least_squares = open_problem
+    np.testing.assert_array_equal(problem.space.lower_internal, [-np.inf] * 3)
+    result = getattr(estimation, method)(problem)
+    assert result.converged, result.reason
+    np.testing.assert_allclose(result.theta, least_squares, rtol=1e-6, atol=1e-8)
+
+
+def test_infinite_bounds_priors_and_bounds_check(open_problem):
+    from jcalib.probability import HalfNormal, Normal
+
+    problem, least_squares = open_problem
+    z = problem.to_internal(jnp.asarray(least_squares))
+    with pytest.raises(ValueError, match=r"log_prior: the default prior='uniform' \(uniform in internal "
+                                         r"coordinates on the bounds\) is improper for 'a', whose bounds "
+                                         r"\[-inf, inf\] are infinite; pass a proper prior for it"):
+        problem.log_posterior(z)
+    priors = {"a": Normal(1.0, 2.0), "b": HalfNormal(1.0), "c": Normal(0.0, 1.0)}
+    proper = CalibrationProblem(problem.model, problem.measurements, weighting="absolute", prior=priors)
+    theta = np.asarray(least_squares)
+    expected = (stats.norm(1.0, 2.0).logpdf(theta[0]) + stats.halfnorm().logpdf(theta[1]) + np.log(theta[1])
+                + stats.norm(0.0, 1.0).logpdf(theta[2]) - np.log(stats.norm(0.0, 1.0).sf(-1.0))
+                + np.log(theta[2] + 1.0))  # log-Jacobians of log θ_b and log(θ_c + 1)
+    np.testing.assert_allclose(float(proper.log_prior(z)), expected, rtol=1e-12)
+    assert np.isfinite(float(proper.log_posterior(z)))
+    # the issue-17 bounds check still refuses values outside the (half-open) bounds
+    with pytest.raises(ValueError, match=r"c = -2 lies outside its bounds \[-1, inf\]"):
+        problem.model.simulate(jnp.asarray([0.0, 1.0, -2.0]))

@@ -4,14 +4,23 @@
 A prior is given per parameter in PHYSICAL units, ``{name: prior}``, and passed to
 ``CalibrationProblem(prior=...)`` (Wulkow et al. 2021, §2.3 use uniform and Gaussian
 priors). Every prior is **truncated to the parameter's bounds and renormalised**, so the
-posterior never leaves the box, the model is never evaluated outside it (the bounds are
+posterior never leaves the bounds, the model is never evaluated outside them (the bounds are
 where it is valid) and posterior draws can go straight into `jcalib.simulate_batch`.
-Widen the bounds (``space.replace(name, lower=..., upper=...)``) for a prior that is
-practically untruncated.
+An infinite bound truncates nothing: a parameter on ``(0, inf)`` or ``(-inf, inf)`` (see
+`jcalib.parameters`) keeps its prior as written on that side. Widen finite bounds
+(``space.replace(name, lower=..., upper=...)``) for a prior that is practically untruncated.
 
-Samplers work on the problem's *internal* coordinates ``z`` (``z = log θ`` for log-scale
-parameters, ``z = θ`` otherwise), so the density there carries the log-Jacobian of the
-map: ``log p_z(z) = log p_θ(e^z) + z`` for log-scale parameters (`AbstractPrior.log_prob_internal`).
+Uniform priors need finite limits: ``Uniform()``/``LogUniform()`` (and the default prior
+of a parameter without one) take the parameter's bounds, and on an infinite interval (or
+``LogUniform`` down to 0) that density does not normalise; such a prior is refused with a
+`ValueError` naming the parameter. Give such a parameter a proper prior (``Normal``,
+``LogNormal``, ``HalfNormal``, or ``Uniform(low, high)`` with finite limits).
+
+Samplers work on the problem's *internal* coordinates ``z = T(θ)`` (`Parameter.transform`:
+``log θ`` for log-scale parameters, ``θ`` for boxed or real-line ones, ``log(θ - a)`` /
+``-log(b - θ)`` for half-open ones), so the density there carries the log-Jacobian of the
+map: ``log p_z(z) = log p_θ(T⁻¹(z)) + log |dθ/dz|`` (`AbstractPrior.log_prob_internal`,
+`ParameterSpace.log_jacobian`), e.g. ``+ z`` for log-scale parameters.
 
 Support checks happen when a prior meets a parameter (`bind_priors`):
 
@@ -98,13 +107,11 @@ class AbstractPrior(eqx.Module):
         return self
 
     def log_prob_internal(self, theta_internal: Float[ArrayLike, "..."],
-                          log_scale: bool) -> Float[Array, "..."]:
-        """Log density of the internal coordinate: ``log p(e^z) + z`` for log-scale
-        parameters (the log-Jacobian of θ = e^z), ``log p(z)`` otherwise (untruncated)."""
+                          parameter: Parameter) -> Float[Array, "..."]:
+        """Log density of ``parameter``'s internal coordinate ``z`` (untruncated):
+        ``log p(θ(z)) + log |dθ/dz|``, e.g. ``log p(e^z) + z`` for a log-scale parameter."""
         z = jnp.asarray(theta_internal)
-        if log_scale:
-            return self.log_prob(jnp.exp(z)) + z
-        return self.log_prob(z)
+        return self.log_prob(parameter.to_physical(z)) + parameter.log_jacobian(z)
 
     def _name(self) -> str:
         return type(self).__name__
@@ -156,8 +163,7 @@ class Uniform(AbstractPrior):
         return stats.uniform(loc=self.low, scale=self.high - self.low)
 
     def _bind(self, parameter):
-        low = parameter.lower if self.low is None else self.low
-        high = parameter.upper if self.high is None else self.high
+        low, high = _limits(self, parameter)
         _check_within(self._name(), parameter, low, high)
         return Uniform(low, high)
 
@@ -190,8 +196,7 @@ class LogUniform(AbstractPrior):
         return stats.loguniform(self.low, self.high)
 
     def _bind(self, parameter):
-        low = parameter.lower if self.low is None else self.low
-        high = parameter.upper if self.high is None else self.high
+        low, high = _limits(self, parameter)
         if low <= 0:
             raise ValueError(
                 f"LogUniform prior on {parameter.name!r}: needs positive values, but the lower "
@@ -241,11 +246,11 @@ class LogNormal(AbstractPrior):
         value = -0.5 * z**2 - math.log(self.sigma) - _LOG_SQRT_2PI - log_theta
         return jnp.where(positive, value, -jnp.inf)
 
-    def log_prob_internal(self, theta_internal, log_scale):
-        if log_scale:  # exactly Normal(mu, sigma) in z = log θ, without exp/log round-off
+    def log_prob_internal(self, theta_internal, parameter):
+        if parameter.transform == "log":  # exactly Normal(mu, sigma) in z = log θ, without exp/log round-off
             z = (jnp.asarray(theta_internal) - self.mu) / self.sigma
             return -0.5 * z**2 - math.log(self.sigma) - _LOG_SQRT_2PI
-        return self.log_prob(theta_internal)
+        return super().log_prob_internal(theta_internal, parameter)
 
     def _scipy(self):
         return stats.lognorm(s=self.sigma, scale=math.exp(self.mu))
@@ -276,6 +281,22 @@ class HalfNormal(AbstractPrior):
     def _bind(self, parameter):
         _check_nonnegative(self._name(), parameter)
         return self
+
+
+def _limits(prior: Uniform | LogUniform, parameter: Parameter) -> tuple[float, float]:
+    """``(low, high)`` of a uniform prior, the parameter's bounds where unset; ValueError when
+    that leaves an improper (non-normalisable) prior."""
+    low = parameter.lower if prior.low is None else prior.low
+    high = parameter.upper if prior.high is None else prior.high
+    if not (math.isfinite(low) and math.isfinite(high)):
+        name = prior._name()
+        raise ValueError(
+            f"{name} prior on {parameter.name!r}: {name.lower()} on [{low}, {high}] (the parameter's bounds "
+            f"[{parameter.lower}, {parameter.upper}]) is improper (it does not normalise); give "
+            f"{parameter.name!r} a proper prior, e.g. prior={{{parameter.name!r}: Normal(mean, std)}} "
+            f"(or LogNormal/HalfNormal, or {name}(low, high) with finite limits)"
+        )
+    return low, high
 
 
 def _check_within(prior: str, parameter: Parameter, low: float, high: float) -> None:
@@ -314,15 +335,16 @@ class ParameterPriors(eqx.Module):
     """
 
     priors: tuple[AbstractPrior, ...]
-    names: tuple[str, ...] = eqx.field(static=True)
-    lower: tuple[float, ...] = eqx.field(static=True)
-    upper: tuple[float, ...] = eqx.field(static=True)
-    log_scale: tuple[bool, ...] = eqx.field(static=True)
+    parameters: tuple[Parameter, ...] = eqx.field(static=True)
     log_mass: tuple[float, ...] = eqx.field(static=True)  # log P(lower <= θ <= upper)
 
     @property
     def n(self) -> int:
-        return len(self.names)
+        return len(self.parameters)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
 
     def as_dict(self) -> dict[str, AbstractPrior]:
         """``{name: prior}`` (bound, defaults resolved)."""
@@ -332,29 +354,23 @@ class ParameterPriors(eqx.Module):
         """Joint log density in physical units, truncated to the bounds (-inf outside)."""
         theta = jnp.asarray(theta)
         total = jnp.zeros((), dtype=theta.dtype)
-        for i, prior in enumerate(self.priors):
-            inside = _inside(theta[i], self.lower[i], self.upper[i])
-            safe = jnp.where(inside, theta[i], 0.5 * (self.lower[i] + self.upper[i]))
+        for i, (prior, p) in enumerate(zip(self.priors, self.parameters)):
+            inside = _inside(theta[i], p.lower, p.upper)
+            safe = jnp.where(inside, theta[i], p.nominal)  # no NaN gradients from outside
             total = total + jnp.where(inside, prior.log_prob(safe) - self.log_mass[i], -jnp.inf)
         return total
 
     def log_prob_internal(self, theta_internal: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         """Joint log density of the internal coordinates (log-Jacobian included), -inf
-        outside the box; outside the box the gradient is 0, never NaN."""
+        outside the internal bounds; there the gradient is 0, never NaN."""
         z = jnp.asarray(theta_internal)
         total = jnp.zeros((), dtype=z.dtype)
-        for i, prior in enumerate(self.priors):
-            lo, hi = self._internal_bounds(i)
-            inside = _inside(z[i], lo, hi)
-            safe = jnp.where(inside, z[i], 0.5 * (lo + hi))
-            value = prior.log_prob_internal(safe, self.log_scale[i]) - self.log_mass[i]
+        for i, (prior, p) in enumerate(zip(self.priors, self.parameters)):
+            inside = _inside(z[i], p.lower_internal, p.upper_internal)
+            safe = jnp.where(inside, z[i], p.nominal_internal)
+            value = prior.log_prob_internal(safe, p) - self.log_mass[i]
             total = total + jnp.where(inside, value, -jnp.inf)
         return total
-
-    def _internal_bounds(self, i: int) -> tuple[float, float]:
-        if self.log_scale[i]:
-            return math.log(self.lower[i]), math.log(self.upper[i])
-        return self.lower[i], self.upper[i]
 
 
 def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
@@ -391,6 +407,12 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
             )
     bound, log_mass = [], []
     for p in space:
+        if p.name not in priors and not p.has_box:
+            raise ValueError(
+                f"{what}: {p.name!r} has no prior and its default (uniform in the internal coordinate "
+                f"on the bounds [{p.lower}, {p.upper}]) is improper, the bounds being infinite; give it "
+                f"a proper prior, e.g. prior={{{p.name!r}: Normal(mean, std)}} (jcalib.probability.priors)"
+            )
         prior = priors[p.name]._bind(p) if p.name in priors else default_prior(p)
         log_m = _log_mass(prior, p)
         if not log_m > _MIN_LOG_MASS:
@@ -402,11 +424,7 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
         _warn_truncation(what, prior, p, log_m)
         bound.append(prior)
         log_mass.append(log_m)
-    return ParameterPriors(
-        priors=tuple(bound), names=space.names, lower=tuple(float(v) for v in space.lower),
-        upper=tuple(float(v) for v in space.upper),
-        log_scale=tuple(bool(v) for v in space.log_scale), log_mass=tuple(log_mass),
-    )
+    return ParameterPriors(priors=tuple(bound), parameters=space.parameters, log_mass=tuple(log_mass))
 
 
 def truncation_fraction(prior: AbstractPrior, parameter: Parameter) -> float:

@@ -168,3 +168,61 @@ def test_problem_prior_errors(model, clean):
     with pytest.raises(ValueError, match=r"prior must be 'uniform' or a GaussianPrior; got int; "
                                          r"or pass a \{name: prior\} dict"):
         CalibrationProblem(model, data, prior=3)
+
+
+# --- infinite bounds (issue 18 §6): no truncation on an infinite side ------------------------
+INF = np.inf
+OPEN_CASES = [
+    (Normal(2.0, 1.5), Parameter("p", 2.0, 1.0, INF), stats.norm(2.0, 1.5)),                  # log(θ - 1)
+    (Normal(-1.0, 2.0), Parameter("p", -1.0, -INF, 0.5), stats.norm(-1.0, 2.0)),              # -log(0.5 - θ)
+    (Normal(0.3, 1.0), Parameter("p", 0.0, -INF, INF), stats.norm(0.3, 1.0)),                 # identity
+    (Normal(2.0, 1.5), Parameter("p", 2.0, 1.0, INF, log_scale=True), stats.norm(2.0, 1.5)),  # log θ on [0, inf)
+    (LogNormal(0.0, 0.7), Parameter("p", 1.0, 0.0, INF, log_scale=True), stats.lognorm(s=0.7)),
+    (LogNormal(0.0, 0.7), Parameter("p", 1.0, 0.0, INF), stats.lognorm(s=0.7)),               # log(θ - 0)
+    (HalfNormal(0.3), Parameter("p", 0.1, 0.0, INF, log_scale=True), stats.halfnorm(scale=0.3)),
+]
+OPEN_IDS = [f"{type(c[0]).__name__}-{c[1].transform}-{c[1].lower}-{c[1].upper}" for c in OPEN_CASES]
+
+
+@pytest.mark.parametrize(("prior", "parameter", "dist"), OPEN_CASES, ids=OPEN_IDS)
+def test_prior_density_with_infinite_bounds(prior, parameter, dist):
+    space = ParameterSpace([parameter])
+    bound = bind_priors({"p": prior}, space)
+    mass = dist.cdf(parameter.upper) - dist.cdf(parameter.lower)  # 1 when both sides are open
+    # physical units: scipy's density, renormalised only for a finite side
+    z_lo, z_hi = space.lower_internal[0], space.upper_internal[0]
+    z = jnp.linspace(-2.0, 2.0, 5) if np.isinf(z_lo) else z_lo + jnp.linspace(0.1, 3.0, 5)  # inside
+    theta = np.asarray(space.to_physical(z[:, None]))[:, 0]
+    physical = np.array([float(bound.log_prob(jnp.asarray([t]))) for t in theta])
+    np.testing.assert_allclose(physical, dist.logpdf(theta) - np.log(mass), rtol=1e-11, atol=1e-11)
+    # internal coordinates: scipy's density times |dθ/dz| (by autodiff of the map) ...
+    dtheta_dz = np.array([float(jax.grad(lambda v: space.to_physical(v[None])[0])(zi)) for zi in z])
+    internal = np.array([float(bound.log_prob_internal(zi[None])) for zi in z])
+    np.testing.assert_allclose(internal, dist.logpdf(theta) - np.log(mass) + np.log(np.abs(dtheta_dz)),
+                               rtol=1e-10, atol=1e-10)
+    # ... and a probability density on the whole internal range
+    density = jax.jit(lambda v: jnp.exp(bound.log_prob_internal(v[None])))
+    total, _ = integrate.quad(lambda v: float(density(jnp.asarray(v))), z_lo, z_hi, limit=200,
+                              epsabs=1e-11, epsrel=1e-10)
+    np.testing.assert_allclose(total, 1.0, rtol=1e-7)
+    assert float(bound.log_mass[0]) == pytest.approx(np.log(mass), abs=1e-12)
+
+
+def test_uniform_priors_on_infinite_bounds_are_refused():
+    space = ParameterSpace([Parameter("rate", 0.3, 0.0, INF, log_scale=True), Parameter("loc", 0.0, -INF, INF)])
+    with pytest.raises(ValueError, match=r"LogUniform prior on 'rate': loguniform on \[0.0, inf\] \(the "
+                                         r"parameter's bounds \[0.0, inf\]\) is improper \(it does not "
+                                         r"normalise\); give 'rate' a proper prior, e.g. prior=\{'rate': "
+                                         r"Normal\(mean, std\)\}"):
+        bind_priors({"rate": LogUniform(), "loc": Normal(0.0, 1.0)}, space)
+    with pytest.raises(ValueError, match=r"Uniform prior on 'loc': uniform on \[-inf, inf\].*is improper"):
+        bind_priors({"rate": HalfNormal(1.0), "loc": Uniform()}, space)
+    with pytest.raises(ValueError, match=r"prior: 'loc' has no prior and its default \(uniform in the internal "
+                                         r"coordinate on the bounds \[-inf, inf\]\) is improper, the bounds "
+                                         r"being infinite; give it a proper prior"):
+        bind_priors({"rate": HalfNormal(1.0)}, space)
+    # finite limits inside infinite bounds are proper
+    bound = bind_priors({"rate": LogUniform(0.1, 1.0), "loc": Uniform(-1.0, 1.0)}, space)
+    assert float(bound.log_prob(jnp.asarray([0.5, 2.0]))) == -np.inf
+    np.testing.assert_allclose(float(bound.log_prob(jnp.asarray([0.5, 0.0]))),
+                               -np.log(0.5 * np.log(10.0)) - np.log(2.0), rtol=1e-12)
