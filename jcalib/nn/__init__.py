@@ -11,6 +11,7 @@ from jcalib.nn.bayesflow import (
                                  SummaryNetwork,
                                  bayesflow_loss,
 )
+from jcalib.nn.data import NetworkMetrics, TrainingSet, check_training_data, network_metrics, simulate_training_set
 from jcalib.nn.features import (
                                  FEATURE_TYPES,
                                  FeatureExtractor,
@@ -21,7 +22,7 @@ from jcalib.nn.features import (
                                  time_samples,
 )
 from jcalib.nn.flows import CouplingFlow
-from jcalib.nn.impu import IMPUEstimate, IMPUMetrics, InverseMapping
+from jcalib.nn.impu import IMPUEstimate, InverseMapping, InverseMappingConfig, paper_noise
 from jcalib.nn.layers import MLP, MinMaxScaler, SequenceEncoder, Standardizer
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig, PELSVAENetwork, Surrogate, pelsvae_loss
 from jcalib.nn.training import (
@@ -34,10 +35,11 @@ from jcalib.nn.training import (
                                  save_model,
 )
 
-__all__ = ["FEATURE_TYPES", "MLP", "PELSVAE", "AmortizedPosterior", "BayesFlowConfig", "CouplingFlow",
-           "FeatureExtractor", "IMPUEstimate", "IMPUMetrics", "InverseMapping", "MinMaxScaler",
-           "OutsideTrainingRangeWarning", "PELSVAEConfig", "PELSVAENetwork", "PosteriorLeakageWarning",
+__all__ = ["AmortizedPosterior", "BayesFlowConfig", "CouplingFlow", "FEATURE_TYPES", "FeatureExtractor",
+           "IMPUEstimate", "InverseMapping", "InverseMappingConfig", "MLP", "MinMaxScaler", "NetworkMetrics",
+           "OutsideTrainingRangeWarning", "PELSVAE", "PELSVAEConfig", "PELSVAENetwork", "PosteriorLeakageWarning",
            "PosteriorNetwork", "SampleInfo", "SequenceEncoder", "Standardizer", "SummaryNetwork", "Surrogate",
-           "TrainingConfig", "TrainingResult", "bayesflow_loss", "fft_magnitude_phase", "fft_real_imaginary", "fit",
-           "frequency_bins_of_interest", "load_model", "make_optimizer", "pelsvae_loss", "read_model_extra",
-           "save_model", "time_extrema", "time_samples"]
+           "TrainingConfig", "TrainingResult", "TrainingSet", "bayesflow_loss", "check_training_data",
+           "fft_magnitude_phase", "fft_real_imaginary", "fit", "frequency_bins_of_interest", "load_model",
+           "make_optimizer", "network_metrics", "paper_noise", "pelsvae_loss", "read_model_extra", "save_model",
+           "simulate_training_set", "time_extrema", "time_samples"]

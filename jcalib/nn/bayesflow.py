@@ -40,14 +40,15 @@ them with ``model.parameters.sample`` (uniform in the internal coordinate, i.e. 
 for log-scale parameters).
 
 Example:
+    >>> from jcalib.model import FunctionSimulator
     >>> from jcalib.parameters import Parameter, ParameterSpace
     >>> space = ParameterSpace([Parameter("a", 0.0, -5.0, 5.0)])
-    >>> thetas = np.asarray(jax.random.normal(jax.random.key(0), (256, 1)))
-    >>> xs = thetas[:, None, :] + 0.5 * np.asarray(jax.random.normal(jax.random.key(1), (256, 4, 1)))
+    >>> simulator = FunctionSimulator(lambda th: jnp.broadcast_to(th, (4, 1)), space, ts=jnp.arange(4.0))
+    >>> data = simulate_training_set(jax.random.key(0), simulator, 256, noise=0.5)
     >>> config = BayesFlowConfig(summary="mlp", summary_size=4, summary_hidden=16, n_blocks=2,
     ...                          coupling_hidden=(16,), training=TrainingConfig(epochs=2, progress=False))
-    >>> posterior = AmortizedPosterior(config).fit(space, thetas, xs)
-    >>> posterior.sample(jax.random.key(2), xs[0], 100).shape
+    >>> posterior = AmortizedPosterior(simulator, config).fit(jax.random.key(1), *data)
+    >>> posterior.sample(jax.random.key(2), data.trajectories[0], 100).shape
     (100, 1)
 """
 
@@ -67,14 +68,20 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jcalib._warnings import warn_user
 from jcalib.jsonable import to_jsonable
-from jcalib.model import AbstractSimulator, check_simulator, simulate_batch
+from jcalib.model import AbstractSimulator, check_simulator
 from jcalib.nn import training as _training
-from jcalib.nn.data import check_training_data
+from jcalib.nn.data import (
+    NOT_TRAINED,
+    Frozen,
+    NetworkMetrics,
+    check_training_data,
+    network_metrics,
+    simulate_training_set,
+)
 from jcalib.nn.flows import CouplingFlow
 from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
-from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
+from jcalib.nn.training import TrainingConfig, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.probability.likelihoods import add_noise
 
 __all__ = ["SUMMARIES", "TRAINING_RANGE_MARGIN", "AmortizedPosterior", "BayesFlowConfig", "OutsideTrainingRangeWarning",
            "PosteriorLeakageWarning", "PosteriorNetwork", "SampleInfo", "SummaryNetwork", "bayesflow_loss",
@@ -88,7 +95,6 @@ _CONSTANT_RTOL = 1e-12
 """A parameter or output whose standard deviation over the training set is at most this times
 its magnitude does not vary (`Standardizer.fit`'s ``rtol``): it is centred, not rescaled."""
 _ACTNORM_INIT_SAMPLES = 1024  # samples of the data-dependent ActNorm initialisation
-_MAX_REDRAWS = 10  # fit_online: rounds of replacing failed simulations by fresh draws
 _MAX_REJECTION_ROUNDS = 50  # sample: rounds of n draws to find n inside the bounds (acceptance >= 2 %)
 LEAKAGE_WARNING_ACCEPTANCE = 0.9  # sample warns when fewer draws than this fall inside the bounds
 TRAINING_RANGE_MARGIN = 0.1
@@ -170,7 +176,6 @@ class BayesFlowConfig:
         clamp: bound of the soft-clamped log-scales of the couplings.
         actnorm: ActNorm in front of every block (data-initialised from the training set).
         training: `TrainingConfig` of the shared training loop.
-        seed: initial weights (and the flow's permutations).
     """
 
     summary: str = "lstm"
@@ -181,7 +186,6 @@ class BayesFlowConfig:
     clamp: float = 1.9
     actnorm: bool = False
     training: TrainingConfig = dataclasses.field(default_factory=_default_training)
-    seed: int = 0
 
     def __post_init__(self):
         if self.summary not in SUMMARIES:
@@ -257,12 +261,13 @@ class PosteriorNetwork(nnx.Module):
         (4,)
     """
 
-    def __init__(self, n_params: int, n_times: int, n_outputs: int, config: BayesFlowConfig, *, rngs: nnx.Rngs):
+    def __init__(self, n_params: int, n_times: int, n_outputs: int, config: BayesFlowConfig, *, rngs: nnx.Rngs,
+                 permutation: int = 0):
         self.summary = SummaryNetwork(config.summary, n_times, n_outputs, config.summary_hidden,
                                       config.summary_size, rngs=rngs)
         self.flow = CouplingFlow(n_params, config.summary_size, n_blocks=config.n_blocks,
                                  hidden=config.coupling_hidden, clamp=config.clamp, actnorm=config.actnorm,
-                                 permutation_seed=config.seed, rngs=rngs)
+                                 permutation_seed=permutation, rngs=rngs)
         self.n_params, self.n_times, self.n_outputs = int(n_params), int(n_times), int(n_outputs)
 
     def summarize(self, x: Float[Array, "... n_times n_outputs"]) -> Float[Array, "... summary_size"]:
@@ -275,13 +280,13 @@ class PosteriorNetwork(nnx.Module):
         return self.flow.log_prob(theta, self.summarize(x))
 
 
-def bayesflow_loss(network: PosteriorNetwork, batch: Mapping[str, Array], key: PRNGKeyArray | None = None):
+def bayesflow_loss(key: PRNGKeyArray | None, network: PosteriorNetwork, batch: Mapping[str, Array]):
     """Eq. 6 of Zhang & Mikelsons (2023) on a normalised minibatch, for `training.fit`.
 
     Args:
+        key: unused (the loss is deterministic); there for the networks' common loss signature.
         network: the `PosteriorNetwork`.
         batch: ``{"theta": (b, n_params), "x": (b, n_times, n_outputs)}`` (normalised, float32).
-        key: unused (the loss is deterministic); there for `training.fit`'s signature.
 
     Returns:
         ``(loss, metrics)``: the mean negative log posterior density; ``z2`` (mean of
@@ -295,22 +300,40 @@ def bayesflow_loss(network: PosteriorNetwork, batch: Mapping[str, Array], key: P
     return loss, {"z2": jnp.mean(2.0 * half_z2) / n_params, "log_det": jnp.mean(log_det)}
 
 
-class AmortizedPosterior:
-    """Train, sample, evaluate, save and load a BayesFlow posterior (physical units outside).
+class AmortizedPosterior(Frozen):
+    """A BayesFlow posterior for one simulator: train, sample, evaluate, save and load (physical
+    units outside).
+
+    The lifecycle of every jcalib network (`jcalib.nn.data`): ``AmortizedPosterior(simulator,
+    config)`` describes it (the simulator gives the parameter space and the shape of the
+    trajectories); ``fit(key, thetas, trajectories, *, val=...)`` (or `fit_online`) returns a new,
+    immutable trained posterior; ``save(path)`` / ``AmortizedPosterior.load(path)``.
+
+    Args:
+        simulator: a `jcalib.AbstractSimulator` (for data without one, a
+            `jcalib.FunctionSimulator` with the space, times and output names).
+        config: `BayesFlowConfig`.
+
+    Raises:
+        ValueError: ``simulator`` is not a simulator, ``config`` not a `BayesFlowConfig`.
 
     Example: see the module docstring.
     """
 
-    def __init__(self, config: BayesFlowConfig = BayesFlowConfig()):
+    def __init__(self, simulator: AbstractSimulator, config: BayesFlowConfig = BayesFlowConfig()):
         if not isinstance(config, BayesFlowConfig):
             raise ValueError(f"AmortizedPosterior: config must be a BayesFlowConfig; got {type(config).__name__}")
-        self.config = config
-        self.network: PosteriorNetwork | None = None
-        self._space: ParameterSpace | None = None
-        self._stats: dict[str, np.ndarray] | None = None  # theta_mean/std (internal), x_mean/std (float64)
-        self._training: TrainingResult | None = None
-        self._n_train: int | None = None
-        self._fns: dict[str, Callable] = {}
+        simulator = check_simulator(simulator, "AmortizedPosterior")
+        self._set(config=config, simulator=simulator, network=None, _space=simulator.parameters, _stats=None,
+                  training=None, _n_train=None, _fns={}, _permutation=0)
+        self._freeze()
+
+    def _blank(self) -> AmortizedPosterior:
+        """An unfrozen copy of this (untrained) description for `fit` to fill."""
+        new = object.__new__(type(self))
+        new._set(config=self.config, simulator=self.simulator, network=None, _space=self._space, _stats=None,
+                 training=None, _n_train=None, _fns={}, _permutation=0)
+        return new
 
     # --- properties ----------------------------------------------------------------------------
     @property
@@ -321,11 +344,6 @@ class AmortizedPosterior:
     @property
     def names(self) -> tuple[str, ...]:
         return self.space.names
-
-    @property
-    def training(self) -> TrainingResult | None:
-        """The `TrainingResult` of `fit` / `fit_online` (None after `load`)."""
-        return self._training
 
     @property
     def n_train(self) -> int | None:
@@ -344,67 +362,65 @@ class AmortizedPosterior:
 
     def _require(self):
         if self.network is None:
-            raise ValueError("AmortizedPosterior: not trained yet; call fit(...), fit_online(...) or "
-                             "AmortizedPosterior.load(path) first")
+            raise ValueError(NOT_TRAINED.format(cls="AmortizedPosterior") + " (or fit_online(key, ...))")
 
     # --- training ------------------------------------------------------------------------------
     def fit(
         self,
-        space: ParameterSpace,
+        key: PRNGKeyArray,
         thetas: Float[ArrayLike, "n n_params"],
-        xs: Float[ArrayLike, "n n_times n_outputs"],
-        val: tuple[ArrayLike, ArrayLike] | None = None,
+        trajectories: Float[ArrayLike, "n n_times n_outputs"],
         *,
+        val: tuple[ArrayLike, ArrayLike] | None = None,
         checkpoint: str | os.PathLike | None = None,
         fresh_start: bool = False,
     ) -> AmortizedPosterior:
         """Train offline on simulated ``(θ, x)`` pairs (eq. 6) with `jcalib.nn.training.fit`.
 
         Args:
-            space: the `ParameterSpace` of ``thetas`` (of a simulator: ``simulator.parameters``).
+            key: a ``jax.random`` key: the initial weights, the flow's permutations and the
+                training loop's shuffling.
             thetas: physical parameters of the training samples, inside the bounds; their
                 distribution is the prior the posterior is amortized over.
-            xs: their (noisy) trajectories ``(n, n_times, n_outputs)``, all finite.
-            val: ``(thetas, xs)`` of a validation set (best weights, early stopping) or None.
+            trajectories: their (noisy) trajectories ``(n, n_times, n_outputs)``, all finite.
+            val: ``(thetas, trajectories)`` of a validation set (best weights, early stopping),
+                e.g. a `TrainingSet`, or None.
             checkpoint: resumable checkpoint file of the training loop. It resumes only the
-                run that wrote it: other data, validation data, normalisation statistics,
+                run that wrote it: another key, data, validation data, normalisation statistics,
                 parameter space or configuration raise ``ValueError`` (see ``fresh_start``);
                 a finished run is returned as it is (``training.n_epochs_run == 0``).
             fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
 
         Returns:
-            ``self``.
+            A new trained, immutable `AmortizedPosterior` (this one is left as it was).
 
         Raises:
-            ValueError: ``space`` is not a `ParameterSpace`; shapes that do not match, fewer
-                than 2 samples, NaN/inf, samples outside the bounds; a checkpoint of another run
-                or a damaged one.
+            ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples outside
+                the bounds; a checkpoint of another run or a damaged one.
         """
-        if not isinstance(space, ParameterSpace):
-            raise ValueError(f"AmortizedPosterior.fit: space must be a jcalib ParameterSpace (for a simulator, pass "
-                             f"simulator.parameters); got {type(space).__name__}")
-        thetas, xs = _check_data(space, thetas, xs, "fit")
+        space = self._space
+        thetas, trajectories = self._check_data(thetas, trajectories, "fit")
         if thetas.shape[0] < 2:
             raise ValueError(f"AmortizedPosterior.fit: needs at least 2 training samples; got {thetas.shape[0]}")
         val_pair = None
         if val is not None:
             if not (isinstance(val, (tuple, list)) and len(val) == 2):
-                raise ValueError("AmortizedPosterior.fit: val must be a (thetas, xs) pair or None")
-            val_pair = _check_data(space, *val, "fit (val)")
-            if val_pair[1].shape[1:] != xs.shape[1:]:
-                raise ValueError(f"AmortizedPosterior.fit: val xs have shape {val_pair[1].shape[1:]} per sample, "
-                                 f"the training xs {xs.shape[1:]}")
-        self._setup(space, thetas, xs)
-        train = self._normalised(thetas, xs)
-        val_data = None if val_pair is None else self._normalised(*val_pair)
-        self._train(train, val_data, self.config.training, checkpoint, fresh_start)
-        self._n_train = int(thetas.shape[0])
-        return self
+                raise ValueError("AmortizedPosterior.fit: val must be a (thetas, trajectories) pair (e.g. a "
+                                 "TrainingSet) or None")
+            val_pair = self._check_data(*val, "fit (val)")
+        del space
+        new = self._blank()
+        key_init, key_train = jax.random.split(key)
+        new._setup(key_init, thetas, trajectories)
+        train = new._normalised(thetas, trajectories)
+        val_data = None if val_pair is None else new._normalised(*val_pair)
+        new._train(key_train, train, val_data, self.config.training, checkpoint, fresh_start)
+        new._set(_n_train=int(thetas.shape[0]))
+        return new._freeze()
 
     def fit_online(
         self,
         key: PRNGKeyArray,
-        simulator: AbstractSimulator,
         *,
         n_per_epoch: int,
         n_val: int,
@@ -415,114 +431,93 @@ class AmortizedPosterior:
         chunk_size: int | None = None,
         fresh_start: bool = False,
     ) -> AmortizedPosterior:
-        """Train on fresh simulations every epoch (online learning: no sample is seen twice).
+        """Train on fresh simulations of the simulator every epoch (online learning: no sample
+        is seen twice).
 
-        Every epoch draws ``n_per_epoch`` parameters from the prior ``sampler``, simulates them
-        with `jcalib.simulate_batch` and adds ``noise``; failed solves are replaced by fresh
-        draws. A fixed validation set of ``n_val`` draws is made the same way. Epoch ``e``
-        uses ``jax.random.fold_in(key, e)``, so a resumed run sees the data an uninterrupted
-        one would. The normalisation statistics come from the first
-        epoch's draw.
+        Every epoch simulates ``n_per_epoch`` draws of the prior ``sampler`` with
+        `simulate_training_set` (failed solves replaced by fresh draws, ``noise`` added). A
+        fixed validation set of ``n_val`` draws is made the same way. Epoch ``e`` uses
+        ``jax.random.fold_in(key, e)``, so a resumed run sees the data an uninterrupted one
+        would. The normalisation statistics come from the first epoch's draw.
 
         Args:
-            key: a ``jax.random`` key.
-            simulator: a `jcalib.AbstractSimulator` (a model, a surrogate, a
-                `jcalib.FunctionSimulator`), simulated with `jcalib.simulate_batch`.
+            key: a ``jax.random`` key (data, initial weights, shuffling).
             n_per_epoch: simulations per epoch (>= 2).
             n_val: validation simulations (0: monitor the training loss).
             epochs: overrides ``config.training.epochs``.
             checkpoint: resumable checkpoint file of the training loop; it resumes only the
-                run that wrote it (the first epoch's data, the validation data and the
-                configuration must match, see ``fit``).
-            sampler: the prior of the training parameters: ``"uniform"``, ``"lhs"`` or
-                ``"sobol"`` (`ParameterSpace.sample`, uniform in the internal coordinate), or a
-                callable ``(key, n) -> (n, n_params)`` physical draws inside the bounds (any
-                other prior).
-            noise: observation noise added to the simulations: a standard deviation (scalar
-                or per output, Gaussian, in output units) or a callable
-                ``(key, xs) -> noisy xs``; None for none.
+                run that wrote it (see `fit`).
+            sampler: the prior of the training parameters (`simulate_training_set`).
+            noise: observation noise added to the simulations (`simulate_training_set`).
             chunk_size: `simulate_batch` chunk size.
             fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
 
         Returns:
-            ``self``.
+            A new trained, immutable `AmortizedPosterior`.
 
         Raises:
-            ValueError: ``simulator`` is not an `AbstractSimulator`; bad sizes or noise,
-                simulations that keep failing; a checkpoint of another run or a damaged one.
+            ValueError: bad sizes, sampler or noise, simulations that keep failing; a checkpoint
+                of another run or a damaged one.
         """
-        space = check_simulator(simulator, "AmortizedPosterior.fit_online").parameters
         for name, value, low in (("n_per_epoch", n_per_epoch, 2), ("n_val", n_val, 0)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"AmortizedPosterior.fit_online: {name} must be an integer >= {low}; got {value!r}")
         config = self.config.training
         if epochs is not None:
             config = dataclasses.replace(config, epochs=epochs)
-        add_noise = _noise_fn(noise)
-        key_val, key_train = jax.random.split(key)
-
-        def prior(k, n):
-            if callable(sampler):
-                thetas = np.array(sampler(k, n), dtype=np.float64)
-                _check_data(space, thetas, np.zeros((n, 1, 1)), "fit_online (sampler)")
-                return thetas
-            return np.array(space.sample(k, n, sampler), dtype=np.float64)
+        key_val, key_data, key_init, key_train = jax.random.split(key, 4)
 
         def draw(k, n):
-            k_theta, k_noise = jax.random.split(k)
-            thetas = prior(k_theta, n)
-            xs, status = simulate_batch(simulator, thetas, chunk_size, throw=False, return_status=True, progress=False)
-            for attempt in range(_MAX_REDRAWS):
-                failed = np.flatnonzero(status != 0)
-                if failed.size == 0:
-                    break
-                k_redraw = jax.random.fold_in(k_theta, attempt + 1)
-                thetas[failed] = prior(k_redraw, failed.size)
-                xs[failed], status[failed] = simulate_batch(simulator, thetas[failed], chunk_size, throw=False,
-                                                            return_status=True, progress=False)
-            if np.any(status != 0):
-                raise ValueError(f"AmortizedPosterior.fit_online: {int(np.sum(status != 0))} of {n} simulations "
-                                 f"still fail after {_MAX_REDRAWS} redraws; narrow the parameter bounds")
-            return thetas, add_noise(k_noise, xs)
+            data = simulate_training_set(k, self.simulator, n, sampler=sampler, noise=noise, chunk_size=chunk_size)
+            return self._check_data(*data, "fit_online")
 
-        first = draw(jax.random.fold_in(key_train, 1), n_per_epoch)
-        self._setup(space, *first)
-        first_data = self._normalised(*first)
+        new = self._blank()
+        first = draw(jax.random.fold_in(key_data, 1), n_per_epoch)
+        new._setup(key_init, *first)
+        first_data = new._normalised(*first)
 
         def data(epoch: int) -> dict:
-            return first_data if epoch == 1 else self._normalised(*draw(jax.random.fold_in(key_train, epoch),
-                                                                        n_per_epoch))
+            return first_data if epoch == 1 else new._normalised(*draw(jax.random.fold_in(key_data, epoch),
+                                                                       n_per_epoch))
 
-        val_data = self._normalised(*draw(key_val, n_val)) if n_val > 0 else None
-        self._train(data, val_data, config, checkpoint, fresh_start)
-        self._n_train = int(n_per_epoch)
-        return self
+        val_data = new._normalised(*draw(key_val, n_val)) if n_val > 0 else None
+        new._train(key_train, data, val_data, config, checkpoint, fresh_start)
+        new._set(_n_train=int(n_per_epoch))
+        return new._freeze()
 
-    def _setup(self, space: ParameterSpace, thetas: np.ndarray, xs: np.ndarray) -> None:
+    def _check_data(self, thetas, trajectories, where: str) -> tuple[np.ndarray, np.ndarray]:
+        simulator = self.simulator
+        return check_training_data(self._space, thetas, trajectories, f"AmortizedPosterior.{where}",
+                                   n_times=None if simulator is None else int(np.shape(simulator.ts)[0]),
+                                   output_names=None if simulator is None else tuple(simulator.output_names))
+
+    def _setup(self, key: PRNGKeyArray, thetas: np.ndarray, trajectories: np.ndarray) -> None:
+        space = self._space
         internal = np.asarray(space.to_internal(thetas), np.float64)
-        self._space = space
         theta_scaler = Standardizer.fit(internal, 0, rtol=_CONSTANT_RTOL, dtype=_float_dtype())
-        x_scaler = Standardizer.fit(xs, (0, 1), rtol=_CONSTANT_RTOL, dtype=_float_dtype())  # per output
-        self._stats = {"theta_mean": np.asarray(theta_scaler.mean, np.float64),
-                       "theta_std": np.asarray(theta_scaler.std, np.float64),
-                       "x_mean": np.asarray(x_scaler.mean, np.float64), "x_std": np.asarray(x_scaler.std, np.float64),
-                       "x_min": xs.min(axis=(0, 1)), "x_max": xs.max(axis=(0, 1))}  # the training range
-        self.network = PosteriorNetwork(space.n_params, xs.shape[1], xs.shape[2], self.config,
-                                        rngs=nnx.Rngs(self.config.seed))
-        self._fns = {}
+        x_scaler = Standardizer.fit(trajectories, (0, 1), rtol=_CONSTANT_RTOL, dtype=_float_dtype())  # per output
+        stats = {"theta_mean": np.asarray(theta_scaler.mean, np.float64),
+                 "theta_std": np.asarray(theta_scaler.std, np.float64),
+                 "x_mean": np.asarray(x_scaler.mean, np.float64), "x_std": np.asarray(x_scaler.std, np.float64),
+                 "x_min": trajectories.min(axis=(0, 1)), "x_max": trajectories.max(axis=(0, 1))}  # training range
+        key_weights, key_permutation = jax.random.split(key)
+        permutation = int(jax.random.randint(key_permutation, (), 0, 2**31 - 1))
+        network = PosteriorNetwork(space.n_params, trajectories.shape[1], trajectories.shape[2], self.config,
+                                   rngs=nnx.Rngs(key_weights), permutation=permutation)
+        self._set(_stats=stats, network=network, _permutation=permutation, _fns={})
 
-    def _normalised(self, thetas: np.ndarray, xs: np.ndarray) -> dict:
+    def _normalised(self, thetas: np.ndarray, trajectories: np.ndarray) -> dict:
         theta_scaler, x_scaler = self._scalers()
         u = theta_scaler(jnp.asarray(self._space.to_internal(thetas), _float_dtype()))
-        return {"theta": np.asarray(u, np.float32), "x": np.asarray(x_scaler(jnp.asarray(xs, _float_dtype())),
-                                                                     np.float32)}
+        return {"theta": np.asarray(u, np.float32),
+                "x": np.asarray(x_scaler(jnp.asarray(trajectories, _float_dtype())), np.float32)}
 
     def _scalers(self) -> tuple[Standardizer, Standardizer]:
         """The standardisers of the internal parameters and of the observations (per output)."""
         s = {k: jnp.asarray(v, _float_dtype()) for k, v in self._stats.items()}
         return Standardizer(s["theta_mean"], s["theta_std"]), Standardizer(s["x_mean"], s["x_std"])
 
-    def _train(self, train, val, config: TrainingConfig, checkpoint, fresh_start: bool = False) -> None:
+    def _train(self, key, train, val, config: TrainingConfig, checkpoint, fresh_start: bool = False) -> None:
         first = train(1) if callable(train) else train
         m = min(_ACTNORM_INIT_SAMPLES, first["theta"].shape[0])
         network = self.network
@@ -530,11 +525,11 @@ class AmortizedPosterior:
             network.flow.initialize_actnorm(first["theta"][:m], network.summarize(first["x"][:m]))
         extra = self._extra()
         # the checkpoint's weights belong to its normalisation statistics and space
-        identity = {k: extra[k] for k in ("parameters", "theta_mean", "theta_std", "x_mean", "x_std")}
-        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # sizes, seed
-        self._training = _training.fit(network, bayesflow_loss, train, val, config, checkpoint=checkpoint,
-                                       extra=extra, fingerprint=identity, fresh_start=fresh_start)
-        self._fns = {}
+        identity = {k: extra[k] for k in ("parameters", "theta_mean", "theta_std", "x_mean", "x_std", "permutation")}
+        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # sizes
+        training = _training.fit(key, network, bayesflow_loss, train, val, config, checkpoint=checkpoint,
+                                 extra=extra, fingerprint=identity, fresh_start=fresh_start)
+        self._set(training=training, _fns={})
 
     # --- inference -----------------------------------------------------------------------------
     def _check_x(self, x, what: str) -> tuple[Array, bool]:
@@ -580,7 +575,7 @@ class AmortizedPosterior:
 
             fns = {"sample": jax.jit(sample, static_argnames="n"),
                    "log_prob": jax.jit(log_prob, static_argnames="internal")}
-            self._fns = {k: functools.partial(f, state) for k, f in fns.items()}
+            self._fns.update({k: functools.partial(f, state) for k, f in fns.items()})
         return self._fns[name]
 
     def sample(self, key: PRNGKeyArray, x: Float[ArrayLike, "... n_times n_outputs"], n: int, *,
@@ -679,24 +674,24 @@ class AmortizedPosterior:
         return jnp.mean(draws, axis=-2), jnp.std(draws, axis=-2, ddof=1 if n > 1 else 0)
 
     def log_prob(self, theta: Float[ArrayLike, "... n_params"], x: Float[ArrayLike, "... n_times n_outputs"],
-                 coordinate: str = "physical") -> Float[Array, "..."]:
+                 coordinates: str = "physical") -> Float[Array, "..."]:
         """Log posterior density of ``θ`` (physical values) given ``x``.
 
         Args:
             theta: physical parameters: any ``(..., n_params)`` for one trajectory; for a batch
                 of ``n_obs`` trajectories ``(n_obs, n_params)`` or ``(n_obs, k, n_params)``.
             x: ``(n_times, n_outputs)`` or ``(n_obs, n_times, n_outputs)``.
-            coordinate: ``"physical"``: the density with respect to physical ``θ`` (for a
+            coordinates: ``"physical"``: the density with respect to physical ``θ`` (for a
                 log-scale parameter ``p(θ) = p(log θ) / θ``); ``"internal"``: with respect to
                 the internal coordinate (log for log-scale parameters).
 
         Raises:
             ValueError: untrained, bad shapes, non-positive values of log-scale parameters,
-                unknown coordinate.
+                unknown coordinates.
         """
-        if coordinate not in COORDINATES:
-            raise ValueError(f"AmortizedPosterior.log_prob: coordinate must be one of {COORDINATES}; "
-                             f"got {coordinate!r}")
+        if coordinates not in COORDINATES:
+            raise ValueError(f"AmortizedPosterior.log_prob: coordinates must be one of {COORDINATES}; "
+                             f"got {coordinates!r}")
         x, batched = self._check_x(x, "log_prob")
         theta = np.asarray(theta, np.float64)
         n = self.space.n_params
@@ -706,12 +701,33 @@ class AmortizedPosterior:
             raise ValueError(f"AmortizedPosterior.log_prob: theta must have shape {expected}; got {theta.shape}")
         if np.any(theta[..., self.space.log_scale] <= 0):
             raise ValueError("AmortizedPosterior.log_prob: log-scale parameters must be positive")
-        return self._fn("log_prob")(jnp.asarray(theta, _float_dtype()), x, internal=coordinate == "internal")
+        return self._fn("log_prob")(jnp.asarray(theta, _float_dtype()), x, internal=coordinates == "internal")
+
+    def evaluate(self, key: PRNGKeyArray, thetas: Float[ArrayLike, "n n_params"],
+                 trajectories: Float[ArrayLike, "n n_times n_outputs"], *, n_draws: int = 1000) -> NetworkMetrics:
+        """Parameter recovery on a test set: the posterior means (eq. 7, ``n_draws`` draws each)
+        against the true parameters.
+
+        Returns:
+            `NetworkMetrics` per parameter (``scale``: the width of the parameter's bounds, 1
+            where they are infinite); ``outside`` flags trajectories outside the training range.
+
+        Raises:
+            ValueError: untrained; shapes that do not match; NaN/inf (see `sample`).
+        """
+        self._require()
+        thetas, trajectories = check_training_data(self._space, thetas, trajectories, "AmortizedPosterior.evaluate",
+                                                   n_times=self.n_times, check_bounds=False)
+        means, _ = self.estimate(key, trajectories, n_draws)
+        width = np.asarray(self._space.upper, np.float64) - np.asarray(self._space.lower, np.float64)
+        return network_metrics(thetas, np.asarray(means), self.names, scale=np.where(np.isfinite(width), width, 1.0),
+                               outside=self.outside_training_range(trajectories))
 
     # --- persistence ---------------------------------------------------------------------------
     def _extra(self) -> dict:
         return {"format": _FORMAT, "config": self.config.to_dict(), "parameters": self._space.table(),
                 "n_times": self.network.n_times, "n_outputs": self.network.n_outputs,
+                "permutation": self._permutation,
                 **{k: np.asarray(v, np.float64) for k, v in self._stats.items()}}
 
     def to_dict(self) -> dict:
@@ -721,8 +737,8 @@ class AmortizedPosterior:
             d |= {"parameters": list(self._space.names), "n_times": self.n_times, "n_outputs": self.n_outputs,
                   "n_weights": int(sum(np.size(w) for w in jax.tree_util.tree_leaves(
                       nnx.state(self.network, nnx.Param))))}
-        if self._training is not None:
-            d["training"] = self._training.to_dict()
+        if self.training is not None:
+            d["training"] = self.training.to_dict()
         return to_jsonable(d)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -742,19 +758,21 @@ class AmortizedPosterior:
         extra = _training.read_model_extra(path)
         if extra.get("format") != _FORMAT:
             raise ValueError(f"{path}: not a BayesFlow posterior file (format {extra.get('format')!r})")
-        posterior = cls(BayesFlowConfig.from_dict(extra["config"]))
+        if "x_min" not in extra or "x_max" not in extra or "permutation" not in extra:
+            raise ValueError(f"{path}: a BayesFlow posterior file of an older jcalib (without the training data's "
+                             "range or the flow's permutation); train the network again and save it")
+        config = BayesFlowConfig.from_dict(extra["config"])
         space = ParameterSpace(Parameter(**p) for p in extra["parameters"])
-        posterior._space = space
-        if "x_min" not in extra or "x_max" not in extra:
-            raise ValueError(f"{path}: a BayesFlow posterior file without the training data's range (written by an "
-                             "older jcalib); train the network again and save it")
-        posterior._stats = {k: np.asarray(extra[k], np.float64) for k in ("theta_mean", "theta_std", "x_mean",
-                                                                          "x_std", "x_min", "x_max")}
-        posterior.network = PosteriorNetwork(space.n_params, int(extra["n_times"]), int(extra["n_outputs"]),
-                                             posterior.config, rngs=nnx.Rngs(posterior.config.seed))
-        load_model(path, posterior.network)
-        posterior._n_train = extra.get("n_train")
-        return posterior
+        posterior = object.__new__(cls)
+        posterior._set(config=config, simulator=None, _space=space, training=None, _n_train=extra.get("n_train"),
+                       _fns={}, _permutation=int(extra["permutation"]),
+                       _stats={k: np.asarray(extra[k], np.float64) for k in ("theta_mean", "theta_std", "x_mean",
+                                                                             "x_std", "x_min", "x_max")})
+        network = PosteriorNetwork(space.n_params, int(extra["n_times"]), int(extra["n_outputs"]), config,
+                                   rngs=nnx.Rngs(0), permutation=posterior._permutation)
+        load_model(path, network)
+        posterior._set(network=network)
+        return posterior._freeze()
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -765,25 +783,3 @@ def _float_dtype():
 def _lead(stat: Array, x: Array) -> Array:
     """Per-feature ``stat`` broadcast explicitly against ``x`` (strict rank promotion)."""
     return jnp.broadcast_to(jnp.reshape(stat, (1,) * (x.ndim - stat.ndim) + stat.shape), x.shape)
-
-
-def _check_data(space: ParameterSpace, thetas, xs, where: str) -> tuple[np.ndarray, np.ndarray]:
-    return check_training_data(space, thetas, xs, f"AmortizedPosterior.{where}")
-
-
-def _noise_fn(noise) -> Callable[[PRNGKeyArray, np.ndarray], np.ndarray]:
-    if noise is None:
-        return lambda key, xs: xs
-    if callable(noise):
-        return lambda key, xs: np.asarray(noise(key, xs), np.float64)
-    sd = np.asarray(noise, np.float64)
-    if sd.ndim > 1 or not np.all(np.isfinite(sd)) or np.any(sd < 0):
-        raise ValueError(f"AmortizedPosterior.fit_online: noise must be None, a callable or non-negative standard "
-                         f"deviations (a scalar or one per output); got {noise!r}")
-
-    def gaussian(key, xs):
-        if sd.ndim == 1 and sd.size != xs.shape[-1]:
-            raise ValueError(f"AmortizedPosterior.fit_online: noise has {sd.size} standard deviations, the model "
-                             f"{xs.shape[-1]} outputs")
-        return np.asarray(add_noise(key, xs, sd, "additive"), np.float64)
-    return gaussian

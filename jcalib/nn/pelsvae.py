@@ -34,10 +34,11 @@ coordinate, i.e. log for log-scale parameters: ``2 space.to_unit(θ) - 1``) and 
 is standardised with its mean and standard deviation over the training samples and times
 (`Standardizer`). The networks run in float32; the statistics are saved with the weights.
 
-Deterministic generation. With ``key=None`` the noise ``ε_l`` is drawn from ``config.seed``
-(the same for every ``θ``: common random numbers), so `Surrogate.simulate` is a smooth,
-deterministic function of ``θ`` that Sobol' indices, differential evolution, Gauss-Newton and
-MALA can use like a model, and ``vmap(generate)`` equals ``generate`` on a batch.
+Deterministic generation. With ``key=None`` the noise ``ε_l`` is drawn from the surrogate's
+``noise_key`` (split from the key given to ``fit``; the same for every ``θ``: common random
+numbers), so `Surrogate.simulate` is a smooth, deterministic function of ``θ`` that Sobol'
+indices, differential evolution, Gauss-Newton and MALA can use like a model, and
+``vmap(generate)`` equals ``generate`` on a batch.
 
 Parameters outside the training box (the bounds of the `ParameterSpace`, which must contain
 every training sample): ``outside="nan"`` (default) gives NaN outputs and, in
@@ -51,8 +52,8 @@ Example:
     >>> jax.config.update("jax_enable_x64", True)  # simulations are float64  # doctest: +SKIP
     >>> model = jcalib.models.get("rigid_double_beam")                      # doctest: +SKIP
     >>> thetas = model.parameters.sample(jax.random.key(0), 512, "lhs")     # doctest: +SKIP
-    >>> vae = PELSVAE(PELSVAEConfig()).fit(model, thetas,                    # doctest: +SKIP
-    ...                                    jcalib.simulate_batch(model, thetas))
+    >>> vae = PELSVAE(model).fit(jax.random.key(1), thetas,                 # doctest: +SKIP
+    ...                          jcalib.simulate_batch(model, thetas))
     >>> surrogate = vae.surrogate                                           # doctest: +SKIP
     >>> jcalib.simulate_batch(surrogate, thetas[:4]).shape                  # doctest: +SKIP
     (4, 256, 2)
@@ -62,7 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
@@ -73,11 +74,18 @@ from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from jcalib.jsonable import to_jsonable
-from jcalib.model import AbstractSimulator, Experiment, SolveStatus, simulate_batch
+from jcalib.model import AbstractSimulator, Experiment, SolveStatus, check_simulator, simulate_batch
 from jcalib.nn import training as _training
-from jcalib.nn.data import check_training_data
+from jcalib.nn.data import (  # noqa: F401  (simulate_training_set: the example)
+    NOT_TRAINED,
+    Frozen,
+    NetworkMetrics,
+    check_training_data,
+    network_metrics,
+    simulate_training_set,
+)
 from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
-from jcalib.nn.training import TrainingConfig, TrainingResult, load_model, save_model
+from jcalib.nn.training import TrainingConfig, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
 
 __all__ = ["OUTSIDE", "PELSVAE", "PELSVAEConfig", "PELSVAENetwork", "Surrogate", "pelsvae_loss"]
@@ -122,7 +130,6 @@ class PELSVAEConfig:
             than beta = 1 with 512 samples).
         n_passes: decodings averaged per trajectory at generation (eq. 11; 20 in Zhang &
             Mikelsons 2023, Fig. 5); 0 decodes the regressor's mean ``μ_re`` once.
-        seed: initial weights and the fixed generation noise.
         training: `TrainingConfig` of the shared training loop (Adam, multi-step schedule).
     """
 
@@ -132,7 +139,6 @@ class PELSVAEConfig:
     n_dense_layers: int = 2
     beta: float = 1e-3
     n_passes: int = 20
-    seed: int = 0
     training: TrainingConfig = dataclasses.field(default_factory=_default_training)
 
     def __post_init__(self):
@@ -199,13 +205,13 @@ class PELSVAENetwork(nnx.Module):
         return x.reshape(*x.shape[:-1], self.n_times, self.n_outputs)
 
 
-def pelsvae_loss(network: PELSVAENetwork, batch: Mapping[str, Array], key: PRNGKeyArray, beta: float = 1e-3):
+def pelsvae_loss(key: PRNGKeyArray, network: PELSVAENetwork, batch: Mapping[str, Array], beta: float = 1e-3):
     """Eq. 10 of Zhang & Mikelsons (2023) on a normalised minibatch, for `training.fit`.
 
     Args:
+        key: draws the reparameterisation noise ``ε``.
         network: the `PELSVAENetwork`.
         batch: ``{"u": (b, n_params), "x": (b, n_times, n_outputs)}`` (normalised, float32).
-        key: draws the reparameterisation noise ``ε``.
         beta: weight of the KL term.
 
     Returns:
@@ -239,6 +245,7 @@ class Surrogate(AbstractSimulator):
         output_names: names of the outputs.
         experiment: observation times (and the rest of the simulated model's experiment).
         n_passes: decodings averaged by `simulate` (``dataclasses.replace`` to change it).
+        noise_key: the ``jax.random`` key of the fixed generation noise (``generate(None, ...)``).
         outside: what `simulate` does outside the training box: ``"nan"``, ``"clip"`` or
             ``"extrapolate"`` (see the module docstring).
     """
@@ -250,7 +257,7 @@ class Surrogate(AbstractSimulator):
     parameters: ParameterSpace = eqx.field(static=True)
     output_names: tuple[str, ...] = eqx.field(static=True)
     n_passes: int = eqx.field(static=True)
-    seed: int = eqx.field(static=True)
+    noise_key: PRNGKeyArray
     outside: str = eqx.field(static=True, default="nan")
 
     def __check_init__(self):
@@ -272,7 +279,7 @@ class Surrogate(AbstractSimulator):
         """Generated outputs and a `SolveStatus` code: ``SUCCESS``, or ``SOLVER_FAILED`` with
         NaN outputs outside the training box (``outside="nan"``) or for non-finite output."""
         theta = self._check(theta, "theta", batched=False)
-        y = self.generate(theta)
+        y = self.generate(None, theta)
         finite = jnp.all(jnp.isfinite(y))
         return y, jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.SOLVER_FAILED).astype(jnp.int32)
 
@@ -325,22 +332,22 @@ class Surrogate(AbstractSimulator):
         """Decoder: the trajectory ``(..., n_times, n_outputs)`` of ``z`` and ``θ``."""
         return self._physical(self._network().decode(z, self.unit(theta)), theta)
 
-    def generate(self, theta: Float[ArrayLike, "... n_params"], n_passes: int | None = None,
-                 key: PRNGKeyArray | None = None) -> Float[Array, "... n_times n_outputs"]:
+    def generate(self, key: PRNGKeyArray | None, theta: Float[ArrayLike, "... n_params"],
+                 n_passes: int | None = None) -> Float[Array, "... n_times n_outputs"]:
         """Eq. 11: decode ``z = μ_re + σ_re ε`` and average over ``n_passes`` draws of ``ε``.
 
         Args:
+            key: the noise; None uses the fixed noise of ``noise_key``, so the result is a
+                deterministic function of ``θ``. One ``ε_l`` per pass is shared by all samples
+                of a batch.
             theta: physical parameters, ``(..., n_params)``.
             n_passes: decodings to average (default ``self.n_passes``); 0 decodes ``μ_re``.
-            key: the noise; None uses the fixed noise of the configuration's seed, so the
-                result is a deterministic function of ``θ``. One ``ε_l`` per pass is shared by
-                all samples of a batch.
         """
         mu, sigma = self.regress(theta)
         return self._decode_passes(mu, sigma, theta, n_passes, key)
 
-    def reconstruct(self, x: Float[ArrayLike, "... n_times n_outputs"], theta: Float[ArrayLike, "... n_params"],
-                    n_passes: int | None = None, key: PRNGKeyArray | None = None):
+    def reconstruct(self, key: PRNGKeyArray | None, x: Float[ArrayLike, "... n_times n_outputs"],
+                    theta: Float[ArrayLike, "... n_params"], n_passes: int | None = None):
         """The encoder path: as `generate` with ``(μ, σ)`` from the encoder of ``x``."""
         mu, sigma = self.encode(x, theta)
         return self._decode_passes(mu, sigma, theta, n_passes, key)
@@ -384,7 +391,7 @@ class Surrogate(AbstractSimulator):
         if n_passes == 0:
             return self._physical(network.decode(mu, u), theta)
         if key is None:
-            key = jax.random.fold_in(jax.random.key(self.seed), 1)
+            key = self.noise_key
         eps = jax.random.normal(key, (int(n_passes), mu.shape[-1]), jnp.float32)
         shape = (int(n_passes), *mu.shape)
         eps = jnp.broadcast_to(eps.reshape(int(n_passes), *(1,) * (mu.ndim - 1), mu.shape[-1]), shape)
@@ -393,72 +400,80 @@ class Surrogate(AbstractSimulator):
         return self._physical(jnp.mean(network.decode(z, u), axis=0), theta)
 
 
-class PELSVAE:
-    """Train, evaluate, save and load a PELS-VAE; `surrogate` is the trained model stand-in.
+class PELSVAE(Frozen):
+    """A PELS-VAE for one simulator: train, evaluate, save and load; `surrogate` is the trained
+    model stand-in.
+
+    The lifecycle of every jcalib network (`jcalib.nn.data`): ``PELSVAE(simulator, config)``
+    describes it (the simulator gives the parameter space, whose bounds are the training box,
+    the experiment and the output names); ``fit(key, thetas, trajectories, *, val=...)``
+    returns a new, immutable trained `PELSVAE`; ``save(path)`` / ``PELSVAE.load(path)``.
+
+    Args:
+        simulator: a `jcalib.AbstractSimulator` describing the data (for data without one, a
+            `jcalib.FunctionSimulator` with the space, times and output names).
+        config: `PELSVAEConfig`.
+
+    Raises:
+        ValueError: ``simulator`` is not a simulator, ``config`` not a `PELSVAEConfig`.
 
     Example:
+        >>> from jcalib.model import FunctionSimulator
         >>> space = ParameterSpace([Parameter("a", 1.0, 0.5, 2.0), Parameter("k", 1.0, 0.1, 10.0, log_scale=True)])
-        >>> ts = np.linspace(0.0, 1.0, 20)
-        >>> thetas = np.asarray(space.sample(jax.random.key(0), 64))
-        >>> xs = (thetas[:, :1] * np.exp(-thetas[:, 1:] * ts))[:, :, None]  # (64, 20, 1)
+        >>> ts = jnp.linspace(0.0, 1.0, 20)
+        >>> decay = FunctionSimulator(lambda th: (th[0] * jnp.exp(-th[1] * ts))[:, None], space, ts=ts)
+        >>> data = simulate_training_set(jax.random.key(0), decay, 64)
         >>> config = PELSVAEConfig(latent_size=2, hidden_size=16, training=TrainingConfig(
         ...     epochs=2, batch_size=32, progress=False))
-        >>> vae = PELSVAE(config).fit(space, thetas, xs, ts=ts)
-        >>> vae.generate(thetas[:3]).shape
+        >>> vae = PELSVAE(decay, config).fit(jax.random.key(1), *data)
+        >>> vae.generate(None, data.thetas[:3]).shape
         (3, 20, 1)
     """
 
-    def __init__(self, config: PELSVAEConfig = PELSVAEConfig()):
+    def __init__(self, simulator: AbstractSimulator, config: PELSVAEConfig = PELSVAEConfig()):
         if not isinstance(config, PELSVAEConfig):
             raise ValueError(f"PELSVAE: config must be a PELSVAEConfig; got {type(config).__name__}")
-        self.config = config
-        self.network: PELSVAENetwork | None = None
-        self._surrogate: Surrogate | None = None
-        self.training: TrainingResult | None = None
-        self.n_train: int | None = None
+        space, experiment, names = _describe(simulator)
+        self._set(config=config, parameters=space, experiment=experiment, output_names=names, network=None,
+                  _surrogate=None, training=None, n_train=None)
+        self._freeze()
 
     # --- training ----------------------------------------------------------------------------
     def fit(
         self,
-        model_or_space,
+        key: PRNGKeyArray,
         thetas: Float[ArrayLike, "n n_params"],
         trajectories: Float[ArrayLike, "n n_times n_outputs"],
-        val: tuple[ArrayLike, ArrayLike] | None = None,
         *,
-        ts: Float[ArrayLike, " n_times"] | None = None,
-        output_names: Sequence[str] | None = None,
+        val: tuple[ArrayLike, ArrayLike] | None = None,
         checkpoint: str | os.PathLike | None = None,
         fresh_start: bool = False,
     ) -> PELSVAE:
-        """Train on simulated ``(θ, x)`` pairs with `jcalib.nn.training.fit`; returns ``self``.
+        """Train on simulated ``(θ, x)`` pairs with `jcalib.nn.training.fit`.
 
         Args:
-            model_or_space: the simulated model (its ``parameters``, ``output_names`` and
-                ``experiment`` are kept) or a `ParameterSpace`.
+            key: a ``jax.random`` key: the initial weights, the training loop's shuffling and
+                noise, and the surrogate's fixed generation noise.
             thetas: physical parameters of the training samples, inside the space's bounds.
             trajectories: their outputs, ``(n, n_times, n_outputs)``, all finite.
             val: ``(thetas, trajectories)`` of a validation set (monitored for the best
-                weights and early stopping), or None.
-            ts: observation times (only with a space; default ``0, 1, ..., n_times - 1``).
-            output_names: output names (only with a space; default ``y0, y1, ...``).
+                weights and early stopping), e.g. a `TrainingSet`, or None.
             checkpoint: resumable checkpoint file of the training loop. It resumes only the
-                run that wrote it: other data, validation data, output statistics, parameter
-                space, times or configuration raise ``ValueError`` (see ``fresh_start``). A
-                finished run is returned as it is (``training.n_epochs_run == 0``).
+                run that wrote it: another key, data, validation data, output statistics,
+                parameter space, times or configuration raise ``ValueError`` (see
+                ``fresh_start``). A finished run is returned as it is
+                (``training.n_epochs_run == 0``).
             fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
+
+        Returns:
+            A new trained, immutable `PELSVAE` (this one is left as it was).
 
         Raises:
             ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples outside
-                the bounds, times or names that do not match the data; a checkpoint of another
-                run or a damaged one.
+                the bounds; a checkpoint of another run or a damaged one.
         """
-        space, experiment, names = _describe(model_or_space, ts, output_names)
+        space, experiment, names = self.parameters, self.experiment, self.output_names
         thetas, trajectories = _check_data(space, thetas, trajectories, "fit", experiment, names)
-        n_times, n_outputs = trajectories.shape[1:]
-        if experiment is None:
-            experiment = Experiment(np.arange(n_times, dtype=np.float64), t1=max(n_times - 1, 1), name="pelsvae")
-        if names is None:
-            names = tuple(f"y{j}" for j in range(n_outputs))
         if thetas.shape[0] < 2:
             raise ValueError(f"PELSVAE.fit: needs at least 2 training samples; got {thetas.shape[0]}")
         scaler = Standardizer.fit(trajectories, axis=(0, 1))
@@ -466,31 +481,36 @@ class PELSVAE:
         val_data = None
         if val is not None:
             if not (isinstance(val, (tuple, list)) and len(val) == 2):
-                raise ValueError("PELSVAE.fit: val must be a (thetas, trajectories) pair or None")
+                raise ValueError("PELSVAE.fit: val must be a (thetas, trajectories) pair (e.g. a TrainingSet) or None")
             val_data = _normalised(space, scaler, *_check_data(space, *val, "fit (val)", experiment, names))
         config = self.config
-        network = PELSVAENetwork(space.n_params, experiment.n_times, len(names), config,
-                                 rngs=nnx.Rngs(config.seed))
-        surrogate = _make_surrogate(network, scaler, experiment, space, names, config)
+        key_init, key_train, key_noise = jax.random.split(key, 3)
+        network = PELSVAENetwork(space.n_params, experiment.n_times, len(names), config, rngs=nnx.Rngs(key_init))
+        surrogate = _make_surrogate(network, scaler, experiment, space, names, config, key_noise)
         beta = float(config.beta)
         extra = _extra(surrogate, config)
         # the checkpoint's weights belong to its scaler, space and times: all in the fingerprint
-        identity = {k: extra[k] for k in ("output_scaler", "parameters", "output_names", "experiment")}
-        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # beta, seed, sizes
-        self.training = _training.fit(network, lambda net, batch, key: pelsvae_loss(net, batch, key, beta),
-                                     train, val_data, config.training, checkpoint=checkpoint, extra=extra,
-                                     fingerprint=identity, fresh_start=fresh_start)
-        self.network = network
-        self._surrogate = _make_surrogate(network, scaler, experiment, space, names, config)
-        self.n_train = int(thetas.shape[0])
-        return self
+        identity = {k: extra[k] for k in ("output_scaler", "parameters", "output_names", "experiment", "noise_key")}
+        identity["network"] = {k: v for k, v in extra["config"].items() if k != "training"}  # beta, sizes
+        training = _training.fit(key_train, network, lambda k, net, batch: pelsvae_loss(k, net, batch, beta),
+                                 train, val_data, config.training, checkpoint=checkpoint, extra=extra,
+                                 fingerprint=identity, fresh_start=fresh_start)
+        return self._trained(network, _make_surrogate(network, scaler, experiment, space, names, config, key_noise),
+                             training, int(thetas.shape[0]))
+
+    def _trained(self, network, surrogate, training, n_train) -> PELSVAE:
+        trained = object.__new__(type(self))
+        trained._set(config=self.config, parameters=surrogate.parameters, experiment=surrogate.experiment,
+                     output_names=surrogate.output_names, network=network, _surrogate=surrogate, training=training,
+                     n_train=n_train)
+        return trained._freeze()
 
     @property
     def surrogate(self) -> Surrogate:
         """The trained PELS-VAE as a model stand-in (``outside="nan"``; change with
         ``dataclasses.replace(vae.surrogate, outside="clip")``)."""
         if self._surrogate is None:
-            raise ValueError("PELSVAE: not trained yet; call fit(...) or PELSVAE.load(path) first")
+            raise ValueError(NOT_TRAINED.format(cls="PELSVAE"))
         return self._surrogate
 
     # --- the networks (physical units; see Surrogate) -----------------------------------------
@@ -506,59 +526,67 @@ class PELSVAE:
         """`Surrogate.regress`: ``(μ_re, σ_re)`` of the regressor."""
         return self.surrogate.regress(theta)
 
-    def generate(self, theta, n_passes: int | None = None, key: PRNGKeyArray | None = None):
-        """`Surrogate.generate` (eq. 11): trajectories ``(..., n_times, n_outputs)``."""
-        return self.surrogate.generate(theta, n_passes, key)
+    def generate(self, key: PRNGKeyArray | None, theta, n_passes: int | None = None):
+        """`Surrogate.generate` (eq. 11): trajectories ``(..., n_times, n_outputs)``; ``key=None``:
+        the fixed noise."""
+        return self.surrogate.generate(key, theta, n_passes)
 
-    def reconstruct(self, x, theta, n_passes: int | None = None, key: PRNGKeyArray | None = None):
+    def reconstruct(self, key: PRNGKeyArray | None, x, theta, n_passes: int | None = None):
         """`Surrogate.reconstruct`: the encoder path."""
-        return self.surrogate.reconstruct(x, theta, n_passes, key)
+        return self.surrogate.reconstruct(key, x, theta, n_passes)
 
     def evaluate(self, thetas: Float[ArrayLike, "n n_params"], trajectories: Float[ArrayLike, "n n_times n_outputs"],
-                 n_passes: int | None = None) -> dict:
-        """Errors of both paths on a test set (physical units, fixed noise).
+                 *, path: str = "generate", n_passes: int | None = None) -> NetworkMetrics:
+        """Errors of the generated (or reconstructed) trajectories on a test set (physical
+        units, fixed noise).
+
+        Args:
+            thetas: test parameters ``(n, n_params)`` inside the training box.
+            trajectories: their simulated outputs ``(n, n_times, n_outputs)``.
+            path: ``"generate"`` (the regressor: the surrogate) or ``"reconstruct"`` (the
+                encoder of the true trajectory).
+            n_passes: decodings averaged (default ``config.n_passes``).
 
         Returns:
-            ``{"generate": {...}, "reconstruct": {...}}``, each with ``mae`` (all elements),
-            ``mae_per_output`` and ``scaled_mae`` (in units of each output's training standard
-            deviation, averaged over outputs), and ``n_samples``.
+            `NetworkMetrics` per output (``scale``: each output's training standard deviation,
+            so ``scaled_mae`` is the error in those units); ``outside`` flags test samples
+            outside the training box.
+
+        Raises:
+            ValueError: untrained; shapes that do not match; NaN/inf; an unknown ``path``.
         """
+        if path not in ("generate", "reconstruct"):
+            raise ValueError(f"PELSVAE.evaluate: path must be 'generate' or 'reconstruct'; got {path!r}")
         s = self.surrogate
         thetas, trajectories = _check_data(s.parameters, thetas, trajectories, "evaluate", s.experiment,
                                            s.output_names)
-        paths = {"generate": s.generate(thetas, n_passes),
-                 "reconstruct": s.reconstruct(trajectories, thetas, n_passes)}
-        std = np.asarray(s.output_scaler.std, np.float64)
-        out = {}
-        for name, predicted in paths.items():
-            err = np.abs(np.asarray(predicted, np.float64) - trajectories)
-            per_output = err.mean(axis=(0, 1))
-            out[name] = {"mae": float(err.mean()), "mae_per_output": per_output.tolist(),
-                         "scaled_mae": float(np.mean(per_output / std))}
-        out["n_samples"] = int(thetas.shape[0])
-        return out
+        predicted = (s.generate(None, thetas, n_passes) if path == "generate"
+                     else s.reconstruct(None, trajectories, thetas, n_passes))
+        return network_metrics(trajectories, predicted, s.output_names, scale=np.asarray(s.output_scaler.std),
+                               outside=~np.asarray(s.inside(thetas)))
 
     def to_dict(self) -> dict:
         """Configuration, sizes and (after training) the training history, for JSON."""
-        d = {"config": self.config.to_dict(), "n_train": self.n_train}
+        d = {"config": self.config.to_dict(), "n_train": self.n_train, "parameters": list(self.parameters.names),
+             "output_names": list(self.output_names), "n_times": int(self.experiment.n_times)}
         if self._surrogate is not None:
-            s = self._surrogate
-            d |= {"parameters": list(s.parameters.names), "output_names": list(s.output_names),
-                  "n_times": int(s.ts.shape[0]), "n_weights": _n_weights(s.weights)}
+            d["n_weights"] = _n_weights(self._surrogate.weights)
         if self.training is not None:
             d["training"] = self.training.to_dict()
         return to_jsonable(d)
 
     # --- persistence ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
-        """Weights, configuration, parameter space, times and output statistics in one msgpack
-        file with a SHA-256 checksum, written atomically (`jcalib.nn.training.save_model`)."""
+        """Weights, configuration, parameter space, times, output statistics and the generation
+        noise key in one msgpack file with a SHA-256 checksum, written atomically
+        (`jcalib.nn.training.save_model`)."""
         s = self.surrogate
         save_model(path, self.network, _extra(s, self.config) | {"n_train": self.n_train})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PELSVAE:
-        """A `PELSVAE` from `save`; its predictions equal the saved model's exactly.
+        """A trained `PELSVAE` from `save`; its predictions equal the saved one's exactly
+        (``training`` is None).
 
         Raises:
             FileNotFoundError: no such file.
@@ -567,21 +595,22 @@ class PELSVAE:
         # load_model needs a network of the saved structure, which the saved extra describes
         extra = _training.read_model_extra(path)
         if extra.get("format") != _FORMAT:
-            raise ValueError(f"{path}: not a PELS-VAE file (format {extra.get('format')!r})")
+            raise ValueError(f"{path}: not a PELS-VAE file (format {extra.get('format')!r}); save it again with "
+                             "this jcalib")
         config = PELSVAEConfig.from_dict(extra["config"])
         space = ParameterSpace(Parameter(**p) for p in extra["parameters"])
         e = extra["experiment"]
         experiment = Experiment(e["ts"], t0=e["t0"], t1=e["t1"], conditions=e["conditions"], mask=e.get("mask"),
                                 name=e["name"])
         names = tuple(extra["output_names"])
-        network = PELSVAENetwork(space.n_params, experiment.n_times, len(names), config, rngs=nnx.Rngs(config.seed))
+        network = PELSVAENetwork(space.n_params, experiment.n_times, len(names), config, rngs=nnx.Rngs(0))
         load_model(path, network)
-        vae = cls(config)
-        vae.network = network
-        vae._surrogate = _make_surrogate(network, Standardizer.from_dict(extra["output_scaler"]), experiment,
-                                         space, names, config)
-        vae.n_train = extra.get("n_train")
-        return vae
+        noise_key = jax.random.wrap_key_data(jnp.asarray(np.asarray(extra["noise_key"], np.uint32)))
+        surrogate = _make_surrogate(network, Standardizer.from_dict(extra["output_scaler"]), experiment, space, names,
+                                    config, noise_key)
+        vae = object.__new__(cls)
+        vae._set(config=config)
+        return vae._trained(network, surrogate, None, extra.get("n_train"))
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -589,11 +618,11 @@ def _float_dtype():
     return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
-def _make_surrogate(network, scaler, experiment, space, names, config) -> Surrogate:
+def _make_surrogate(network, scaler, experiment, space, names, config, noise_key) -> Surrogate:
     graphdef, weights = nnx.split(network)
     return Surrogate(graphdef=graphdef, weights=weights, output_scaler=scaler, experiment=experiment,
                      parameters=space, output_names=tuple(names), n_passes=int(config.n_passes),
-                     seed=int(config.seed))
+                     noise_key=noise_key)
 
 
 def _n_weights(weights) -> int:
@@ -608,31 +637,23 @@ def _extra(surrogate: Surrogate, config: PELSVAEConfig) -> dict:
         experiment["mask"] = np.asarray(e.mask)
     return {"format": _FORMAT, "config": config.to_dict(), "parameters": surrogate.parameters.table(),
             "output_names": list(surrogate.output_names), "experiment": experiment,
-            "output_scaler": surrogate.output_scaler.to_dict()}
+            "output_scaler": surrogate.output_scaler.to_dict(),
+            "noise_key": np.asarray(jax.random.key_data(surrogate.noise_key))}
 
 
-def _describe(model_or_space, ts, output_names):
-    """(space, experiment, output names) of a simulator, or of a space (None where not given)."""
-    if isinstance(model_or_space, ParameterSpace):
-        experiment = None if ts is None else Experiment(ts, name="pelsvae")
-        return model_or_space, experiment, None if output_names is None else tuple(output_names)
-    if not isinstance(model_or_space, AbstractSimulator):
-        raise ValueError(f"PELSVAE.fit: model_or_space must be a jcalib simulator (a subclass of "
-                         f"jcalib.AbstractSimulator: a model, a Surrogate, a FunctionSimulator) or, for data "
-                         f"without one, a ParameterSpace; got {type(model_or_space).__name__}")
-    if ts is not None or output_names is not None:
-        raise ValueError("PELSVAE.fit: ts and output_names come from the model; pass them only with a "
-                         "ParameterSpace")
-    experiment = getattr(model_or_space, "experiment", None)  # models and surrogates keep the conditions
+def _describe(simulator):
+    """(space, experiment, output names) of a simulator."""
+    check_simulator(simulator, "PELSVAE")
+    experiment = getattr(simulator, "experiment", None)  # models and surrogates keep the conditions
     if not isinstance(experiment, Experiment):
-        ts = np.asarray(model_or_space.ts, dtype=np.float64)
+        ts = np.asarray(simulator.ts, dtype=np.float64)
         experiment = Experiment(ts, t1=ts[-1] if ts[-1] > ts[0] else ts[0] + 1.0, name="pelsvae")
-    return model_or_space.parameters, experiment, tuple(model_or_space.output_names)
+    return simulator.parameters, experiment, tuple(simulator.output_names)
 
 
 def _check_data(space, thetas, trajectories, where, experiment, names):
     """`check_training_data` against ``experiment``'s times and ``names`` where given."""
-    return check_training_data(space, thetas, trajectories, f"PELSVAE.{where}", what="trajectories",
+    return check_training_data(space, thetas, trajectories, f"PELSVAE.{where}",
                                n_times=None if experiment is None else experiment.n_times, output_names=names)
 
 

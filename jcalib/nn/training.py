@@ -1,15 +1,15 @@
 """The one training loop for every network in jcalib (PELS-VAE, coupling flows, IMPU MLPs).
 
-``fit(model, loss_fn, train, val, config)`` trains a flax nnx module with an optax
+``fit(key, model, loss_fn, train, val, config)`` trains a flax nnx module with an optax
 optimizer on minibatches and returns a `TrainingResult` holding the model with the best
 weights restored:
 
-- **Loss.** ``loss_fn(model, batch, key) -> loss`` or ``(loss, {name: metric})``: a JAX
-  function of the module, a minibatch (the same pytree layout as ``train``, leading axis
-  ``batch_size``) and a ``jax.random`` key for any randomness of the forward pass (VAE
-  sampling). Metrics are averaged per epoch into the history.
+- **Loss.** ``loss_fn(key, model, batch) -> loss`` or ``(loss, {name: metric})``: a JAX
+  function of a ``jax.random`` key (for any randomness of the forward pass, e.g. VAE
+  sampling), the module and a minibatch (the same pytree layout as ``train``, leading axis
+  ``batch_size``). Metrics are averaged per epoch into the history.
 - **Speed.** One epoch is one jitted `jax.lax.scan` over its minibatches (shuffled by a key
-  derived from ``config.seed`` and the epoch; the last partial batch is dropped so every
+  derived from ``key`` and the epoch; the last partial batch is dropped so every
   step has one shape). Validation is one jitted call on the whole validation set.
 - **Optimizer.** Adam (AdamW with ``weight_decay``) with a constant, multi-step
   (``milestones``, factor ``decay``; zhang2023, aka2023) or exponential (``decay`` per
@@ -25,8 +25,8 @@ weights restored:
   with the same shuffling as an uninterrupted one; a finished run is returned as it is
   (``n_epochs_run == 0``). A checkpoint resumes only the run it was written by: the
   fingerprint (SHA-256 over the float32 bytes, shapes and pytree structure of ``train`` and
-  ``val``, for online training of the first epoch's data, plus the caller's ``fingerprint``
-  data such as normalisation statistics) and the configuration must match, else `fit`
+  ``val``, for online training of the first epoch's data, the ``key``, plus the caller's
+  ``fingerprint`` data such as normalisation statistics) and the configuration must match, else `fit`
   raises; ``fresh_start=True`` ignores the old checkpoint and overwrites it. `save_model` /
   `load_model` store trained weights plus ``extra`` for inference.
 - **Files.** Checkpoints and model files carry a SHA-256 checksum verified on reading
@@ -42,13 +42,15 @@ cast to float32. Modules must be deterministic given their parameters and the ``
 (no batch statistics); only `nnx.Param` variables are trained and saved.
 
 Example:
+    >>> import jax
     >>> import jax.numpy as jnp
     >>> from flax import nnx
     >>> from jcalib.nn.layers import MLP
     >>> x = jnp.linspace(-3, 3, 256)[:, None]
     >>> net = MLP(1, (32, 32), 1, rngs=nnx.Rngs(0))
-    >>> mse = lambda model, batch, key: jnp.mean((model(batch["x"]) - batch["y"]) ** 2)
-    >>> result = fit(net, mse, {"x": x, "y": jnp.sin(x)}, config=TrainingConfig(epochs=5, progress=False))
+    >>> mse = lambda key, model, batch: jnp.mean((model(batch["x"]) - batch["y"]) ** 2)
+    >>> config = TrainingConfig(epochs=5, progress=False)
+    >>> result = fit(jax.random.key(0), net, mse, {"x": x, "y": jnp.sin(x)}, config=config)
     >>> len(result.history["train_loss"])
     5
 """
@@ -70,6 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx, serialization
+from jaxtyping import PRNGKeyArray
 from tqdm.auto import tqdm
 
 from jcalib import fileio
@@ -101,7 +104,6 @@ class TrainingConfig:
         clip_norm: clip gradients to this global norm (None: no clipping).
         patience: epochs without improvement before stopping (None: never stop early).
         min_delta: improvement of the monitored loss that counts.
-        seed: seeds the shuffling and the per-step keys given to ``loss_fn``.
         checkpoint_every: epochs between checkpoints (with ``fit(checkpoint=...)``).
         progress: show a progress bar with the losses.
     """
@@ -116,7 +118,6 @@ class TrainingConfig:
     clip_norm: float | None = None
     patience: int | None = None
     min_delta: float = 0.0
-    seed: int = 0
     checkpoint_every: int = 1
     progress: bool = True
 
@@ -211,6 +212,7 @@ class TrainingResult(eqx.Module):
 
 
 def fit(
+    key: PRNGKeyArray,
     model: nnx.Module,
     loss_fn: Callable,
     train: Any,
@@ -225,8 +227,10 @@ def fit(
     """Train ``model`` (in place, best weights restored at the end) on ``train``.
 
     Args:
+        key: a ``jax.random`` key: the shuffling and the per-step keys given to ``loss_fn``
+            (the same key and data, the same run; part of the checkpoint's fingerprint).
         model: a flax nnx module; its `nnx.Param` variables are trained.
-        loss_fn: ``(model, batch, key) -> loss`` or ``(loss, {name: metric})``.
+        loss_fn: ``(key, model, batch) -> loss`` or ``(loss, {name: metric})``.
         train: a pytree of arrays with a common leading axis (the samples), e.g.
             ``{"x": (n, ...), "theta": (n, ...)}``; or a callable ``epoch -> data`` (epochs
             counted from 1) giving fresh data of one layout and size every epoch (online
@@ -275,13 +279,15 @@ def fit(
              "best_loss": float("inf"), "bad_epochs": 0, "history": {}}
     resumed_from = None
     path = None if checkpoint is None else pathlib.Path(checkpoint)
-    data_hash = None if path is None else _fingerprint(train, val, fingerprint)
+    base_key = _check_key(key)
+    data_hash = None if path is None else _fingerprint(train, val, dict(fingerprint or {}) | {
+        "__key": np.asarray(jax.random.key_data(base_key))})
     if path is not None and path.exists() and not fresh_start:
         state = _load_checkpoint(path, state, config, data_hash)
         resumed_from = state["epoch"]
 
     def loss_of(p, batch, key):
-        out = loss_fn(nnx.merge(graphdef, p, rest), batch, key)
+        out = loss_fn(key, nnx.merge(graphdef, p, rest), batch)
         loss, metrics = out if isinstance(out, tuple) else (out, {})
         return loss, metrics
 
@@ -304,7 +310,6 @@ def fit(
 
     evaluate = jax.jit(loss_of)
     schedule = _schedule(config, n_batches)
-    base_key = jax.random.key(config.seed)
     history = state["history"]
     p, o = state["params"], state["opt_state"]
     stopped_early = False
@@ -401,6 +406,17 @@ def read_model_extra(path: str | os.PathLike) -> dict:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+def _check_key(key) -> PRNGKeyArray:
+    """``key`` as a typed ``jax.random`` key (legacy uint32 keys are wrapped)."""
+    if isinstance(key, (int, np.integer)) or not hasattr(key, "dtype"):
+        raise ValueError(f"fit: key must be a jax.random key (jax.random.key(seed)); got {type(key).__name__}")
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    if np.shape(key) == (2,) and np.dtype(key.dtype) == np.uint32:
+        return jax.random.wrap_key_data(key)
+    raise ValueError(f"fit: key must be a jax.random key (jax.random.key(seed)); got an array of dtype {key.dtype}")
+
+
 def _as_float32(data, what: str):
     def cast(x):
         x = jnp.asarray(x)
