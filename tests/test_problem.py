@@ -277,7 +277,9 @@ def test_runtime_errors(model, clean, problem):
 @pytest.fixture(scope="module")
 def open_problem():
     """The linear case y = A θ (tests/estimation/linear_case.py) with θ = (a, b, c) on
-    (-inf, inf), (0, inf) log-scale and (-1, inf): no parameter has a finite box."""
+    (-inf, inf), (0, inf) log-scale and (-1, inf) linear, then c on (0.01, inf) log-scale
+    (internal box [log 0.01, inf)): no parameter has a finite box."""
+    import dataclasses
     import math
 
     import diffrax as dfx
@@ -298,25 +300,29 @@ def open_problem():
     data = Measurements(TS, y, sigma=0.05, output_names=("y1", "y2"))
     problem = CalibrationProblem(model, data, weighting="absolute")
     least_squares = np.linalg.lstsq(design(), y.reshape(-1), rcond=None)[0]
-    assert least_squares[1] > 0 and least_squares[2] > -1  # inside the open bounds
-    return problem, least_squares
+    assert least_squares[1] > 0 and least_squares[2] > 0.01  # inside the open bounds
+    half_open = ParameterSpace([*space.parameters[:2], Parameter("c", 0.1, 0.01, math.inf, log_scale=True)])
+    other = CalibrationProblem(dataclasses.replace(model, parameters=half_open), data, weighting="absolute")
+    return problem, other, least_squares
 
 
 @pytest.mark.parametrize("method", ["gauss_newton", "least_squares_trf"])
 def test_infinite_bounds_estimate_the_least_squares_answer(open_problem, method):
     from jcalib import estimation
 
-    problem, least_squares = open_problem
+    problem, half_open, least_squares = open_problem
     np.testing.assert_array_equal(problem.space.lower_internal, [-np.inf] * 3)
-    result = getattr(estimation, method)(problem)
-    assert result.converged, result.reason
-    np.testing.assert_allclose(result.theta, least_squares, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(half_open.space.upper_internal, [np.inf] * 3)
+    for p in (problem, half_open):
+        result = getattr(estimation, method)(p)
+        assert result.converged, result.reason
+        np.testing.assert_allclose(result.theta, least_squares, rtol=1e-6, atol=1e-8)
 
 
 def test_infinite_bounds_priors_and_bounds_check(open_problem):
     from jcalib.probability import HalfNormal, Normal
 
-    problem, least_squares = open_problem
+    problem, _, least_squares = open_problem
     z = problem.to_internal(jnp.asarray(least_squares))
     with pytest.raises(ValueError, match=r"log_prior: the default prior='uniform' \(uniform in internal "
                                          r"coordinates on the bounds\) is improper for 'a', whose bounds "

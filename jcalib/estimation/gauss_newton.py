@@ -473,9 +473,12 @@ def _check_options(problem, flat_ratio, gap_ratio, n_essential, min_damping, dam
 
 
 def _on_bounds(z, lower, upper) -> tuple[np.ndarray, np.ndarray]:
-    """Which coordinates sit on their lower / upper bound (to round-off of log(bound))."""
-    tol = 1e-12 * (1.0 + np.maximum(np.abs(lower), np.abs(upper)))
-    return z <= lower + tol, z >= upper - tol
+    """Which coordinates sit on their lower / upper bound (to round-off of log(bound)); an
+    infinite bound (a parameter without one, issue 18 §6) is never reached."""
+    size = np.maximum(np.where(np.isfinite(lower), np.abs(lower), 0.0),
+                      np.where(np.isfinite(upper), np.abs(upper), 0.0))
+    tol = 1e-12 * (1.0 + size)
+    return np.isfinite(lower) & (z <= lower + tol), np.isfinite(upper) & (z >= upper - tol)
 
 
 def _mean_square(r: np.ndarray) -> float:
