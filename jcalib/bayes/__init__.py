@@ -4,7 +4,7 @@ that computes them before sampling, posterior results, MCMC diagnostics (ArviZ),
 estimates of marginals and predictive bands; simulation-based calibration and recovery metrics of amortized posteriors.
 
 Priors and likelihoods live in `jcalib.probability` (below `jcalib.problem`) and are re-exported here.
-The log-normal *likelihood* is `jcalib.probability.likelihoods.LogNormal` (or ``likelihood="lognormal"``);
+The log-normal *likelihood* is `jcalib.probability.LogNormalLikelihood` (or ``likelihood="lognormal"``);
 `LogNormal` here is the prior."""
 
 from jcalib.bayes.adaptation import DualAveragingState, dual_averaging_init, dual_averaging_update

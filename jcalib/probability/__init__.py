@@ -2,14 +2,15 @@
 on internal coordinates and measurement-noise likelihoods. Imports only `jcalib.parameters`, so
 `jcalib.problem` imports it at module top and `jcalib.bayes` re-exports it.
 
-The log-normal *likelihood* is `jcalib.probability.likelihoods.LogNormal` (or
-``likelihood="lognormal"``); `LogNormal` here is the prior."""
+The log-normal *likelihood* is `LogNormalLikelihood` (or ``likelihood="lognormal"``); `LogNormal`
+is the prior."""
 
 from jcalib.probability.likelihoods import (
     LIKELIHOODS,
     NOISE_MODELS,
     AbsoluteGaussian,
     AbstractLikelihood,
+    LogNormalLikelihood,
     RelativeGaussian,
     add_noise,
     get_likelihood,
@@ -33,7 +34,7 @@ from jcalib.probability.priors import (
 
 __all__ = [
     "LIKELIHOODS", "NOISE_MODELS", "TRUNCATION_WARNING_FRACTION", "AbsoluteGaussian", "AbstractLikelihood",
-    "AbstractPrior", "GaussianPrior", "HalfNormal", "LogNormal", "LogUniform", "Normal", "ParameterPriors",
-    "PriorTruncationWarning", "RelativeGaussian", "Uniform", "add_noise", "bind_priors", "default_prior",
-    "get_likelihood", "noise_parameter_space", "truncation_fraction",
+    "AbstractPrior", "GaussianPrior", "HalfNormal", "LogNormal", "LogNormalLikelihood", "LogUniform", "Normal",
+    "ParameterPriors", "PriorTruncationWarning", "RelativeGaussian", "Uniform", "add_noise", "bind_priors",
+    "default_prior", "get_likelihood", "noise_parameter_space", "truncation_fraction",
 ]

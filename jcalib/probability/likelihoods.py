@@ -5,18 +5,19 @@ per entry. All three have the form (elementwise, r the likelihood's residual)
 
     log p = -½ (r/σ)² - log σ - log c(X) - ½ log 2π
 
-==================  ======================  ===================  ==========================
-class               noise model             r                    c(X)
-==================  ======================  ===================  ==========================
-`AbsoluteGaussian`  X ~ N(F, σ²)            X - F                1
-`RelativeGaussian`  F ~ N(X, (σX)²)         (X - F)/X            |X|
-`LogNormal`         log X ~ N(log F, σ²)    log X - log F        X  (X > 0 required)
-==================  ======================  ===================  ==========================
+=====================  ======================  ===================  ==========================
+class                  noise model             r                    c(X)
+=====================  ======================  ===================  ==========================
+`AbsoluteGaussian`     X ~ N(F, σ²)            X - F                1
+`RelativeGaussian`     F ~ N(X, (σX)²)         (X - F)/X            |X|
+`LogNormalLikelihood`  log X ~ N(log F, σ²)    log X - log F        X  (X > 0 required)
+=====================  ======================  ===================  ==========================
 
 `RelativeGaussian` is the likelihood of Wulkow et al. 2021, §2.3: with one σ for all
 entries, Σ log p = -R_X n/(2σ²) + const, R_X = 1/n Σ ((X-F)/X)² (their eq. 6), i.e. the
 posterior ∝ exp(-R_X n/(2σ²)) × prior; the normaliser is that of the density of F given X.
-`LogNormal` is the multiplicative noise model X = F e^{σε}.
+`LogNormalLikelihood` is the multiplicative noise model X = F e^{σε} (named apart from the
+log-normal *prior* `jcalib.probability.priors.LogNormal`).
 
 **The noise level σ** is, per output, either
 
@@ -30,7 +31,7 @@ posterior ∝ exp(-R_X n/(2σ²)) × prior; the normaliser is that of the densit
   maximum-likelihood value given θ is the RMS of the output's residuals r.
 
 Example:
-    >>> lik = LogNormal()                  # σ from measurements.sigma or sampled
+    >>> lik = LogNormalLikelihood()        # σ from measurements.sigma or sampled
     >>> lik = AbsoluteGaussian(sigma=0.5)  # σ fixed to 0.5 for every output
 """
 
@@ -52,7 +53,7 @@ __all__ = [
     "AbsoluteGaussian",
     "AbstractLikelihood",
     "LIKELIHOODS",
-    "LogNormal",
+    "LogNormalLikelihood",
     "NOISE_MODELS",
     "RelativeGaussian",
     "add_noise",
@@ -151,7 +152,7 @@ class RelativeGaussian(AbstractLikelihood):
         return "divides by the measured values, but X = 0"
 
 
-class LogNormal(AbstractLikelihood):
+class LogNormalLikelihood(AbstractLikelihood):
     """log X ~ N(log F, σ²): multiplicative noise X = F e^{σε}; X > 0 required, and a
     simulated F ≤ 0 has likelihood 0."""
 
@@ -175,11 +176,11 @@ class LogNormal(AbstractLikelihood):
 
 
 _NAMES = {AbsoluteGaussian: "absolute_gaussian", RelativeGaussian: "relative_gaussian",
-          LogNormal: "lognormal"}
+          LogNormalLikelihood: "lognormal"}
 LIKELIHOODS = {
     "absolute_gaussian": AbsoluteGaussian, "absolute": AbsoluteGaussian,
     "relative_gaussian": RelativeGaussian, "relative": RelativeGaussian,
-    "lognormal": LogNormal,
+    "lognormal": LogNormalLikelihood,
 }
 """Names accepted by ``CalibrationProblem(likelihood=...)``."""
 
@@ -197,7 +198,7 @@ def get_likelihood(likelihood: str | AbstractLikelihood | None,
     got = repr(likelihood) if isinstance(likelihood, str) else type(likelihood).__name__
     raise ValueError(
         f"likelihood must be one of {tuple(LIKELIHOODS)} or an AbstractLikelihood (e.g. "
-        f"LogNormal(sigma=0.1)); got {got}"
+        f"LogNormalLikelihood(sigma=0.1)); got {got}"
     )
 
 
@@ -215,7 +216,7 @@ def add_noise(key: PRNGKeyArray, values: Float[ArrayLike, "..."], sigma: Float[A
     - ``"additive"``: X = F + σε, σ in the output's unit (`AbsoluteGaussian`);
     - ``"multiplicative"``: X = F (1 + σε), σ a fraction of F (`RelativeGaussian`,
       Wulkow 2021, eq. 6);
-    - ``"lognormal"``: X = F e^{σε} (`LogNormal`).
+    - ``"lognormal"``: X = F e^{σε} (`LogNormalLikelihood`).
 
     `jcalib.data.synthetic_measurements`, the likelihoods' ``add_noise`` (prediction bands),
     `jcalib.nn.impu.InverseMapping`, `jcalib.nn.bayesflow.AmortizedPosterior.fit_online` and

@@ -17,7 +17,7 @@ from jcalib.bayes.predictive import (
     prediction_bands,
     predictive_bands,
 )
-from jcalib.probability.likelihoods import LogNormal
+from jcalib.probability.likelihoods import LogNormalLikelihood
 from jcalib.problem import CalibrationProblem, initial_state_from_parameters
 
 N_DRAWS = 4000
@@ -62,7 +62,7 @@ def draws():
 def problem(linear):
     data = jcalib.Measurements(TS, (5.0 + TS)[:, None] * np.array([[1.02], [0.97], [1.05], [0.99]]),
                                output_names=("y",))
-    return CalibrationProblem(linear, data, weighting="absolute", likelihood=LogNormal(sigma=0.1))
+    return CalibrationProblem(linear, data, weighting="absolute", likelihood=LogNormalLikelihood(sigma=0.1))
 
 
 def _analytic(q, ts=TS):

@@ -12,7 +12,7 @@ from scipy import stats
 
 import jcalib
 from jcalib.data import Measurements
-from jcalib.probability.likelihoods import AbsoluteGaussian, LogNormal, RelativeGaussian
+from jcalib.probability.likelihoods import AbsoluteGaussian, LogNormalLikelihood, RelativeGaussian
 from jcalib.probability.priors import HalfNormal
 from jcalib.problem import (
     CalibrationProblem,
@@ -44,7 +44,7 @@ def z_model(theta):
     return jnp.log(theta)
 
 
-@pytest.mark.parametrize("likelihood", [AbsoluteGaussian, RelativeGaussian, LogNormal])
+@pytest.mark.parametrize("likelihood", [AbsoluteGaussian, RelativeGaussian, LogNormalLikelihood])
 def test_log_density_matches_scipy(likelihood):
     rng = np.random.default_rng(0)
     x, f = rng.uniform(0.5, 2.0, 30), rng.uniform(0.5, 2.0, 30)
@@ -53,7 +53,7 @@ def test_log_density_matches_scipy(likelihood):
     expected = {
         AbsoluteGaussian: stats.norm.logpdf(x, loc=f, scale=sigma),
         RelativeGaussian: stats.norm.logpdf(f, loc=x, scale=sigma * np.abs(x)),  # F ~ N(X, (σX)²)
-        LogNormal: stats.lognorm.logpdf(x, s=sigma, scale=f),
+        LogNormalLikelihood: stats.lognorm.logpdf(x, s=sigma, scale=f),
     }[likelihood]
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     # the paper's form: one σ for all entries gives -R_X n / (2σ²) + const (Wulkow 2021 §2.3)
@@ -68,7 +68,7 @@ def test_log_density_matches_scipy(likelihood):
 
 def test_problem_lognormal_fixed_sigma(model, lognormal_data, z_model, clean):
     """Problem-level log likelihood with σ fixed per output by the likelihood."""
-    p = CalibrationProblem(model, lognormal_data, likelihood=LogNormal(sigma=SIGMA))
+    p = CalibrationProblem(model, lognormal_data, likelihood=LogNormalLikelihood(sigma=SIGMA))
     assert p.likelihood.name == "lognormal" and p.n_noise == 0
     x = np.asarray(lognormal_data.values)
     expected = stats.lognorm.logpdf(x, s=SIGMA[None, :], scale=clean).sum()
@@ -162,7 +162,7 @@ def test_estimator_paths(sampled, z_model, lognormal_data, clean):
 
 def test_partial_noise_parameters(model, lognormal_data, z_model):
     """σ sampled for A only; the other outputs take the likelihood's fixed σ."""
-    p = CalibrationProblem(model, lognormal_data, likelihood=LogNormal(sigma=SIGMA),
+    p = CalibrationProblem(model, lognormal_data, likelihood=LogNormalLikelihood(sigma=SIGMA),
                            noise_parameters={"A": (0.01, 0.5)})
     assert p.noise_names == ("sigma_A",) and p.space["sigma_A"].upper == 0.5
     z = jnp.concatenate([z_model, jnp.log(jnp.asarray([0.1]))])
@@ -184,10 +184,10 @@ def test_likelihood_errors(model, lognormal_data, clean):
                            likelihood="lognormal")
     with pytest.raises(ValueError, match=r"likelihood must be one of .*'lognormal'.*got 'poisson'"):
         CalibrationProblem(model, lognormal_data, likelihood="poisson")
-    with pytest.raises(ValueError, match="LogNormal: sigma must be positive and finite"):
-        LogNormal(sigma=[0.1, -1.0])
+    with pytest.raises(ValueError, match="LogNormalLikelihood: sigma must be positive and finite"):
+        LogNormalLikelihood(sigma=[0.1, -1.0])
     with pytest.raises(ValueError, match="likelihood.sigma has 2 values but there are 4 outputs"):
-        CalibrationProblem(model, lognormal_data, likelihood=LogNormal(sigma=[0.1, 0.2]))
+        CalibrationProblem(model, lognormal_data, likelihood=LogNormalLikelihood(sigma=[0.1, 0.2]))
     with pytest.raises(ValueError, match="noise_parameters: unknown output 'E'; outputs: 'A'"):
         CalibrationProblem(model, lognormal_data, noise_parameters=["A", "E"])
     with pytest.raises(ValueError, match=r"noise_parameters: bounds of 'A' must satisfy 0 < lower "

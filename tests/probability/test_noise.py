@@ -8,7 +8,7 @@ import pytest
 from jcalib.data import synthetic_measurements
 from jcalib.nn.bayesflow import _noise_fn
 from jcalib.probability import NOISE_MODELS, AbsoluteGaussian, RelativeGaussian, add_noise
-from jcalib.probability.likelihoods import LogNormal
+from jcalib.probability.likelihoods import LogNormalLikelihood
 from jcalib.workflows.iterative_identification import _noisy
 
 KEY = jax.random.key(7)
@@ -53,7 +53,7 @@ def test_jit_and_vmap_agree():
 def test_likelihoods_draw_through_add_noise():
     sigma = jnp.broadcast_to(jnp.asarray(SIGMA), VALUES.shape)
     for likelihood, noise in ((AbsoluteGaussian(), "additive"), (RelativeGaussian(), "multiplicative"),
-                              (LogNormal(), "lognormal")):
+                              (LogNormalLikelihood(), "lognormal")):
         np.testing.assert_array_equal(np.asarray(likelihood.add_noise(KEY, jnp.asarray(VALUES), sigma)),
                                       np.asarray(add_noise(KEY, VALUES, SIGMA, noise)))
 
