@@ -144,7 +144,7 @@ def main(argv=None):
         "n_simulations": jc.n_simulations, "n_jacobians": jc.n_jacobians,
         "simulation_equivalents": jc.n_simulations + jac_cost * jc.n_jacobians,
         "wall_s": jc.wall_time_s, "wall_s_including_jacobian_compile": jc.wall_time_s + compile_jacobian_s,
-        "mse": jc.loss, "iterations": jc.n_iterations, "converged": jc.converged, "message": jc.reason,
+        "mse": jc.loss, "iterations": jc.n_steps, "converged": jc.converged, "message": jc.reason,
         "max_rel_error_vs_truth": rel_error(jc.theta),
         "wall_s_to_reach_scipy_final_mse": time_to_scipy_mse,
         "iterations_to_reach_scipy_final_mse": reached[0] if reached else None,

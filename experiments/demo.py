@@ -236,7 +236,7 @@ def main(argv=None):
                 "n_essential_directions": r.n_essential_directions,
                 "singular_values": np.asarray(r.singular_values).tolist(),
                 "flat_directions": r.extra["flat_directions"], "converged": r.converged,
-                "reason": r.reason, "n_iterations": r.n_iterations,
+                "reason": r.reason, "n_steps": r.n_steps,
                 "n_simulations": r.n_simulations, "n_jacobians": r.n_jacobians}
         for label, (_, r) in fits.items()
     }

@@ -92,7 +92,7 @@ SIGMA = 0.1  # K, additive measurement noise of the synthetic data (MSE floor ~ 
 N_TRAIN = (32, 64, 128, 256, 512, 1024, 1536, 2048, 4096)  # the paper's Table 4
 STARTS = (16, 32)  # the paper's LS-TRF multistarts (Table 3: 16, 32, 64; 64 costs ~6 more minutes here)
 N_VAL = N_TEST = 320  # the paper's validation and test sets, the same for every n_train
-QUICK_TRF = {"max_nfev": 15}  # --quick: LS-TRF stops after 15 residual evaluations (a smoke test)
+QUICK_TRF = {"max_steps": 15}  # --quick: LS-TRF stops after 15 residual evaluations (a smoke test)
 
 # Aka et al. 2023, Table 3: methods coupled directly with the FMU (model calls, MSE_f(θ_opt))
 PAPER_TABLE3 = {
@@ -168,7 +168,7 @@ def direct_methods(key, problem, starts, de_generations, quick: bool) -> tuple[l
     budgets = {"slsqp": 5, "nelder-mead": 40, "powell": 40} if quick else {}
     for method, label in (("slsqp", "SLSQP"), ("nelder-mead", "Nelder-Mead"), ("powell", "Powell")):
         print(f"{label} from the initial guess ...", flush=True)
-        result = scipy_minimize(problem, None, method, max_nfev=budgets.get(method))
+        result = scipy_minimize(None, problem, None, method, max_steps=budgets.get(method))
         budget = budgets.get(method) or ("100 iterations" if method == "slsqp" else "5000 loss evaluations")
         rows.append(row(f"{label} with initial guess", _single(result), n_free, budget=budget))
     for k in sorted(starts):
@@ -180,10 +180,9 @@ def direct_methods(key, problem, starts, de_generations, quick: bool) -> tuple[l
         rows.append(row(f"LS-TRF with {k} starts", summed, n_free, mean_mse=float(np.mean(losses[np.isfinite(losses)])),
                         sorted_mse=np.sort(losses), best_estimate=best.estimate))
     print(f"differential evolution on the true model, at most {de_generations} generations ...", flush=True)
-    de_options = {"population_size": 20, "max_generations": de_generations} if quick else {
-        "max_generations": de_generations}
+    de_options = {"population_size": 20, "max_steps": de_generations} if quick else {"max_steps": de_generations}
     de = differential_evolution(k_de, problem, progress=not quick, **de_options)
-    rows.append(row(f"Diff. Evolution ({de.extra['population_size']} x {de.n_iterations} generations)", _single(de),
+    rows.append(row(f"Diff. Evolution ({de.extra['population_size']} x {de.n_steps} generations)", _single(de),
                     n_free, paper_key="Diff. Evolution", budget=de_options))
     extra["multistart"] = ms.to_dict(include_results=False)
     return rows, extra
@@ -223,7 +222,7 @@ def surrogate_methods(key, model, problem, sizes, steps, n_val, n_test, quick: b
         raise RuntimeError(f"{int((~ok).sum())} of the {n_pool} pool simulations failed")
     val = (pool[-(n_val + n_test):-n_test], xs[-(n_val + n_test):-n_test])
     test = (pool[-n_test:], xs[-n_test:])
-    screening = {"population_size": 20, "max_generations": 10} if quick else {}
+    screening = {"population_size": 20, "max_steps": 10} if quick else {}
     rows, details = [], {}
     for n in sizes:
         print(f"n_train = {n}: training ...", flush=True)
@@ -239,7 +238,7 @@ def surrogate_methods(key, model, problem, sizes, steps, n_val, n_test, quick: b
             "n_polish_steps": result.n_polish_steps, "mse_after_polish": result.loss,
             "n_total": result.n_true_simulations,
             "fd_calls_total": result.n_true_simulations + problem.n_free * result.n_true_jacobians,
-            "test_mae_K": errors["mae"], "de_generations": result.screening.n_iterations,
+            "test_mae_K": errors["mae"], "de_generations": result.screening.n_steps,
             "n_surrogate_evaluations": result.n_surrogate_evaluations, "durations": result.durations,
             "paper": None if paper is None else dict(zip(
                 ("mse_surrogate_de", "mse_model_at_surrogate_optimum", "n_opt", "mse_after_polish", "n_total"), paper)),

@@ -89,7 +89,7 @@ def run_test(spec, ts, y, mask, qss):
                      "singular_values": fit.singular_values,
                      "flat_directions": fit.extra["flat_directions"],
                      "at_bounds": fit.extra["at_bounds"], "converged": fit.converged,
-                     "reason": fit.reason, "n_iterations": fit.n_iterations,
+                     "reason": fit.reason, "n_steps": fit.n_steps,
                      "n_simulations": fit.n_simulations, "n_jacobians": fit.n_jacobians,
                      "wall_time_s": fit.wall_time_s})
     return rows, fits, problem

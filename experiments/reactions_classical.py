@@ -87,7 +87,7 @@ def fit_case(problem, sigma):
                          "condition_number": f.condition_number,
                          "n_essential_directions": f.n_essential_directions,
                          "flat_directions": f.extra["flat_directions"], "converged": f.converged,
-                         "reason": f.reason, "n_iterations": f.n_iterations,
+                         "reason": f.reason, "n_steps": f.n_steps,
                          "n_simulations": f.n_simulations, "n_jacobians": f.n_jacobians,
                          "wall_time_s": f.wall_time_s}
                  for label, f in fits.items()},

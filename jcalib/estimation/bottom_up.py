@@ -162,7 +162,7 @@ class BottomUpResult(eqx.Module):
             steps.append({
                 "n_params": j, "added": self.ranking[j - 1], "loss": r.loss,
                 "estimate": r.estimate, "start": dict(zip(r.names, np.asarray(start).tolist())),
-                "condition_number": r.condition_number, "n_iterations": r.n_iterations,
+                "condition_number": r.condition_number, "n_steps": r.n_steps,
                 "n_simulations": r.n_simulations, "n_jacobians": r.n_jacobians,
                 "wall_time_s": r.wall_time_s, "converged": r.converged, "reason": r.reason,
             })
@@ -255,8 +255,8 @@ def bottom_up(
         knee_rule: ``"plateau"``, ``"max_curvature"`` (module docstring) or a callable
             taking the costs ``(J_0, J_1, ..., J_μ)`` and returning the knee j in 1..μ.
         knee_threshold: the ``"plateau"`` fraction of the total decrease, in (0, 1).
-        options: keyword arguments for every step's estimator (e.g. ``{"max_nfev": 50}``
-            for TRF, ``{"max_iterations": 30}`` for Gauss-Newton).
+        options: keyword arguments for every step's estimator (e.g. ``{"max_steps": 50}``
+            for TRF or Gauss-Newton).
         progress: show a progress bar over the steps.
 
     Returns:
@@ -359,7 +359,7 @@ def _options(options, estimator) -> dict:
                          f"{estimator.__name__}; got {options!r}")
     parameters = inspect.signature(estimator).parameters
     allowed = [n for n, p in parameters.items()
-               if p.kind == inspect.Parameter.KEYWORD_ONLY and n != "internal"]
+               if p.kind == inspect.Parameter.KEYWORD_ONLY and n != "coordinates"]
     bad = [n for n in options if n not in allowed]
     if bad:
         raise ValueError(f"bottom_up: options {', '.join(map(repr, bad))} are not keyword "

@@ -29,14 +29,16 @@ clipped to [lower, upper] against the round-off of exp(log(·)).
 Stopping: the accepted step ‖λΔθ‖_∞ <= ``xtol`` (internal units); the relative loss decrease
 <= ``ftol``; no decrease down to ``min_damping`` (converged if the full step is already
 below sqrt(xtol), i.e. the iterate is at the minimum to the accuracy of the simulated
-residuals, otherwise "stalled"); or ``max_iterations``.
+residuals, otherwise "stalled"); or ``max_steps``.
 
-The algorithm is an ``init(theta_internal) -> state`` / ``step(state) -> (state, info)`` pair
-(`gauss_newton_algorithm`). The step is a pure function of its state, but it is driven from
-Python: each trial point of the damping loop is one call of the problem's jitted
-``residuals`` and each new iterate one call of its jitted ``jacobian``, so the compiled
-solves are shared with every other user of the problem (covariance, profiles, plots) and
-the damping loop simulates only the trial points it needs. `gauss_newton` runs the loop
+The algorithm is a `jcalib.algorithm.Algorithm`: ``init(theta_internal) -> state`` and
+``step(state) -> (state, info)`` (`gauss_newton_algorithm`); ``state.stopped`` says when a
+stopping rule holds. The step is a pure function of its state, but it runs on the host:
+each trial point of the damping loop is one call of the problem's jitted ``residuals`` and
+each new iterate one call of its jitted ``jacobian``, so the compiled solves are shared
+with every other user of the problem (covariance, profiles, plots) and the damping loop
+simulates only the trial points it needs. `gauss_newton` drives it with
+``jcalib.algorithm.run(None, algorithm, state, max_steps, compiled=False, stop=...)``
 (optionally with a progress bar) and returns an `EstimationResult`.
 
 Example:
@@ -56,13 +58,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
 
+import jax
 import numpy as np
 from jaxtyping import ArrayLike, Float
-from tqdm.auto import tqdm
 
+from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
 from jcalib.problem import CalibrationProblem
@@ -74,13 +77,14 @@ from jcalib.sensitivity.identifiability import (
 )
 
 __all__ = [
-    "GaussNewton",
     "GaussNewtonInfo",
     "GaussNewtonState",
     "gauss_newton",
     "gauss_newton_algorithm",
     "start_internal",
 ]
+
+COORDINATES = ("physical", "internal")
 
 MIN_DAMPING = 1e-6
 """Smallest damping factor tried: 20 halvings of a full step. A Gauss-Newton direction is a
@@ -104,6 +108,7 @@ class GaussNewtonState(NamedTuple):
         damping: damping factor of the last step (1 before the first).
         n_simulations: residual evaluations so far.
         n_jacobians: Jacobian evaluations so far.
+        stopped: a stopping rule held after the last step (see `gauss_newton_algorithm`).
     """
 
     theta_internal: np.ndarray
@@ -113,6 +118,7 @@ class GaussNewtonState(NamedTuple):
     damping: float
     n_simulations: int
     n_jacobians: int
+    stopped: bool = False
 
 
 class GaussNewtonInfo(NamedTuple):
@@ -150,13 +156,6 @@ class GaussNewtonInfo(NamedTuple):
     jacobian_finite: bool
 
 
-class GaussNewton(NamedTuple):
-    """``init(theta_internal) -> state`` and ``step(state) -> (state, info)``."""
-
-    init: Callable[[np.ndarray], GaussNewtonState]
-    step: Callable[[GaussNewtonState], tuple[GaussNewtonState, GaussNewtonInfo]]
-
-
 def gauss_newton_algorithm(
     problem: CalibrationProblem,
     *,
@@ -166,7 +165,8 @@ def gauss_newton_algorithm(
     min_damping: float = MIN_DAMPING,
     damping_growth: float = DAMPING_GROWTH,
     xtol: float = 0.0,
-) -> GaussNewton:
+    ftol: float = 0.0,
+) -> Algorithm:
     """The damped, essential-direction Gauss-Newton iteration on ``problem`` (module doc).
 
     Args:
@@ -181,10 +181,18 @@ def gauss_newton_algorithm(
         min_damping: smallest damping factor tried (in (0, 1]).
         damping_growth: the next iteration starts at ``min(1, damping_growth * λ)`` (>= 1).
         xtol: damped steps with ‖λΔθ‖_∞ <= ``xtol`` are not tried (they cannot make
-            progress beyond the residuals' round-off; saves simulations at convergence).
+            progress beyond the residuals' round-off; saves simulations at convergence),
+            and an accepted step that small stops the iteration.
+        ftol: a relative loss decrease of at most ``ftol`` stops the iteration.
 
     Returns:
-        A `GaussNewton` ``(init, step)`` pair.
+        A deterministic `jcalib.algorithm.Algorithm`: ``init(theta_internal) ->
+        GaussNewtonState`` (NumPy arrays) and ``step(state) -> (GaussNewtonState,
+        GaussNewtonInfo)``. ``state.stopped`` turns True when a stopping rule of the module
+        doc holds (no step direction, a step below ``xtol``, no loss decrease, a loss
+        decrease below ``ftol``, a non-finite Jacobian); drive it with
+        ``run(None, algorithm, algorithm.init(z0), n, compiled=False, stop=lambda s:
+        s.stopped)``.
 
     Raises:
         ValueError: invalid thresholds, ``n_essential`` or damping settings.
@@ -208,6 +216,10 @@ def gauss_newton_algorithm(
                                 n_jacobians=1)
 
     def step(state: GaussNewtonState) -> tuple[GaussNewtonState, GaussNewtonInfo]:
+        state, info = advance(_on_host(state))
+        return state._replace(stopped=_outcome(info, xtol, ftol) is not None), info
+
+    def advance(state: GaussNewtonState) -> tuple[GaussNewtonState, GaussNewtonInfo]:
         z, r, jac = state.theta_internal, state.residuals, state.jacobian
         d = z.size
         finite = bool(np.all(np.isfinite(jac)))
@@ -256,15 +268,15 @@ def gauss_newton_algorithm(
         return new, GaussNewtonInfo(loss=loss_try, accepted=True, damping=lam,
                                     step_norm=float(np.max(np.abs(z_try - z))), **common)
 
-    return GaussNewton(init, step)
+    return Algorithm(init, step)
 
 
 def gauss_newton(
     problem: CalibrationProblem,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     *,
-    internal: bool = False,
-    max_iterations: int = 100,
+    coordinates: str = "physical",
+    max_steps: int = 100,
     xtol: float = 1e-9,
     ftol: float = 1e-12,
     flat_ratio: float = FLAT_RATIO,
@@ -278,11 +290,12 @@ def gauss_newton(
 
     Args:
         problem: what to fit (any weighting; a prior is ignored: this is least squares).
-        theta0: start, physical values of the free parameters as an array ordered as
+        theta0: start, values of the free parameters as an array ordered as
             ``problem.free_names`` or a ``{name: value}`` dict (missing names take their
             nominal values); None: the nominal values. Must lie within the bounds.
-        internal: ``theta0`` is given in internal coordinates instead.
-        max_iterations: iteration budget (>= 1).
+        coordinates: ``"physical"`` (default) or ``"internal"``: the system ``theta0`` is
+            given in.
+        max_steps: iteration budget (>= 1).
         xtol: stop when an accepted step ‖λΔθ‖_∞ is at most this (internal units: a
             relative change for log-scale parameters).
         ftol: stop when the loss decreases by at most ``ftol`` times its value.
@@ -294,15 +307,15 @@ def gauss_newton(
         An `EstimationResult` with ``method="gauss-newton"``. Its singular values, condition
         number and essential directions are those of the Jacobian at the estimate;
         ``history`` holds ``loss`` and ``theta`` (physical) at the start and after every
-        iteration (length ``n_iterations + 1``) and per iteration ``damping``, ``accepted``,
+        iteration (length ``n_steps + 1``) and per iteration ``damping``, ``accepted``,
         ``n_trials``, ``step_norm``, ``condition_number``, ``n_essential_directions`` and
         ``held`` (names held on a bound); ``extra`` holds the named ``flat_directions``
         and ``essential_directions`` at the estimate (components of unit vectors in
         internal coordinates), the rule and its thresholds, ``at_bounds`` and ``start``.
 
     Raises:
-        ValueError: bad ``theta0`` (shape, unknown name, non-finite, outside the bounds) or
-            bad options.
+        ValueError: bad ``theta0`` (shape, unknown name, non-finite, outside the bounds),
+            ``coordinates`` or options.
         FailedStartError: (a ``ValueError``) nothing to iterate from: the simulation fails
             at the start (the message gives its `jcalib.model.SolveStatus`), the loss
             overflows there although the simulation succeeded (e.g. absolute weighting of
@@ -314,96 +327,75 @@ def gauss_newton(
     returns a point where the simulation fails.
     """
     t_start = time.perf_counter()
-    if int(max_iterations) != max_iterations or max_iterations < 1:
-        raise ValueError(f"gauss_newton: max_iterations must be a positive integer; got "
-                         f"{max_iterations!r}")
+    if int(max_steps) != max_steps or max_steps < 1:
+        raise ValueError(f"gauss_newton: max_steps must be a positive integer; got {max_steps!r}")
     for label, value in (("xtol", xtol), ("ftol", ftol)):
         if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
             raise ValueError(f"gauss_newton: {label} must be a finite number >= 0; got {value!r}")
     algorithm = gauss_newton_algorithm(problem, flat_ratio=flat_ratio, gap_ratio=gap_ratio,
                                        n_essential=n_essential, min_damping=min_damping,
-                                       damping_growth=damping_growth, xtol=xtol)
-    z0 = start_internal(problem, theta0, internal=internal, where="gauss_newton")
+                                       damping_growth=damping_growth, xtol=xtol, ftol=ftol)
+    z0 = start_internal(problem, theta0, coordinates=coordinates, where="gauss_newton")
     state = algorithm.init(z0)
+    out_init_loss = state.loss
     failure = (point_failure(problem, z0, state.residuals, "gauss_newton", fix="choose another theta0")
                or jacobian_failure(problem, z0, state.jacobian, "gauss_newton",
                                    fix="choose another theta0"))
     if failure:
         raise FailedStartError(failure)
+    out = run(None, algorithm, state, int(max_steps), chunk_size=1, compiled=False,
+              stop=lambda s: s.stopped, trace_fn=lambda s, info: (s.theta_internal, info),
+              progress=progress, desc="gauss_newton")
+    state = _on_host(out.state)
+    z_trace, info = jax.tree_util.tree_map(np.asarray, out.trace)
     names = problem.free_names
-    history: dict[str, list] = {k: [] for k in (
-        "loss", "theta", "damping", "accepted", "n_trials", "step_norm", "condition_number",
-        "n_essential_directions", "held")}
-    history["loss"].append(state.loss)
-    history["theta"].append(_physical(problem, state.theta_internal).tolist())
-
-    converged, reason = False, f"max_iterations={max_iterations} reached"
-    bar = tqdm(total=int(max_iterations), desc="gauss_newton", unit="it", disable=not progress)
-    n_iterations = 0
-    for _ in range(int(max_iterations)):
-        state, info = algorithm.step(state)
-        n_iterations += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{state.loss:.4g}", damping=info.damping)
-        history["loss"].append(state.loss)
-        history["theta"].append(_physical(problem, state.theta_internal).tolist())
-        history["damping"].append(info.damping)
-        history["accepted"].append(info.accepted)
-        history["n_trials"].append(info.n_trials)
-        history["step_norm"].append(info.step_norm)
-        history["condition_number"].append(info.condition_number)
-        history["n_essential_directions"].append(info.n_essential)
-        history["held"].append([n for n, h in zip(names, info.held) if h])
-        if not info.jacobian_finite:
-            reason = "failed: " + (jacobian_failure(problem, state.theta_internal, state.jacobian,
-                                                    "gauss_newton", "the iterate",
-                                                    fix="the iteration stopped there")
-                                   or "the Jacobian is not finite at the iterate")
-            break
-        if info.n_step_directions == 0:
-            reason = ("no step direction: the Jacobian is zero or every parameter is held on "
-                      "a bound")
-            converged = True
-            break
-        if info.n_trials == 0:
-            converged = True
-            reason = f"Gauss-Newton step {info.full_step_norm:.3g} <= xtol={xtol:g}"
-            break
-        if not info.accepted:
-            converged = info.full_step_norm <= math.sqrt(xtol)
-            reason = (f"no loss decrease down to damping {info.damping * 2:g}; the full step "
-                      f"{info.full_step_norm:.3g} is "
-                      + ("below sqrt(xtol): at the minimum to the accuracy of the residuals"
-                         if converged else "not small: stalled"))
-            break
-        if info.step_norm <= xtol:
-            converged, reason = True, f"step size {info.step_norm:.3g} <= xtol={xtol:g}"
-            break
-        if info.loss_before - info.loss <= ftol * info.loss_before:
-            converged, reason = True, f"relative loss change <= ftol={ftol:g}"
-            break
-    bar.close()
+    history: dict[str, list] = {
+        "loss": [float(out_init_loss)] + info.loss.tolist(),
+        "theta": [_physical(problem, z0).tolist()] + [_physical(problem, z).tolist() for z in z_trace],
+        "damping": info.damping.tolist(),
+        "accepted": info.accepted.tolist(),
+        "n_trials": info.n_trials.tolist(),
+        "step_norm": info.step_norm.tolist(),
+        "condition_number": info.condition_number.tolist(),
+        "n_essential_directions": info.n_essential.tolist(),
+        "held": [[n for n, h in zip(names, row) if h] for row in info.held],
+    }
+    outcome = None if out.n_steps == 0 else _outcome(GaussNewtonInfo(*(a[-1] for a in info)), xtol, ftol)
+    if outcome is None:
+        converged, reason = False, f"max_steps={max_steps} reached"
+    else:
+        converged, reason = outcome
+    if reason is None:  # a non-finite Jacobian at the iterate
+        reason = "failed: " + (jacobian_failure(problem, state.theta_internal, state.jacobian,
+                                                "gauss_newton", "the iterate",
+                                                fix="the iteration stopped there")
+                               or "the Jacobian is not finite at the iterate")
 
     converged, reason = honest_outcome(converged, reason, state.loss, state.theta_internal)
     analysis = None
     if np.all(np.isfinite(state.jacobian)) and np.any(state.jacobian):
         analysis = jacobian_analysis(state.jacobian, names, flat_ratio=flat_ratio,
                                      gap_ratio=gap_ratio)
-    return _result(problem, state, analysis, n_essential, history, n_iterations, converged,
+    return _result(problem, state, analysis, n_essential, history, out.n_steps, converged,
                    reason, time.perf_counter() - t_start, z0, flat_ratio, gap_ratio)
 
 
-def start_internal(problem: CalibrationProblem, theta0, *, internal: bool = False,
+def start_internal(problem: CalibrationProblem, theta0, *, coordinates: str = "physical",
                    where: str = "gauss_newton", what: str = "theta0") -> np.ndarray:
     """Validated start in internal coordinates from physical (or internal) ``theta0``.
 
     ``theta0``: array ordered as ``problem.free_names``, ``{name: value}`` (missing names
-    take their nominal values) or None (nominal values).
+    take their nominal values) or None (nominal values); ``coordinates``: ``"physical"``
+    or ``"internal"``, the system ``theta0`` is given in.
 
     Raises:
-        ValueError: wrong shape, unknown name, non-finite values, or a start outside the
-            bounds (the message names the parameter, its value and bounds).
+        ValueError: unknown ``coordinates``, wrong shape, unknown name, non-finite values,
+            or a start outside the bounds (the message names the parameter, its value and
+            bounds).
     """
+    if coordinates not in COORDINATES:
+        raise ValueError(f"{where}: coordinates must be one of {COORDINATES}; got {coordinates!r}")
+    internal = coordinates == "internal"
     space = problem.space
     names = problem.free_names
     if theta0 is None:
@@ -472,6 +464,39 @@ def _check_options(problem, flat_ratio, gap_ratio, n_essential, min_damping, dam
         raise ValueError(f"gauss_newton: damping_growth must be >= 1; got {damping_growth!r}")
 
 
+def _on_host(state: GaussNewtonState) -> GaussNewtonState:
+    """The state as NumPy arrays and Python numbers (`jcalib.algorithm.run` may hand it back
+    as JAX arrays), so that every step computes with NumPy."""
+    return GaussNewtonState(
+        theta_internal=np.asarray(state.theta_internal, dtype=np.float64),
+        residuals=np.asarray(state.residuals, dtype=np.float64), loss=float(state.loss),
+        jacobian=np.asarray(state.jacobian, dtype=np.float64), damping=float(state.damping),
+        n_simulations=int(state.n_simulations), n_jacobians=int(state.n_jacobians),
+        stopped=bool(state.stopped))
+
+
+def _outcome(info: GaussNewtonInfo, xtol: float, ftol: float) -> tuple[bool, str | None] | None:
+    """``(converged, reason)`` when a stopping rule holds after the step ``info`` describes,
+    else None; the reason is None for a non-finite Jacobian (the caller names the failure)."""
+    if not bool(info.jacobian_finite):
+        return False, None
+    if int(info.n_step_directions) == 0:
+        return True, "no step direction: the Jacobian is zero or every parameter is held on a bound"
+    if int(info.n_trials) == 0:
+        return True, f"Gauss-Newton step {float(info.full_step_norm):.3g} <= xtol={xtol:g}"
+    if not bool(info.accepted):
+        converged = float(info.full_step_norm) <= math.sqrt(xtol)
+        return converged, (f"no loss decrease down to damping {float(info.damping) * 2:g}; the full step "
+                           f"{float(info.full_step_norm):.3g} is "
+                           + ("below sqrt(xtol): at the minimum to the accuracy of the residuals"
+                              if converged else "not small: stalled"))
+    if float(info.step_norm) <= xtol:
+        return True, f"step size {float(info.step_norm):.3g} <= xtol={xtol:g}"
+    if float(info.loss_before) - float(info.loss) <= ftol * float(info.loss_before):
+        return True, f"relative loss change <= ftol={ftol:g}"
+    return None
+
+
 def _on_bounds(z, lower, upper) -> tuple[np.ndarray, np.ndarray]:
     """Which coordinates sit on their lower / upper bound (to round-off of log(bound)); an
     infinite bound (a parameter without one, issue 18 §6) is never reached."""
@@ -519,7 +544,7 @@ def _directions(analysis, first: int, last: int) -> list[dict]:
     return out
 
 
-def _result(problem, state, analysis, n_essential, history, n_iterations, converged, reason,
+def _result(problem, state, analysis, n_essential, history, n_steps, converged, reason,
             wall_time_s, z0, flat_ratio, gap_ratio) -> EstimationResult:
     names = problem.free_names
     d = len(names)
@@ -548,7 +573,7 @@ def _result(problem, state, analysis, n_essential, history, n_iterations, conver
         method="gauss-newton", names=tuple(names), theta=_physical(problem, z),
         theta_internal=np.asarray(z), loss=float(state.loss), singular_values=singular_values,
         condition_number=condition, n_essential_directions=int(n_ess),
-        n_iterations=int(n_iterations), n_simulations=int(state.n_simulations),
+        n_steps=int(n_steps), n_simulations=int(state.n_simulations),
         n_jacobians=int(state.n_jacobians), wall_time_s=float(wall_time_s),
         converged=bool(converged), reason=reason, history=history, extra=extra,
     )

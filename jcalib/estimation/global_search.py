@@ -12,10 +12,11 @@ the problem's internal coordinates and its internal box:
   coordinates (so log-uniform parameters spread over their decades). ``"lhs"`` and
   ``"uniform"`` fill the box instead (no initial guess).
 - `differential_evolution`: DE/rand/1/bin or DE/best/1/bin (Storn & Price 1997) written in
-  JAX, the population's losses evaluated by one vmapped loss, generations run by
-  `jax.lax.scan` in blocks (a Python loop over blocks shows a progress bar and stops once
-  converged). Works on a problem (its vmapped ``loss``) or on any JAX function of a vector
-  with a box. Defaults follow ``scipy.optimize.differential_evolution``: population 15 per
+  JAX, the population's losses evaluated by one vmapped loss: a stochastic
+  `jcalib.algorithm.Algorithm` (`differential_evolution_algorithm`, for any JAX function of a
+  vector with a box) driven by `jcalib.algorithm.run` (generations in compiled chunks, a
+  progress bar, stopped once converged); `differential_evolution` runs it on a problem's
+  ``loss``. Defaults follow ``scipy.optimize.differential_evolution``: population 15 per
   parameter, Latin-hypercube start, mutation factor dithered in [0.5, 1), crossover 0.7,
   out-of-box trial components redrawn uniformly in the box, and the stop rule
   std(losses) <= atol + tol |mean(losses)| with tol = 0.01.
@@ -24,14 +25,15 @@ the problem's internal coordinates and its internal box:
   call counted.
 
 Example:
-    >>> import jax, jax.numpy as jnp
+    >>> import jax
     >>> jax.config.update("jax_enable_x64", True)
-    >>> def sphere(x):
-    ...     return jnp.sum((x - 0.3) ** 2)
-    >>> result = differential_evolution(jax.random.key(0), sphere,
-    ...                                 bounds=(-jnp.ones(2), jnp.ones(2)), tol=1e-8)
-    >>> [round(float(v), 3) for v in result.theta]
-    [0.3, 0.3]
+    >>> import jcalib
+    >>> model = jcalib.models.get("four_substance_reactions")
+    >>> problem = jcalib.CalibrationProblem(model, jcalib.synthetic_measurements(
+    ...     jax.random.key(0), model, model.parameters.nominal, sigma=0.01))
+    >>> result = differential_evolution(jax.random.key(1), problem, max_steps=3)
+    >>> result.method, result.n_steps
+    ('de', 3)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import scipy.optimize
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, point_failure
 from jcalib.estimation.least_squares import (
     MultistartResult,
@@ -65,7 +68,6 @@ from jcalib.problem import CalibrationProblem
 
 __all__ = [
     "DE_STRATEGIES",
-    "DifferentialEvolution",
     "DifferentialEvolutionInfo",
     "DifferentialEvolutionState",
     "MultistartResult",
@@ -108,7 +110,8 @@ def sample_starts(
 
     Raises:
         ValueError: unknown ``start_distribution``; ``n_starts`` not a positive integer;
-            ``theta0`` invalid or outside the bounds.
+            ``theta0`` invalid or outside the bounds; a free parameter without finite bounds
+            (the starts are drawn from the box).
     """
     if start_distribution not in START_DISTRIBUTIONS:
         raise ValueError(
@@ -118,6 +121,7 @@ def sample_starts(
     if not isinstance(n_starts, (int, np.integer)) or n_starts < 1:
         raise ValueError(f"multistart: n_starts must be a positive integer; got {n_starts!r}")
     space = problem.space
+    space.check_box("sample_starts")
     if start_distribution != "aka2023":
         return np.asarray(space.sample(key, int(n_starts), start_distribution))
     z0 = _start_internal(problem, theta0, "multistart")
@@ -155,7 +159,7 @@ def multistart(
         theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values).
         progress: progress bar over the starts (``"trf"`` only).
         **local_options: passed to the local method (e.g. ``max_steps`` for ``"lm"``,
-            ``max_nfev`` for ``"trf"``).
+            ``max_steps`` for ``"trf"``).
 
     Returns:
         `MultistartResult`: every local result, the best, and ``sorted_losses`` for a
@@ -185,7 +189,7 @@ def multistart(
             results.append(EstimationResult(
                 method="trf", names=problem.free_names, theta=theta, theta_internal=z,
                 loss=math.inf, singular_values=np.zeros(0), condition_number=math.nan,
-                n_essential_directions=problem.n_free, n_iterations=0, n_simulations=1,
+                n_essential_directions=problem.n_free, n_steps=0, n_simulations=1,
                 n_jacobians=0, wall_time_s=0.0, converged=False, reason=f"failed: {e}"))
     return _multistart_result("trf", start_distribution, problem, starts, results,
                               time.perf_counter() - start)
@@ -209,29 +213,20 @@ class DifferentialEvolutionState(NamedTuple):
 
 
 class DifferentialEvolutionInfo(NamedTuple):
-    """Per-generation diagnostics (stacked into a trace by `jax.lax.scan`).
+    """Per-generation diagnostics (stacked into the trace of `jcalib.algorithm.run`).
 
     Attributes:
-        stepped: False for generations skipped after convergence (inside a scan block).
-        best_loss, mean_loss, std_loss: of the population after the generation.
+        best_loss, mean_loss, std_loss: of the population after the generation (mean and
+            standard deviation over the finite losses).
         best: the best member, ``(n,)`` in the unit cube.
         n_replaced: trial vectors that replaced their parent.
     """
 
-    stepped: Bool[Array, ""]
     best_loss: Float[Array, ""]
     mean_loss: Float[Array, ""]
     std_loss: Float[Array, ""]
     best: Float[Array, " n"]
     n_replaced: Int[Array, ""]
-
-
-class DifferentialEvolution(NamedTuple):
-    """``init(key) -> state`` and ``step(key, state) -> (state, info)``."""
-
-    init: Callable[[PRNGKeyArray], DifferentialEvolutionState]
-    step: Callable[[PRNGKeyArray, DifferentialEvolutionState],
-                   tuple[DifferentialEvolutionState, DifferentialEvolutionInfo]]
 
 
 def differential_evolution_algorithm(
@@ -245,8 +240,8 @@ def differential_evolution_algorithm(
     tol: float = 0.01,
     atol: float = 0.0,
     init_method: str = "lhs",
-) -> DifferentialEvolution:
-    """DE as pure ``init`` / ``step`` functions (jittable; a generation is one vmapped loss).
+) -> Algorithm:
+    """DE as a stochastic `jcalib.algorithm.Algorithm` (jittable; a generation is one vmapped loss).
 
     One generation ("deferred" updating, all trials from the same population): for each
     member i, the mutant is ``x_r1 + F (x_r2 - x_r3)`` (rand/1) or ``x_best + F (x_r1 -
@@ -258,15 +253,59 @@ def differential_evolution_algorithm(
     Args:
         loss_fn: JAX function of a point in box coordinates, ``(n,) -> ()``; NaN counts as
             ``inf`` (a rejected trial).
-        lower, upper: the box, ``(n,)``.
+        lower, upper: the box, ``(n,)``, finite with ``lower < upper``.
         population_size: members (at least 5).
         strategy: ``"rand1bin"`` or ``"best1bin"``.
         mutation: the factor F, or ``(low, high)`` to draw F ~ U(low, high) per trial
             (dithering).
         recombination: crossover probability in [0, 1].
-        tol, atol: the stop rule std(losses) <= atol + tol |mean(losses)|.
+        tol, atol: the stop rule std(losses) <= atol + tol |mean(losses)| (``state.converged``).
         init_method: initial population, ``"lhs"``, ``"uniform"`` or ``"sobol"``.
+
+    Returns:
+        ``Algorithm(init, step, stochastic=True)``: ``init(key) ->
+        DifferentialEvolutionState`` and ``step(key, state) -> (state,
+        DifferentialEvolutionInfo)``. The best point is ``lower + population[argmin(losses)]
+        (upper - lower)``.
+
+    Raises:
+        ValueError: a box that is not two finite 1-D arrays of one shape with ``lower <
+            upper``; unknown ``strategy`` or ``init_method``; ``population_size`` < 5;
+            ``recombination`` outside [0, 1].
+
+    Example:
+        A raw JAX loss goes through this builder and `jcalib.algorithm.run`
+        (`differential_evolution` itself takes a `CalibrationProblem`):
+
+        >>> import jax, jax.numpy as jnp
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> from jcalib.algorithm import run
+        >>> def sphere(x):
+        ...     return jnp.sum((x - 0.3) ** 2)
+        >>> lower, upper = -jnp.ones(2), jnp.ones(2)
+        >>> de = differential_evolution_algorithm(sphere, lower, upper, 30, tol=1e-8)
+        >>> key_init, key_run = jax.random.split(jax.random.key(0))
+        >>> out = run(key_run, de, de.init(key_init), 1000, chunk_size=10,
+        ...           stop=lambda state: state.converged)
+        >>> best = lower + out.state.population[jnp.argmin(out.state.losses)] * (upper - lower)
+        >>> out.status, [round(float(v), 3) for v in best]
+        ('converged', [0.3, 0.3])
     """
+    if strategy not in DE_STRATEGIES:
+        raise ValueError(f"differential_evolution: strategy must be one of {DE_STRATEGIES}; got {strategy!r}")
+    if init_method not in ("lhs", "uniform", "sobol"):
+        raise ValueError(f"differential_evolution: init must be 'lhs', 'uniform' or 'sobol'; got {init_method!r}")
+    if not isinstance(population_size, (int, np.integer)) or population_size < 5:
+        raise ValueError(f"differential_evolution: population_size must be an integer >= 5; got "
+                         f"{population_size!r}")
+    if not 0.0 <= recombination <= 1.0:
+        raise ValueError(f"differential_evolution: recombination must lie in [0, 1]; got {recombination}")
+    try:
+        box = (np.atleast_1d(np.asarray(lower, dtype=np.float64)), np.atleast_1d(np.asarray(upper, dtype=np.float64)))
+    except jax.errors.TracerArrayConversionError:  # inside jit: checked where it was built
+        box = None
+    if box is not None:
+        _check_box(*box)
     lower = jnp.asarray(lower, dtype=jnp.float64)
     width = jnp.asarray(upper, dtype=jnp.float64) - lower
     n = int(lower.shape[0])
@@ -316,163 +355,110 @@ def differential_evolution_algorithm(
         state = DifferentialEvolutionState(pop, losses, state.generation + 1, is_converged(losses))
         best = jnp.argmin(losses)
         finite = jnp.where(jnp.isfinite(losses), losses, jnp.nan)
-        info = DifferentialEvolutionInfo(jnp.array(True), losses[best], jnp.nanmean(finite),
-                                         jnp.nanstd(finite), pop[best], jnp.sum(better))
+        info = DifferentialEvolutionInfo(losses[best], jnp.nanmean(finite), jnp.nanstd(finite), pop[best],
+                                         jnp.sum(better))
         return state, info
 
-    return DifferentialEvolution(init, step)
+    return Algorithm(init, step, stochastic=True)
 
 
 def differential_evolution(
     key: PRNGKeyArray,
-    problem_or_loss_fn: CalibrationProblem | Callable[[Float[Array, " n"]], Float[Array, ""]],
+    problem: CalibrationProblem,
     *,
-    bounds: tuple[Float[ArrayLike, " n"], Float[ArrayLike, " n"]] | None = None,
-    names: tuple[str, ...] | None = None,
     population_size: int | None = None,
     strategy: str = "best1bin",
     mutation: float | tuple[float, float] = (0.5, 1.0),
     recombination: float = 0.7,
-    max_generations: int = 1000,
+    max_steps: int = 1000,
     tol: float = 0.01,
     atol: float = 0.0,
     init: str = "lhs",
     polish: bool = False,
-    block_size: int = 10,
+    chunk_size: int = 10,
     progress: bool = False,
 ) -> EstimationResult:
     """Differential evolution in JAX: a global search with one vmapped loss per generation.
 
+    Minimises ``problem.loss`` over the problem's internal box: `differential_evolution_algorithm`
+    driven by `jcalib.algorithm.run` (generations in compiled chunks, stopped once the
+    spread rule holds). For a raw JAX loss function use that builder and ``run`` directly
+    (see its example).
+
     Args:
         key: a ``jax.random`` key; the same key gives the same result.
-        problem_or_loss_fn: a `CalibrationProblem` (minimises its ``loss`` over the
-            internal box) or a JAX function ``(n,) -> ()`` (then ``bounds`` is needed).
-        bounds: ``(lower, upper)`` of a loss function, each ``(n,)``; not for a problem.
-        names: parameter names of a loss function (default ``x0, x1, ...``).
+        problem: a `CalibrationProblem`; every free parameter needs finite bounds (a box).
         population_size: members (default ``15 n`` as scipy; at least 5).
         strategy: ``"best1bin"`` (scipy's default) or ``"rand1bin"``.
         mutation: F, or ``(low, high)`` for dithering (default ``(0.5, 1.0)``).
         recombination: crossover probability (default 0.7).
-        max_generations: generation budget (scipy's ``maxiter``).
+        max_steps: generation budget (scipy's ``maxiter``).
         tol, atol: stop when std(losses) <= atol + tol |mean(losses)|.
         init: initial population, ``"lhs"`` (default), ``"uniform"`` or ``"sobol"``.
-        polish: for a problem, finish with `least_squares_trf` from the best member
-            (``method="de+trf"``; counts include the polish).
-        block_size: generations per compiled `jax.lax.scan` block (the run stops at the
-            generation that converges; later ones in its block are skipped).
+        polish: finish with `least_squares_trf` from the best member (``method="de+trf"``;
+            counts include the polish).
+        chunk_size: generations per compiled `jax.lax.scan` chunk (the progress bar and the
+            stop rule are checked between chunks; inside one, the population is frozen
+            once converged).
         progress: progress bar over generations.
 
     Returns:
-        `EstimationResult` with ``method="de"``: the best member, ``n_iterations`` =
+        `EstimationResult` with ``method="de"``: the best member, ``n_steps`` =
         generations, ``n_simulations`` = ``population_size (1 + generations)``,
         ``converged`` (the spread rule held), ``history`` per generation (``best_loss``,
         ``mean_loss``, ``std_loss``, ``n_replaced``, ``best_theta`` in physical units)
         and ``extra`` (``population_size``, ``strategy``, final population losses'
-        ``n_failed``). For a loss function ``theta == theta_internal`` (no transform).
-        When no member of the initial population has a finite loss (e.g. a failed solve or
-        an overflowing loss everywhere), no generation is run: ``converged=False``,
-        ``loss = inf`` and the reason (with the failed solve's status or the overflow).
+        ``n_failed``). When no member of the initial population has a finite loss (e.g. a
+        failed solve or an overflowing loss everywhere), no generation is run:
+        ``converged=False``, ``loss = inf`` and the reason (with the failed solve's status
+        or the overflow).
 
     Raises:
-        ValueError: ``bounds`` missing for a loss function or given with a problem, of the
-            wrong shape, or not ``lower < upper``; unknown ``strategy`` or ``init``; bad
-            sizes or settings.
+        ValueError: ``problem`` is not a `CalibrationProblem`; a free parameter without
+            finite bounds; unknown ``strategy`` or ``init``; bad sizes or settings.
     """
     start = time.perf_counter()
-    if strategy not in DE_STRATEGIES:
-        raise ValueError(f"differential_evolution: strategy must be one of {DE_STRATEGIES}; got {strategy!r}")
-    if init not in ("lhs", "uniform", "sobol"):
-        raise ValueError(f"differential_evolution: init must be 'lhs', 'uniform' or 'sobol'; got {init!r}")
-    if isinstance(problem_or_loss_fn, CalibrationProblem):
-        problem = problem_or_loss_fn
-        if bounds is not None:
-            raise ValueError(
-                "differential_evolution: bounds are taken from the problem's parameters; pass "
-                "bounds only with a loss function (or change the parameters' bounds)"
-            )
-        lower, upper = problem.space.lower_internal, problem.space.upper_internal
-        names = problem.free_names
-        loss_fn = jax.tree_util.Partial(_problem_loss, problem)
-    elif callable(problem_or_loss_fn):
-        problem = None
-        if bounds is None:
-            raise ValueError(
-                "differential_evolution: a loss function needs bounds=(lower, upper); pass "
-                "the box of its argument"
-            )
-        lower, upper = (np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in bounds)
-        if lower.ndim != 1 or lower.shape != upper.shape:
-            raise ValueError(
-                f"differential_evolution: bounds must be two 1-D arrays of one shape; got "
-                f"{lower.shape} and {upper.shape}"
-            )
-        if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
-            raise ValueError(
-                f"differential_evolution: bounds need finite lower < upper; got lower="
-                f"{lower.tolist()}, upper={upper.tolist()}"
-            )
-        names = tuple(f"x{i}" for i in range(lower.size)) if names is None else tuple(names)
-        if len(names) != lower.size:
-            raise ValueError(f"differential_evolution: {len(names)} names for {lower.size} parameters")
-        loss_fn = problem_or_loss_fn
-    else:
+    if not isinstance(problem, CalibrationProblem):
         raise ValueError(
-            f"differential_evolution: expected a CalibrationProblem or a loss function; got "
-            f"{type(problem_or_loss_fn).__name__}"
+            f"differential_evolution: problem must be a CalibrationProblem; got {type(problem).__name__} (for a "
+            "loss function use differential_evolution_algorithm(loss_fn, lower, upper, ...) with "
+            "jcalib.algorithm.run)"
         )
+    problem.space.check_box("differential_evolution")
+    lower, upper = problem.space.lower_internal, problem.space.upper_internal
+    names = problem.free_names
+    loss_fn = jax.tree_util.Partial(_problem_loss, problem)
     n = int(lower.size)
     n_pop = 15 * n if population_size is None else population_size
-    if not isinstance(n_pop, (int, np.integer)) or n_pop < 5:
-        raise ValueError(f"differential_evolution: population_size must be an integer >= 5; got {n_pop!r}")
-    for label, value in (("max_generations", max_generations), ("block_size", block_size)):
+    for label, value in (("max_steps", max_steps), ("chunk_size", chunk_size)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"differential_evolution: {label} must be a positive integer; got {value!r}")
-    if not 0.0 <= recombination <= 1.0:
-        raise ValueError(f"differential_evolution: recombination must lie in [0, 1]; got {recombination}")
-
-    settings = (int(n_pop), strategy, tuple(mutation) if isinstance(mutation, (tuple, list)) else float(mutation),
+    settings = (n_pop, strategy, tuple(mutation) if isinstance(mutation, (tuple, list)) else float(mutation),
                 float(recombination), float(tol), float(atol), init)
-    lower_j, upper_j = jnp.asarray(lower), jnp.asarray(upper)
+    algorithm = differential_evolution_algorithm(loss_fn, lower, upper, *settings)
     key_init, key_run = jax.random.split(key)
-    state = _de_init(loss_fn, lower_j, upper_j, settings, key_init)
+    state = _de_init(loss_fn, jnp.asarray(lower), jnp.asarray(upper), settings, key_init)
     # no member with a finite loss: no generation can improve on that (every trial vector is
     # compared with an inf loss, the best member is arbitrary), so stop at once with the reason
     failed_start = not bool(np.any(np.isfinite(np.asarray(state.losses))))
-    infos = []
-    n_blocks = -(-max_generations // block_size)
-    block_keys = jax.random.split(key_run, n_blocks)
-    with tqdm(total=max_generations, desc="differential_evolution", unit="gen", disable=not progress) as bar:
-        for b in range(n_blocks):
-            if bool(state.converged) or failed_start:
-                break
-            length = min(block_size, max_generations - b * block_size)
-            keys = jax.random.split(block_keys[b], block_size)[:length]
-            state, info = _de_block(loss_fn, lower_j, upper_j, settings, state, keys)
-            info = jax.tree_util.tree_map(np.asarray, info)
-            infos.append(info)
-            bar.update(int(info.stepped.sum()))
-            if progress:
-                bar.set_postfix(best=f"{float(np.min(np.asarray(state.losses))):.4g}")
+    out = run(key_run, algorithm, state, 0 if failed_start else int(max_steps), chunk_size=int(chunk_size),
+              stop=lambda s: s.converged, progress=progress, desc="differential_evolution")
+    state = out.state
     generations = int(state.generation)
     losses = np.asarray(state.losses)
     best = int(np.argmin(losses))
     z = np.asarray(lower + np.asarray(state.population[best]) * (upper - lower))
-    history = _de_history(infos, lower, upper, problem)
+    history = _de_history(jax.tree_util.tree_map(np.asarray, out.trace), lower, upper, problem)
     converged = bool(state.converged)
     reason = (f"converged: std(losses) <= {atol} + {tol} |mean(losses)|" if converged
-              else f"stopped: max_generations={max_generations} reached")
+              else f"stopped: max_steps={max_steps} reached")
     n_failed = int(np.sum(~np.isfinite(losses)))
     extra = {"population_size": int(n_pop), "strategy": strategy, "n_failed_final_population": n_failed}
-    if problem is None:
-        z_int = theta = np.clip(z, lower, upper)
-    else:
-        z_int, theta = _inside(problem, z)
+    z_int, theta = _inside(problem, z)
     if not math.isfinite(float(losses[best])):
-        why = None
-        if problem is not None:
-            why = point_failure(problem, z_int, np.asarray(problem.residuals(jnp.asarray(z_int))),
-                                "differential_evolution", "the best member",
-                                fix="narrow the bounds to where the model can be simulated")
+        why = point_failure(problem, z_int, np.asarray(problem.residuals(jnp.asarray(z_int))),
+                            "differential_evolution", "the best member",
+                            fix="narrow the bounds to where the model can be simulated")
         when = (f"at the start ({int(n_pop)} members), so no generation was run" if generations == 0
                 else f"after {generations} generations")
         reason = f"failed: every member of the population has a non-finite loss {when}" + (f"; {why}" if why else "")
@@ -480,11 +466,11 @@ def differential_evolution(
     result = EstimationResult(
         method="de", names=names, theta=theta, theta_internal=z_int, loss=float(losses[best]),
         singular_values=np.zeros(0), condition_number=math.nan, n_essential_directions=n,
-        n_iterations=generations, n_simulations=int(n_pop) * (1 + generations), n_jacobians=0,
+        n_steps=generations, n_simulations=int(n_pop) * (1 + generations), n_jacobians=0,
         wall_time_s=time.perf_counter() - start, converged=converged, reason=reason,
         history=history, extra=extra,
     )
-    if polish and problem is not None and math.isfinite(result.loss):
+    if polish and math.isfinite(result.loss):
         try:
             polished = least_squares_trf(problem, theta)
         except FailedStartError as e:  # e.g. a NaN Jacobian at the best member: keep DE's answer
@@ -494,13 +480,22 @@ def differential_evolution(
             method="de+trf", names=names, theta=polished.theta,
             theta_internal=polished.theta_internal, loss=polished.loss,
             singular_values=polished.singular_values, condition_number=polished.condition_number,
-            n_essential_directions=n, n_iterations=generations + polished.n_iterations,
+            n_essential_directions=n, n_steps=generations + polished.n_steps,
             n_simulations=result.n_simulations + polished.n_simulations,
             n_jacobians=polished.n_jacobians, wall_time_s=time.perf_counter() - start,
             converged=polished.converged, reason=f"DE {reason}; TRF polish {polished.reason}",
             history=history, extra={**extra, "de_loss": result.loss, "polish": polished.to_dict()},
         )
     return result
+
+
+def _check_box(lower: np.ndarray, upper: np.ndarray) -> None:
+    if lower.ndim != 1 or lower.shape != upper.shape:
+        raise ValueError(f"differential_evolution: the box (lower, upper) must be two 1-D arrays of one shape; got "
+                         f"{lower.shape} and {upper.shape}")
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
+        raise ValueError(f"differential_evolution: the box needs finite lower < upper; got lower="
+                         f"{lower.tolist()}, upper={upper.tolist()}")
 
 
 def _problem_loss(problem: CalibrationProblem, z):
@@ -512,45 +507,23 @@ def _de_init(loss_fn, lower, upper, settings, key):
     return differential_evolution_algorithm(loss_fn, lower, upper, *settings).init(key)
 
 
-@eqx.filter_jit
-def _de_block(loss_fn, lower, upper, settings, state, keys):
-    """Up to ``len(keys)`` generations in one `jax.lax.scan`, frozen once converged."""
-    algorithm = differential_evolution_algorithm(loss_fn, lower, upper, *settings)
-
-    def skip(key, state):
-        best = jnp.argmin(state.losses)
-        nan = jnp.array(jnp.nan, dtype=state.losses.dtype)
-        return state, DifferentialEvolutionInfo(jnp.array(False), state.losses[best], nan, nan,
-                                                state.population[best], jnp.array(0))
-
-    def body(state, key):
-        return jax.lax.cond(state.converged, skip, algorithm.step, key, state)
-
-    return jax.lax.scan(body, state, keys)
-
-
-def _de_history(infos, lower, upper, problem) -> dict:
-    if not infos:
-        return {"best_loss": [], "mean_loss": [], "std_loss": [], "n_replaced": [], "best_theta": []}
-    info = DifferentialEvolutionInfo(*(np.concatenate([getattr(i, f) for i in infos])
-                                       for f in DifferentialEvolutionInfo._fields))
-    keep = info.stepped
-    z = lower + info.best[keep] * (upper - lower)
-    theta = z if problem is None else np.clip(
-        np.asarray(problem.space.to_physical(jnp.asarray(z))), problem.space.lower, problem.space.upper)
-    return {"best_loss": info.best_loss[keep].tolist(), "mean_loss": info.mean_loss[keep].tolist(),
-            "std_loss": info.std_loss[keep].tolist(), "n_replaced": info.n_replaced[keep].tolist(),
-            "best_theta": np.asarray(theta).tolist()}
+def _de_history(info: DifferentialEvolutionInfo, lower, upper, problem) -> dict:
+    z = lower + info.best * (upper - lower)
+    theta = np.clip(np.asarray(problem.space.to_physical(jnp.asarray(z))), problem.space.lower,
+                    problem.space.upper)
+    return {"best_loss": info.best_loss.tolist(), "mean_loss": info.mean_loss.tolist(),
+            "std_loss": info.std_loss.tolist(), "n_replaced": info.n_replaced.tolist(),
+            "best_theta": np.asarray(theta).reshape(-1, len(lower)).tolist()}
 
 
 # --- scipy baselines -------------------------------------------------------------------------
 def scipy_minimize(
+    key: PRNGKeyArray | None,
     problem: CalibrationProblem,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     method: str = "slsqp",
     *,
-    key: PRNGKeyArray | None = None,
-    max_nfev: int | None = None,
+    max_steps: int | None = None,
     tol: float | None = None,
     options: dict | None = None,
 ) -> EstimationResult:
@@ -566,11 +539,12 @@ def scipy_minimize(
       seeded from ``key``; ``theta0``, when given, joins the initial population.
 
     Args:
+        key: a ``jax.random`` key for ``"scipy-de"`` (its seed); None for the deterministic
+            methods.
         problem: the calibration problem.
         theta0: start in physical units or ``{name: value}`` (None: nominal values).
         method: one of `SCIPY_METHODS`.
-        key: a ``jax.random`` key, required by ``"scipy-de"`` (its seed).
-        max_nfev: loss-evaluation budget of Nelder-Mead and Powell (default 5000), the
+        max_steps: loss-evaluation budget of Nelder-Mead and Powell (default 5000), the
             ``maxiter`` of SLSQP (default 100) or of scipy's DE (generations, default 1000).
         tol: scipy's ``tol``.
         options: further options for ``minimize`` (or keyword arguments of
@@ -588,7 +562,8 @@ def scipy_minimize(
     if method not in SCIPY_METHODS:
         raise ValueError(f"scipy_minimize: method must be one of {SCIPY_METHODS}; got {method!r}")
     if method == "scipy-de" and key is None:
-        raise ValueError("scipy_minimize: method='scipy-de' is stochastic; pass key=jax.random.key(seed)")
+        raise ValueError("scipy_minimize: method='scipy-de' is stochastic; pass a jax.random key as the first "
+                         "argument")
     start = time.perf_counter()
     z0 = _start_internal(problem, theta0, "scipy_minimize")
     calls = _Calls(problem)
@@ -599,7 +574,7 @@ def scipy_minimize(
 
     if method == "scipy-de":
         seed = int(jax.random.randint(key, (), 0, np.iinfo(np.int32).max))
-        kwargs = {"maxiter": 1000 if max_nfev is None else int(max_nfev), "rng": seed, **options}
+        kwargs = {"maxiter": 1000 if max_steps is None else int(max_steps), "rng": seed, **options}
         if theta0 is not None:
             kwargs["x0"] = z0
         if tol is not None:
@@ -609,11 +584,11 @@ def scipy_minimize(
         def grad(z):
             r = calls.cached_residuals(z)
             return 2.0 / n_obs * (calls.jacobian(z).T @ r)
-        opts = {"maxiter": 100 if max_nfev is None else int(max_nfev), **options}
+        opts = {"maxiter": 100 if max_steps is None else int(max_steps), **options}
         sol = scipy.optimize.minimize(calls.loss, z0, jac=grad, method="SLSQP", bounds=bounds,
                                       tol=tol, options=opts)
     else:
-        budget = _NELDER_MEAD_POWELL_MAX_NFEV if max_nfev is None else int(max_nfev)
+        budget = _NELDER_MEAD_POWELL_MAX_NFEV if max_steps is None else int(max_steps)
         opts = {"maxfev": budget, **options}
         sol = scipy.optimize.minimize(calls.loss, z0, method="Nelder-Mead" if method == "nelder-mead" else "Powell",
                                       bounds=bounds, tol=tol, options=opts)
@@ -631,7 +606,7 @@ def scipy_minimize(
         method=method, names=problem.free_names, theta=theta, theta_internal=z,
         loss=loss if math.isfinite(loss) else math.inf,
         singular_values=np.zeros(0), condition_number=math.nan,
-        n_essential_directions=problem.n_free, n_iterations=int(getattr(sol, "nit", 0) or 0),
+        n_essential_directions=problem.n_free, n_steps=int(getattr(sol, "nit", 0) or 0),
         n_simulations=calls.n_simulations, n_jacobians=calls.n_jacobians,
         wall_time_s=time.perf_counter() - start, converged=converged, reason=reason,
         history={"best_loss": calls.best_trace},

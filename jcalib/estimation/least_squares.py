@@ -193,7 +193,7 @@ def least_squares_trf(
     ftol: float = 1e-8,
     xtol: float = 1e-8,
     gtol: float = 1e-8,
-    max_nfev: int | None = None,
+    max_steps: int | None = None,
     x_scale: str | Float[ArrayLike, " n_free"] | None = None,
     verbose: int = 0,
 ) -> EstimationResult:
@@ -214,7 +214,7 @@ def least_squares_trf(
             solver) or scipy's finite differences ``"2-point"`` / ``"3-point"`` on
             ``problem.residuals`` (baselines; each difference is a counted simulation).
         ftol, xtol, gtol: scipy's tolerances on the cost, the step and the scaled gradient.
-        max_nfev: residual evaluations allowed (scipy's default: ``100 * n_free``).
+        max_steps: residual evaluations allowed (scipy's ``max_nfev``; default ``100 * n_free``).
         x_scale: scipy's variable scaling (None: scipy's default; ``"jac"``: by the
             Jacobian's column norms).
         verbose: scipy's verbosity (0, 1 or 2).
@@ -280,7 +280,7 @@ def least_squares_trf(
     try:
         sol = scipy.optimize.least_squares(
             calls.cached_residuals, z0, jac=jac_fn, bounds=(lower, upper), method="trf",
-            ftol=ftol, xtol=xtol, gtol=gtol, max_nfev=max_nfev, verbose=verbose, **kwargs)
+            ftol=ftol, xtol=xtol, gtol=gtol, max_nfev=max_steps, verbose=verbose, **kwargs)
     except _JacobianFailed as failed:
         if not history["loss"]:  # scipy's first Jacobian, at the start: nothing to return
             raise FailedStartError(jacobian_failure(problem, failed.z, failed.jacobian,
@@ -318,7 +318,7 @@ def least_squares_trf(
     return EstimationResult(
         method="trf", names=problem.free_names, theta=theta, theta_internal=z, loss=loss,
         singular_values=singular_values, condition_number=_condition(singular_values),
-        n_essential_directions=problem.n_free, n_iterations=n_iterations,
+        n_essential_directions=problem.n_free, n_steps=n_iterations,
         n_simulations=calls.n_simulations, n_jacobians=calls.n_jacobians,
         wall_time_s=time.perf_counter() - start, converged=converged, reason=reason,
         history=history,
@@ -330,7 +330,7 @@ def least_squares_trf(
 # --- Levenberg-Marquardt, jitted and vmapped (optimistix) -----------------------------------
 def levenberg_marquardt_batch(
     problem: CalibrationProblem,
-    thetas0: Float[ArrayLike, "n_starts n_free"],
+    theta0: Float[ArrayLike, "n_starts n_free"],
     *,
     rtol: float = 1e-8,
     atol: float = 1e-10,
@@ -348,7 +348,7 @@ def levenberg_marquardt_batch(
 
     Args:
         problem: the calibration problem.
-        thetas0: starts in physical units, ``(n_starts, n_free)`` ordered as
+        theta0: starts in physical units, ``(n_starts, n_free)`` ordered as
             ``problem.free_names``; within the bounds.
         rtol, atol: optimistix's Cauchy termination: stop when both the step in ``u`` and
             the change of the residuals are below ``atol + rtol * |value|`` (max norm).
@@ -368,25 +368,27 @@ def levenberg_marquardt_batch(
         such a point. ``extra["n_failed_starts"]`` counts them.
 
     Raises:
-        ValueError: ``thetas0`` not ``(n_starts, n_free)``, not finite or outside the bounds;
+        ValueError: a free parameter without finite bounds; ``theta0`` not ``(n_starts,
+            n_free)``, not finite or outside the bounds;
             bad ``max_steps`` or ``chunk_size``.
     """
     start = time.perf_counter()
     space = problem.space
-    thetas0 = np.asarray(thetas0, dtype=np.float64)
-    if thetas0.ndim == 1:
+    space.check_box("levenberg_marquardt_batch")  # the sin transform maps onto the box
+    theta0 = np.asarray(theta0, dtype=np.float64)
+    if theta0.ndim == 1:
         raise ValueError(
-            f"levenberg_marquardt_batch: thetas0 must be (n_starts, n_free={problem.n_free}); got "
-            f"shape {thetas0.shape} (use thetas0[None, :] for one start)"
+            f"levenberg_marquardt_batch: theta0 must be (n_starts, n_free={problem.n_free}); got "
+            f"shape {theta0.shape} (use theta0[None, :] for one start)"
         )
-    space.check_shape(thetas0, "levenberg_marquardt_batch: thetas0", batched=True)
-    n = thetas0.shape[0]
+    space.check_shape(theta0, "levenberg_marquardt_batch: theta0", batched=True)
+    n = theta0.shape[0]
     if n == 0:
-        raise ValueError("levenberg_marquardt_batch: thetas0 is empty; pass at least one start")
+        raise ValueError("levenberg_marquardt_batch: theta0 is empty; pass at least one start")
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"levenberg_marquardt_batch: max_steps must be a positive integer; got {max_steps!r}")
-    z0s = np.stack([_start_internal(problem, t, "levenberg_marquardt_batch", f"thetas0[{i}]")
-                    for i, t in enumerate(thetas0)])
+    z0s = np.stack([_start_internal(problem, t, "levenberg_marquardt_batch", f"theta0[{i}]")
+                    for i, t in enumerate(theta0)])
     lower, upper = space.lower_internal, space.upper_internal
     mid, half = 0.5 * (lower + upper), 0.5 * (upper - lower)
     s0 = np.clip((z0s - mid) / half, -1.0 + _BOUND_NUDGE, 1.0 - _BOUND_NUDGE)
@@ -415,7 +417,7 @@ def levenberg_marquardt_batch(
         failed = not (np.isfinite(losses[i]) and np.all(np.isfinite(z_final[i])))
         if failed:
             z, loss, converged = z0s[i], math.inf, False
-            reason = "failed: " + _lm_failure(problem, z0s[i], f"thetas0[{i}]")
+            reason = "failed: " + _lm_failure(problem, z0s[i], f"theta0[{i}]")
         else:
             z, loss, converged = z_final[i], float(losses[i]), bool(success[i])
             reason = ("converged: Cauchy termination (step and residual change below "
@@ -426,12 +428,12 @@ def levenberg_marquardt_batch(
         results.append(EstimationResult(
             method="lm", names=problem.free_names, theta=theta, theta_internal=z, loss=loss,
             singular_values=np.zeros(0), condition_number=math.nan,
-            n_essential_directions=problem.n_free, n_iterations=int(n_steps[i]),
+            n_essential_directions=problem.n_free, n_steps=int(n_steps[i]),
             n_simulations=int(n_steps[i]), n_jacobians=int(n_steps[i]), wall_time_s=wall / n,
             converged=converged, reason=reason, history={},
             extra={"n_accepted_steps": int(n_accepted[i]), "bounds": "sin transform"},
         ))
-    return _multistart_result("lm", start_distribution, problem, thetas0, results, wall,
+    return _multistart_result("lm", start_distribution, problem, theta0, results, wall,
                               extra={"max_steps_taken": int(n_steps.max()), "chunk_size": chunk})
 
 

@@ -24,7 +24,7 @@ class EstimationResult(eqx.Module):
             ``(n_free,)``; empty when the method does not compute it.
         condition_number: ``s_1 / s_n`` of that Jacobian (inf when singular).
         n_essential_directions: directions kept by the essential-direction rule.
-        n_iterations: iterations (generations for evolutionary methods).
+        n_steps: iterations taken (generations for evolutionary methods).
         n_simulations: model solves for values (residuals, losses).
         n_jacobians: forward-mode Jacobian evaluations (counted separately).
         wall_time_s: wall-clock seconds including compilation.
@@ -42,7 +42,7 @@ class EstimationResult(eqx.Module):
     singular_values: np.ndarray
     condition_number: float
     n_essential_directions: int
-    n_iterations: int
+    n_steps: int
     n_simulations: int
     n_jacobians: int
     wall_time_s: float
@@ -63,7 +63,7 @@ class EstimationResult(eqx.Module):
             "loss": self.loss, "singular_values": self.singular_values,
             "condition_number": self.condition_number,
             "n_essential_directions": self.n_essential_directions,
-            "n_iterations": self.n_iterations, "n_simulations": self.n_simulations,
+            "n_steps": self.n_steps, "n_simulations": self.n_simulations,
             "n_jacobians": self.n_jacobians, "wall_time_s": self.wall_time_s,
             "converged": self.converged, "reason": self.reason, "history": self.history,
             "extra": self.extra,

@@ -125,7 +125,7 @@ def parameter_covariance(
     estimate: EstimationResult | Float[ArrayLike, " n_free"] | Mapping[str, float],
     *,
     sigma: float | None = None,
-    internal: bool = False,
+    coordinates: str = "physical",
     rcond: float = RCOND,
     n_directions: int | None = None,
 ) -> ParameterCovariance:
@@ -138,7 +138,8 @@ def parameter_covariance(
         sigma: residual noise level σ in residual units (the relative noise level for
             relative weighting, 1.0 for sigma weighting); None estimates it from the
             residual, σ̂² = ‖E‖²/(n_obs - p).
-        internal: an array ``estimate`` is in internal coordinates.
+        coordinates: ``"physical"`` (default) or ``"internal"``: the system an array
+            ``estimate`` is given in.
         rcond: singular values below ``rcond * s_1`` are dropped (pseudo-inverse).
         n_directions: keep exactly this many singular directions instead (e.g. a Gauss-Newton
             result's ``n_essential_directions``).
@@ -152,7 +153,7 @@ def parameter_covariance(
             estimate: the message says whether the simulation failed there (with its
             `jcalib.model.SolveStatus`), the loss overflows or only the Jacobian is NaN.
     """
-    z = _estimate_internal(problem, estimate, internal, "parameter_covariance")
+    z = _estimate_internal(problem, estimate, coordinates, "parameter_covariance")
     d = problem.n_free
     if sigma is not None and not (math.isfinite(float(sigma)) and float(sigma) > 0):
         raise ValueError(f"parameter_covariance: sigma must be positive and finite, or None to "
@@ -329,7 +330,7 @@ def profile_likelihood(
         sigma: residual noise level for `ProfileLikelihood.delta_chi2` (None: estimated,
             as in `parameter_covariance`).
         progress: progress bar of each re-optimisation.
-        **gauss_newton_options: passed to `gauss_newton` (e.g. ``max_iterations``).
+        **gauss_newton_options: passed to `gauss_newton` (e.g. ``max_steps``).
 
     Returns:
         A `ProfileLikelihood`.
@@ -342,11 +343,11 @@ def profile_likelihood(
     if name not in names:
         raise ValueError(f"profile_likelihood: {name!r} is not a free parameter; free: "
                          f"{', '.join(repr(n) for n in names)}")
-    z_hat = _estimate_internal(problem, result, False, "profile_likelihood")
+    z_hat = _estimate_internal(problem, result, "physical", "profile_likelihood")
     i = names.index(name)
     space = problem.space
     log = bool(space.log_scale[i])
-    cov = parameter_covariance(problem, z_hat, internal=True, sigma=sigma)
+    cov = parameter_covariance(problem, z_hat, coordinates="internal", sigma=sigma)
     sd = float(cov.std_internal[i])
     lo, hi = float(space.lower_internal[i]), float(space.upper_internal[i])
     if values is None:
@@ -414,7 +415,7 @@ def profile_likelihood(
     )
 
 
-def _estimate_internal(problem, estimate, internal, where) -> np.ndarray:
+def _estimate_internal(problem, estimate, coordinates, where) -> np.ndarray:
     if isinstance(estimate, EstimationResult):
         if tuple(estimate.names) != tuple(problem.free_names):
             raise ValueError(
@@ -422,4 +423,4 @@ def _estimate_internal(problem, estimate, internal, where) -> np.ndarray:
                 f"free parameters are {problem.free_names}; pass the problem that was fitted"
             )
         return np.asarray(estimate.theta_internal, dtype=np.float64)
-    return start_internal(problem, estimate, internal=internal, where=where, what="estimate")
+    return start_internal(problem, estimate, coordinates=coordinates, where=where, what="estimate")

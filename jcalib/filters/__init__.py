@@ -4,7 +4,6 @@ from jcalib.filters.ekf import (
     EKFInfo,
     EKFResult,
     EKFState,
-    ExtendedKalmanFilter,
     RelativeMeasurementNoise,
     augmented_covariance,
     extended_kalman_filter,
@@ -12,5 +11,5 @@ from jcalib.filters.ekf import (
     run_ekf,
 )
 
-__all__ = ["EKFInfo", "EKFResult", "EKFState", "ExtendedKalmanFilter", "RelativeMeasurementNoise",
+__all__ = ["EKFInfo", "EKFResult", "EKFState", "RelativeMeasurementNoise",
            "augmented_covariance", "extended_kalman_filter", "propagate_state", "run_ekf"]

@@ -49,9 +49,11 @@ predicted output: `RelativeMeasurementNoise` is the relative noise of the IMPU p
 Missing measurements (a mask) are skipped entry by entry: their rows of ``H`` and entries of
 ``v`` are zeroed and their ``R`` block replaced by the identity, so they change nothing.
 
-The filter is an ``init(mean, covariance, t0) -> state`` / ``step(state, t, y, mask) ->
-(state, info)`` pair (`extended_kalman_filter`) driven by ``jax.lax.scan``; `run_ekf` builds
-it for a model, runs it under ``jit`` and returns an `EKFResult`.
+The filter is a `jcalib.algorithm.Algorithm` over a sequence of measurements
+(`extended_kalman_filter`): ``init(mean, covariance, t0) -> state`` and ``step(state) ->
+(state, info)``, one predict-update per measurement time (``state.index`` counts them);
+`run_ekf` builds it for a model, drives it with `jcalib.algorithm.run` (one compiled scan)
+and returns an `EKFResult`.
 
 Example:
     >>> import jax
@@ -79,8 +81,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from jcalib.algorithm import Algorithm, run
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractModel, SimulationError, SolveStatus
 
@@ -89,7 +92,6 @@ __all__ = [
     "EKFInfo",
     "EKFResult",
     "EKFState",
-    "ExtendedKalmanFilter",
     "RelativeMeasurementNoise",
     "augmented_covariance",
     "extended_kalman_filter",
@@ -118,12 +120,14 @@ class EKFState(NamedTuple):
         covariance: ``P⁺``, ``(n_z, n_z)``.
         log_likelihood: sum of the innovations' Gaussian log densities so far (the filter's
             prediction-error log likelihood).
+        index: measurements processed so far (the next step uses measurement ``index``).
     """
 
     t: Float[Array, ""]
     mean: Float[Array, " n_z"]
     covariance: Float[Array, "n_z n_z"]
     log_likelihood: Float[Array, ""]
+    index: Int[Array, ""]
 
 
 class EKFInfo(NamedTuple):
@@ -150,20 +154,16 @@ class EKFInfo(NamedTuple):
     finite: Bool[Array, ""]
 
 
-class ExtendedKalmanFilter(NamedTuple):
-    """``init(mean, covariance, t0) -> state`` and ``step(state, t, y, mask) -> (state, info)``."""
-
-    init: Callable[..., EKFState]
-    step: Callable[..., tuple[EKFState, EKFInfo]]
-
-
 def extended_kalman_filter(
     transition_fn: Callable[[Float[Array, " n_z"], Float[Array, ""], Float[Array, ""]], Float[Array, " n_z"]],
     observation_fn: Callable[[Float[Array, " n_z"], Float[Array, ""]], Float[Array, " n_y"]],
     process_noise: Float[ArrayLike, "n_z n_z"] | Callable,
-    measurement_noise: Float[ArrayLike, "n_y n_y"] | Callable,
-) -> ExtendedKalmanFilter:
-    """The discrete-time extended Kalman filter (module doc) for any differentiable model.
+    measurement_noise: Float[ArrayLike, "n_y n_y"] | Float[ArrayLike, "n_times n_y n_y"] | Callable,
+    ts: Float[ArrayLike, " n_times"],
+    ys: Float[ArrayLike, "n_times n_y"],
+    masks: Bool[ArrayLike, "n_times n_y"] | None = None,
+) -> Algorithm:
+    """The discrete-time extended Kalman filter (module doc) over the measurements ``ys`` at ``ts``.
 
     Args:
         transition_fn: ``f(z, t0, t1) -> z``, the state at ``t1`` from the state ``z`` at
@@ -171,14 +171,22 @@ def extended_kalman_filter(
         observation_fn: ``h(z, t) -> y``, ``(n_y,)``.
         process_noise: ``Q`` per unit time, ``(n_z, n_z)`` (the interval adds
             ``Q (t1 − t0)``), or a callable ``(t0, t1) -> Q_k``.
-        measurement_noise: ``R``, ``(n_y, n_y)``, or a callable ``(t, ŷ) -> R_k`` of the
-            predicted output.
+        measurement_noise: ``R``, ``(n_y, n_y)``, one per measurement time ``(n_times, n_y,
+            n_y)``, or a callable ``(t, ŷ) -> R_k`` of the predicted output.
+        ts: measurement times, non-decreasing, ``>= t0`` of ``init``.
+        ys: measurements, ``(n_times, n_y)`` (entries outside ``masks`` may hold anything
+            finite).
+        masks: boolean ``(n_times, n_y)``, the measured entries (default: all).
 
     Returns:
-        An `ExtendedKalmanFilter` ``(init, step)``; ``step(state, t, y, mask=None)`` takes
-        the measurement ``y`` ``(n_y,)`` at time ``t`` (``t >= state.t``) and an optional
-        boolean ``mask`` ``(n_y,)`` of the measured entries. Both are pure and jit-able.
+        A deterministic `jcalib.algorithm.Algorithm`: ``init(mean, covariance, t0) ->
+        EKFState`` and ``step(state) -> (EKFState, EKFInfo)``, the predict-update with
+        measurement ``state.index``. Both are pure and jit-able; run ``n_times`` steps, e.g.
+        ``jcalib.algorithm.run(None, ekf, ekf.init(z0, p0, t0), n_times)``.
     """
+    ts = jnp.asarray(ts)
+    ys = jnp.asarray(ys)
+    masks = jnp.ones(ys.shape, dtype=bool) if masks is None else jnp.asarray(masks, dtype=bool)
     if callable(process_noise):
         q_fn = process_noise
     else:
@@ -188,24 +196,26 @@ def extended_kalman_filter(
             return q_density * (t1 - t0)
 
     if callable(measurement_noise):
-        r_fn = measurement_noise
+        def r_fn(k, t, y_predicted):
+            return measurement_noise(t, y_predicted)
     else:
         r_matrix = jnp.asarray(measurement_noise)
 
-        def r_fn(t, y_predicted):
-            return r_matrix
+        def r_fn(k, t, y_predicted):
+            return r_matrix[k] if r_matrix.ndim == 3 else r_matrix
 
     def init(mean, covariance, t0) -> EKFState:
         mean = jnp.asarray(mean)
         return EKFState(t=jnp.asarray(t0, dtype=mean.dtype), mean=mean,
                         covariance=jnp.asarray(covariance, dtype=mean.dtype),
-                        log_likelihood=jnp.zeros((), dtype=mean.dtype))
+                        log_likelihood=jnp.zeros((), dtype=mean.dtype), index=jnp.asarray(0))
 
-    def step(state: EKFState, t, y, mask=None) -> tuple[EKFState, EKFInfo]:
+    def step(state: EKFState) -> tuple[EKFState, EKFInfo]:
         dtype = state.mean.dtype
-        t = jnp.asarray(t, dtype=dtype)
-        y = jnp.asarray(y, dtype=dtype)
-        mask = jnp.ones(y.shape, dtype=bool) if mask is None else jnp.asarray(mask, dtype=bool)
+        k = state.index
+        t = jnp.asarray(ts[k], dtype=dtype)
+        y = jnp.asarray(ys[k], dtype=dtype)
+        mask = masks[k]
         # predict: z⁻ = f(z⁺), P⁻ = F P⁺ Fᵀ + Q
         z_prior, jac_f = _value_and_jacfwd(lambda z: transition_fn(z, state.t, t), state.mean)
         p_prior = _symmetric(jac_f @ state.covariance @ jac_f.T + q_fn(state.t, t))
@@ -214,7 +224,7 @@ def extended_kalman_filter(
         jac_h = jnp.where(mask[:, None], jac_h, 0.0)
         innovation = jnp.where(mask, y - y_hat, 0.0)
         both = mask[:, None] & mask[None, :]
-        r = jnp.where(both, r_fn(t, y_hat), 0.0) + jnp.diag(jnp.where(mask, 0.0, 1.0).astype(dtype))
+        r = jnp.where(both, r_fn(k, t, y_hat), 0.0) + jnp.diag(jnp.where(mask, 0.0, 1.0).astype(dtype))
         s = _symmetric(jac_h @ p_prior @ jac_h.T + r)
         chol = jnp.linalg.cholesky(s)
         gain = jax.scipy.linalg.cho_solve((chol, True), jac_h @ p_prior).T  # P⁻ Hᵀ S⁻¹ (P⁻, S symmetric)
@@ -230,13 +240,13 @@ def extended_kalman_filter(
                   & jnp.isfinite(step_ll) & jnp.all(jnp.isfinite(jac_f))
                   & jnp.all(jnp.isfinite(jac_h)))
         new = EKFState(t=t, mean=z_post, covariance=p_post,
-                       log_likelihood=state.log_likelihood + step_ll)
+                       log_likelihood=state.log_likelihood + step_ll, index=k + 1)
         info = EKFInfo(predicted_output=y_hat, innovation=innovation, innovation_covariance=s,
                        normalized_innovation_squared=nis, log_likelihood=step_ll,
                        n_measured=n_measured, finite=finite)
         return new, info
 
-    return ExtendedKalmanFilter(init, step)
+    return Algorithm(init, step)
 
 
 def _value_and_jacfwd(fn, x):
@@ -439,11 +449,26 @@ class EKFResult(eqx.Module):
         })
 
 
+def _model_filter(model, coords, q, r, ts, ys, masks) -> Algorithm:
+    """`extended_kalman_filter` for a jcalib model with the parameters appended to the state;
+    its step is one compiled call, cached across calls with the same model and shapes (so
+    `run_ekf` drives it with ``run(..., compiled=False)`` and compiles once per model)."""
+    ekf = _traced_model_filter(model, coords, q, r, ts, ys, masks)
+    ts, ys, masks = jnp.asarray(ts), jnp.asarray(ys), jnp.asarray(masks)
+
+    def step(state):
+        return _model_filter_step(model, coords, q, r, ts, ys, masks, state)
+
+    return Algorithm(ekf.init, step)
+
+
 @eqx.filter_jit
-def _run_filter(model, coords, z0, p0, q, r, t0, ts, ys, masks):
-    """The filter over all measurements in one compiled scan: final state, infos, and the
-    means and covariances after every update (prior first)."""
-    n_x = z0.shape[0] - model.parameters.n_params
+def _model_filter_step(model, coords, q, r, ts, ys, masks, state):
+    return _traced_model_filter(model, coords, q, r, ts, ys, masks).step(state)
+
+
+def _traced_model_filter(model, coords, q, r, ts, ys, masks) -> Algorithm:
+    n_x = len(model.state_names)
 
     def transition(z, t_start, t_end):
         theta = coords.to_physical(z[n_x:])
@@ -452,20 +477,7 @@ def _run_filter(model, coords, z0, p0, q, r, t0, ts, ys, masks):
     def observation(z, t):
         return model.observe(t, z[:n_x], coords.to_physical(z[n_x:]))
 
-    per_time = not callable(r) and r.ndim == 3  # one R per measurement time
-
-    def body(state, data):
-        t, y, mask, r_k = data
-        filt = extended_kalman_filter(transition, observation, q, r_k if per_time else r)
-        new, info = filt.step(state, t, y, mask)
-        return new, (info, new.mean, new.covariance)
-
-    state = extended_kalman_filter(transition, observation, q, r).init(z0, p0, t0)
-    xs = (ts, ys, masks, r if per_time else jnp.zeros_like(ts))
-    final, (infos, means, covs) = jax.lax.scan(body, state, xs)
-    means = jnp.concatenate([state.mean[None], means])
-    covs = jnp.concatenate([state.covariance[None], covs])
-    return final, infos, (means, covs)
+    return extended_kalman_filter(transition, observation, q, r, ts, ys, masks)
 
 
 def run_ekf(
@@ -572,10 +584,12 @@ def run_ekf(
         r = jnp.asarray(r)
 
     z0 = jnp.asarray(np.concatenate([x0, phi0]))
-    final, infos, (means, covs) = _run_filter(
-        model, coords, z0, jnp.asarray(p0), q if callable(q) else jnp.asarray(q), r, jnp.asarray(t0),
-        jnp.asarray(ts), jnp.asarray(ys), jnp.asarray(masks))
-    means, covs = np.asarray(means), np.asarray(covs)
+    ekf = _model_filter(model, coords, q if callable(q) else jnp.asarray(q), r, ts, ys, masks)
+    state = ekf.init(z0, jnp.asarray(p0), t0)
+    out = run(None, ekf, state, ts.size, compiled=False, trace_fn=lambda s, info: (info, s.mean, s.covariance))
+    final, (infos, means, covs) = out.state, out.trace
+    means = np.concatenate([np.asarray(state.mean)[None], np.asarray(means)])
+    covs = np.concatenate([np.asarray(state.covariance)[None], np.asarray(covs)])
     finite = np.asarray(infos.finite)
     phi = means[:, n_x:]
     theta_traj = np.asarray(coords.to_physical(jnp.asarray(phi)))

@@ -222,9 +222,9 @@ def surrogate_calibration(
             ``n_true_simulations``); default: a `PELSVAE`'s ``n_train`` (pass more to count a
             validation set), else 0.
         screening_options: keyword arguments of `differential_evolution` (e.g.
-            ``population_size``, ``max_generations``, ``tol``, ``strategy``, ``progress``);
+            ``population_size``, ``max_steps``, ``tol``, ``strategy``, ``progress``);
             default: scipy's settings (population 15 n_free, 1000 generations, tol 0.01).
-        polish_options: keyword arguments of `least_squares_trf` (e.g. ``max_nfev``,
+        polish_options: keyword arguments of `least_squares_trf` (e.g. ``max_steps``,
             ``ftol``, ``x_scale``).
         durations: seconds of earlier phases to report with this call's, e.g.
             ``{"simulate_training_set_s": 12.3}``.
@@ -271,7 +271,7 @@ def surrogate_calibration(
         losses = polished.history.get("loss", [])
         gap_loss = float(losses[0]) if losses else _loss(problem, theta_hat)
         n_sim, n_jac = polished.n_simulations + (0 if losses else 1), polished.n_jacobians
-        theta, loss, steps, converged = polished.theta, polished.loss, polished.n_iterations, polished.converged
+        theta, loss, steps, converged = polished.theta, polished.loss, polished.n_steps, polished.converged
     else:
         polished = None
         gap_loss = _loss(problem, theta_hat)

@@ -105,7 +105,7 @@ def test_bounds_hold_with_gauss_newton_and_a_base_start():
     # a = 15 lies above its upper bound 10: the estimate stops on the bound
     problem = _problem(np.array([15.0, -0.5, 0.0]))
     r = bottom_up(problem, ["a", "b", "c"], method="gauss-newton", theta0={"c": 0.1},
-                  options={"max_iterations": 30})
+                  options={"max_steps": 30})
     assert r.method == "gauss-newton" and r.base["c"] == 0.1
     assert r.starts[2][2] == 0.1  # c enters at its base value
     lower, upper = problem.space.lower, problem.space.upper
@@ -156,8 +156,8 @@ def test_callable_knee_rule(problem, result):
     (["a", "b"], {"max_params": True}, r"max_params must be None or an integer"),
     (["a"], {"knee_rule": "elbow"}, r"knee_rule must be one of \('plateau', 'max_curvature'\)"),
     (["a"], {"knee_threshold": 1.5}, r"knee_threshold must be a number in \(0, 1\)"),
-    (["a"], {"options": {"max_iterations": 5}},
-     r"options 'max_iterations' are not keyword arguments of least_squares_trf; allowed: jac"),
+    (["a"], {"options": {"flat_ratio": 5.0}},
+     r"options 'flat_ratio' are not keyword arguments of least_squares_trf; allowed: jac"),
     (["a"], {"options": {"theta0": [1.0]}}, r"theta0 is bottom_up's own argument"),
     (["a"], {"theta0": {"a": 20.0}}, r"bottom_up: theta0 is outside the bounds: a = 20"),
 ])

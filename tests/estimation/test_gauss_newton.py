@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jcalib
+from jcalib.algorithm import Algorithm, run
 from jcalib.data import Measurements
 from jcalib.estimation.gauss_newton import gauss_newton, gauss_newton_algorithm
 from jcalib.problem import CalibrationProblem
@@ -40,7 +41,7 @@ def linear():
 
 def _assert_within_bounds(problem, result):
     theta = np.asarray(result.history["theta"])
-    assert theta.shape == (result.n_iterations + 1, problem.n_free)
+    assert theta.shape == (result.n_steps + 1, problem.n_free)
     assert np.all(theta >= problem.space.lower) and np.all(theta <= problem.space.upper)
     assert np.all(result.theta >= problem.space.lower) and np.all(result.theta <= problem.space.upper)
 
@@ -50,10 +51,10 @@ def test_one_undamped_step_is_the_normal_equations_solution(linear):
     problem, y = linear
     a = design()
     expected = np.linalg.solve(a.T @ a, a.T @ y)
-    result = gauss_newton(problem, [2.0, 1.0, -1.0], max_iterations=1)
+    result = gauss_newton(problem, [2.0, 1.0, -1.0], max_steps=1)
     assert result.history["damping"] == [1.0] and result.history["accepted"] == [True]
     np.testing.assert_allclose(result.theta, expected, rtol=1e-10, atol=1e-12)
-    assert (result.n_iterations, result.n_simulations, result.n_jacobians) == (1, 2, 2)
+    assert (result.n_steps, result.n_simulations, result.n_jacobians) == (1, 2, 2)
     # the same through init/step
     algorithm = gauss_newton_algorithm(problem)
     state, info = algorithm.step(algorithm.init(np.array([2.0, 1.0, -1.0])))
@@ -65,9 +66,29 @@ def test_one_undamped_step_is_the_normal_equations_solution(linear):
 def test_linear_converges_in_one_step_and_stops_on_step_size(linear):
     problem, _ = linear
     result = gauss_newton(problem, [0.0, 0.0, 0.0])
-    assert result.converged and result.n_iterations == 2
+    assert result.converged and result.n_steps == 2
     assert "xtol" in result.reason
     json.dumps(result.to_dict())
+
+
+def test_the_algorithm_driven_by_run_is_gauss_newton(abcd):
+    """`gauss_newton` is its Algorithm driven by `jcalib.algorithm.run`: the same iterates,
+    the same stop; the host-side step needs ``compiled=False``."""
+    start = NOMINAL / 10
+    result = gauss_newton(abcd, start, xtol=1e-9, ftol=1e-12)
+    algorithm = gauss_newton_algorithm(abcd, xtol=1e-9, ftol=1e-12)
+    assert isinstance(algorithm, Algorithm) and not algorithm.stochastic
+    state = algorithm.init(np.log(start))
+    out = run(None, algorithm, state, 100, compiled=False, stop=lambda s: s.stopped,
+              trace_fn=lambda s, info: (s.theta_internal, info.loss))
+    assert out.status == "converged" and out.n_steps == result.n_steps < 100
+    np.testing.assert_array_equal(out.state.theta_internal, result.theta_internal)
+    np.testing.assert_allclose(np.exp(out.trace[0]), np.asarray(result.history["theta"])[1:], rtol=1e-14)
+    np.testing.assert_array_equal(out.trace[1], result.history["loss"][1:])
+    # without a stopping rule the budget is spent: later steps no longer move the iterate
+    budget = run(None, algorithm, state, out.n_steps + 2, compiled=False)
+    assert budget.status == "completed" and budget.n_steps == out.n_steps + 2
+    np.testing.assert_allclose(budget.state.theta_internal, result.theta_internal, rtol=1e-12)
 
 
 # --- four_substance_reactions ---------------------------------------------------------------
@@ -79,8 +100,8 @@ def test_all_species_noise_free_recovers_truth_from_ten_times_off(abcd):
     assert result.loss < 1e-20
     assert result.n_essential_directions == 3 and result.extra["flat_directions"] == []
     assert 1.5 < result.condition_number < 4  # spec: ~2.3 at the truth
-    assert result.n_jacobians <= result.n_iterations + 1 <= result.n_simulations + 1
-    assert len(result.history["loss"]) == result.n_iterations + 1
+    assert result.n_jacobians <= result.n_steps + 1 <= result.n_simulations + 1
+    assert len(result.history["loss"]) == result.n_steps + 1
     assert np.all(np.diff(result.history["loss"]) <= 0)  # monotonicity test
     _assert_within_bounds(abcd, result)
 
@@ -175,14 +196,15 @@ def test_start_outside_bounds_is_an_error(abcd):
     with pytest.raises(ValueError, match="kad = 0.01 is above the upper bound"):
         gauss_newton(abcd, {"kad": 1e-2})
     with pytest.raises(ValueError, match=r"outside the bounds: kab = 0 is above .*internal"):
-        gauss_newton(abcd, [0.0, -11.0, -11.0], internal=True)
+        gauss_newton(abcd, [0.0, -11.0, -11.0], coordinates="internal")
 
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"theta0": [1e-5, 1e-5]}, r"theta0 must have shape \(n_free,\) = \(3,\)"),
     ({"theta0": {"kda": 1e-5}}, "unknown or non-free parameter 'kda'"),
     ({"theta0": [np.nan, 1e-5, 1e-5]}, "theta0 must be finite"),
-    ({"max_iterations": 0}, "max_iterations must be a positive integer"),
+    ({"max_steps": 0}, "max_steps must be a positive integer"),
+    ({"coordinates": "log"}, r"coordinates must be one of \(.physical., .internal.\); got .log."),
     ({"xtol": -1.0}, "xtol must be a finite number >= 0"),
     ({"flat_ratio": 1.0}, "flat_ratio must be a number > 1"),
     ({"gap_ratio": 0.5}, "gap_ratio must be > 1 or None"),

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 import jcalib
+from jcalib.algorithm import run
 from jcalib.estimation.global_search import (
     MultistartResult,
     differential_evolution,
+    differential_evolution_algorithm,
     multistart,
     sample_starts,
     scipy_minimize,
@@ -48,9 +50,7 @@ class Oscillator(AbstractModel):
 OMEGA_TRUE, A_TRUE, OMEGA_BAD_START = 2.5, 1.0, 1.0
 
 
-@pytest.fixture(scope="module")
-def oscillator_problem():
-    space = ParameterSpace([Parameter("omega", 2.0, 0.5, 3.5, "1/s"), Parameter("a", 1.0, 0.1, 2.0)])
+def _oscillator_problem(space):
     ts = np.linspace(0.25, 10.0, 40)
     model = Oscillator(parameters=space, output_names=("x",), state_names=("x", "v"),
                        experiment=Experiment(ts, t0=0.0, t1=10.0), solver=dfx.Tsit5(),
@@ -59,6 +59,14 @@ def oscillator_problem():
     values = A_TRUE * np.sin(OMEGA_TRUE * ts)[:, None]  # the exact solution
     return jcalib.CalibrationProblem(model, jcalib.Measurements(ts, values, output_names=("x",)),
                                      weighting="absolute")
+
+
+OSCILLATOR_SPACE = ParameterSpace([Parameter("omega", 2.0, 0.5, 3.5, "1/s"), Parameter("a", 1.0, 0.1, 2.0)])
+
+
+@pytest.fixture(scope="module")
+def oscillator_problem():
+    return _oscillator_problem(OSCILLATOR_SPACE)
 
 
 @pytest.fixture(scope="module")
@@ -80,46 +88,56 @@ def noisy_problem(model, theta):
     return jcalib.CalibrationProblem(model, data)
 
 
+def run_de(key, loss_fn, bounds, n_steps=1000, chunk_size=10, population_size=60, **options):
+    """Differential evolution on a raw loss: the builder driven by `jcalib.algorithm.run`."""
+    lower, upper = (jnp.asarray(b) for b in bounds)
+    de = differential_evolution_algorithm(loss_fn, lower, upper, population_size, **options)
+    key_init, key_run = jax.random.split(key)
+    out = run(key_run, de, de.init(key_init), n_steps, chunk_size=chunk_size, stop=lambda state: state.converged)
+    best = lower + out.state.population[jnp.argmin(out.state.losses)] * (upper - lower)
+    return out, np.asarray(best)
+
+
 @pytest.fixture(scope="module")
 def de_rastrigin():
-    return differential_evolution(jax.random.key(0), rastrigin, bounds=RASTRIGIN_BOUNDS)
+    return run_de(jax.random.key(0), rastrigin, RASTRIGIN_BOUNDS)
 
 
 # --- differential evolution ----------------------------------------------------------------
 def test_de_finds_the_global_minimum_of_rastrigin_4d(de_rastrigin):
     # tolerance: the nearest local minimum has loss 0.995, so 1e-6 separates the basins
-    result = de_rastrigin
-    assert isinstance(result, EstimationResult) and result.method == "de"
-    assert result.converged, result.reason
-    assert result.loss < 1e-6
-    np.testing.assert_allclose(result.theta, 0.0, atol=1e-4)
-    assert result.names == ("x0", "x1", "x2", "x3")
-    assert result.n_simulations == 60 * (1 + result.n_iterations)
-    assert len(result.history["best_loss"]) == result.n_iterations
-    assert np.all(np.diff(result.history["best_loss"]) <= 0)  # greedy selection keeps the best
-    json.dumps(result.to_dict())
+    out, best = de_rastrigin
+    assert out.status == "converged" and bool(out.state.converged)
+    assert float(rastrigin(jnp.asarray(best))) < 1e-6
+    np.testing.assert_allclose(best, 0.0, atol=1e-4)
+    assert int(out.state.generation) == out.n_steps == len(out.trace.best_loss) < 1000
+    assert np.all(np.diff(np.asarray(out.trace.best_loss)) <= 0)  # greedy selection keeps the best
 
 
 @pytest.mark.slow
 def test_de_rand1bin_finds_the_global_minimum_of_rastrigin_4d():
-    result = differential_evolution(jax.random.key(1), rastrigin, bounds=RASTRIGIN_BOUNDS,
-                                    strategy="rand1bin")
-    assert result.loss < 1e-6 and result.converged
+    out, best = run_de(jax.random.key(1), rastrigin, RASTRIGIN_BOUNDS, strategy="rand1bin")
+    assert float(rastrigin(jnp.asarray(best))) < 1e-6 and out.status == "converged"
 
 
-def test_de_is_deterministic(de_rastrigin):
-    again = differential_evolution(jax.random.key(0), rastrigin, bounds=RASTRIGIN_BOUNDS)
-    np.testing.assert_array_equal(again.theta, de_rastrigin.theta)
-    assert again.history["best_loss"] == de_rastrigin.history["best_loss"]
-    assert again.n_iterations == de_rastrigin.n_iterations
-    other = differential_evolution(jax.random.key(1), rastrigin, bounds=RASTRIGIN_BOUNDS,
-                                   max_generations=5)
-    assert other.history["best_loss"] != de_rastrigin.history["best_loss"][:5]
+def test_de_is_deterministic_and_chunking_does_not_change_it(de_rastrigin):
+    """The key of generation i is fold_in(key, i): one compiled chunk, chunks of 7 or a
+    Python loop give the same generations, and they stop at the same one."""
+    out, best = de_rastrigin
+    for chunk_size in (None, 7):
+        again, again_best = run_de(jax.random.key(0), rastrigin, RASTRIGIN_BOUNDS, chunk_size=chunk_size)
+        np.testing.assert_array_equal(again_best, best)
+        np.testing.assert_array_equal(again.trace.best_loss, out.trace.best_loss)
+        assert again.n_steps == out.n_steps and again.status == "converged"
+    other, _ = run_de(jax.random.key(1), rastrigin, RASTRIGIN_BOUNDS, n_steps=5)
+    assert other.n_steps == 5 and other.status == "completed"
+    assert not np.array_equal(other.trace.best_loss, out.trace.best_loss[:5])
 
 
 def test_de_stays_within_the_bounds(de_rastrigin):
-    best = np.asarray(de_rastrigin.history["best_theta"])
-    assert np.all(np.abs(best) <= 5.12)
+    out, _ = de_rastrigin
+    assert np.all((np.asarray(out.trace.best) >= 0) & (np.asarray(out.trace.best) <= 1))  # the unit cube
+    assert np.all((np.asarray(out.state.population) >= 0) & (np.asarray(out.state.population) <= 1))
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +161,14 @@ def test_de_finds_the_global_minimum_of_the_frequency_fit(two_minima, oscillator
     assert de.estimate["omega"] == pytest.approx(OMEGA_TRUE, abs=1e-4)
     assert de.estimate["a"] == pytest.approx(A_TRUE, abs=1e-3)
     assert de.loss < 1e-8 < local.loss
-    assert de.n_simulations == 30 * (1 + de.n_iterations) and de.n_jacobians == 0
+    assert de.n_simulations == 30 * (1 + de.n_steps) and de.n_jacobians == 0
+    assert len(de.history["best_loss"]) == de.n_steps < 1000
     assert np.all(np.asarray(de.history["best_theta"]) >= oscillator_problem.space.lower)
     assert np.all(np.asarray(de.history["best_theta"]) <= oscillator_problem.space.upper)
 
 
 def test_de_polish_finishes_with_trf(oscillator_problem):
-    result = differential_evolution(jax.random.key(0), oscillator_problem, max_generations=40, polish=True)
+    result = differential_evolution(jax.random.key(0), oscillator_problem, max_steps=40, polish=True)
     assert result.method == "de+trf" and result.converged, result.reason
     assert result.loss <= result.extra["de_loss"]
     assert result.n_jacobians == result.extra["polish"]["n_jacobians"] > 0
@@ -170,18 +189,37 @@ def test_multistart_aka2023_from_the_bad_start_finds_the_global_minimum(oscillat
 
 
 def test_de_errors(oscillator_problem):
-    with pytest.raises(ValueError, match=r"a loss function needs bounds=\(lower, upper\)"):
+    with pytest.raises(ValueError, match=r"differential_evolution: problem must be a CalibrationProblem; got "
+                                         r"function \(for a loss function use differential_evolution_algorithm"):
         differential_evolution(jax.random.key(0), rastrigin)
-    with pytest.raises(ValueError, match="bounds are taken from the problem's parameters"):
-        differential_evolution(jax.random.key(0), oscillator_problem, bounds=RASTRIGIN_BOUNDS)
-    with pytest.raises(ValueError, match=r"bounds need finite lower < upper"):
-        differential_evolution(jax.random.key(0), rastrigin, bounds=(np.ones(2), np.zeros(2)))
+    with pytest.raises(ValueError, match=r"the box needs finite lower < upper; got lower=\[1.0, 1.0\]"):
+        differential_evolution_algorithm(rastrigin, np.ones(2), np.zeros(2), 10)
+    with pytest.raises(ValueError, match=r"the box needs finite lower < upper; got lower=\[-inf, 0.0\]"):
+        differential_evolution_algorithm(rastrigin, np.array([-np.inf, 0.0]), np.ones(2), 10)
+    with pytest.raises(ValueError, match=r"the box \(lower, upper\) must be two 1-D arrays of one shape"):
+        differential_evolution_algorithm(rastrigin, np.zeros(2), np.ones(3), 10)
     with pytest.raises(ValueError, match=r"strategy must be one of \('rand1bin', 'best1bin'\); got 'rand2'"):
-        differential_evolution(jax.random.key(0), rastrigin, bounds=RASTRIGIN_BOUNDS, strategy="rand2")
+        differential_evolution(jax.random.key(0), oscillator_problem, strategy="rand2")
+    with pytest.raises(ValueError, match=r"init must be 'lhs', 'uniform' or 'sobol'; got 'grid'"):
+        differential_evolution(jax.random.key(0), oscillator_problem, init="grid")
     with pytest.raises(ValueError, match="population_size must be an integer >= 5; got 3"):
-        differential_evolution(jax.random.key(0), rastrigin, bounds=RASTRIGIN_BOUNDS, population_size=3)
-    with pytest.raises(ValueError, match="expected a CalibrationProblem or a loss function; got int"):
-        differential_evolution(jax.random.key(0), 3)
+        differential_evolution(jax.random.key(0), oscillator_problem, population_size=3)
+    with pytest.raises(ValueError, match="max_steps must be a positive integer; got 0"):
+        differential_evolution(jax.random.key(0), oscillator_problem, max_steps=0)
+    with pytest.raises(ValueError, match=r"recombination must lie in \[0, 1\]; got 1.5"):
+        differential_evolution(jax.random.key(0), oscillator_problem, recombination=1.5)
+
+
+def test_box_methods_refuse_an_infinite_bound():
+    """DE and the multistart starts draw from the box: a parameter on (0.1, inf) is refused."""
+    problem = _oscillator_problem(OSCILLATOR_SPACE.replace("a", upper=np.inf))
+    with pytest.raises(ValueError, match=r"differential_evolution needs finite bounds .* parameter 'a' has "
+                                         r"bounds \[0.1, inf\]"):
+        differential_evolution(jax.random.key(0), problem)
+    with pytest.raises(ValueError, match=r"sample_starts needs finite bounds .* parameter 'a'"):
+        sample_starts(jax.random.key(0), problem, 4)
+    with pytest.raises(ValueError, match=r"sample_starts needs finite bounds .* parameter 'a'"):
+        multistart(jax.random.key(0), problem, 4, start_distribution="lhs")
 
 
 # --- multistart and its starts -------------------------------------------------------------
@@ -229,8 +267,8 @@ def test_multistart_lm_is_vmapped_and_deterministic(noisy_problem):
 # --- scipy baselines -----------------------------------------------------------------------
 @pytest.mark.parametrize("method", ["slsqp", "nelder-mead", "powell", "scipy-de"])
 def test_scipy_baselines_return_estimation_results_with_call_counts(noisy_problem, theta, method):
-    kwargs = {"key": jax.random.key(0), "max_nfev": 10} if method == "scipy-de" else {}
-    result = scipy_minimize(noisy_problem, np.asarray(theta) / 3.0, method, **kwargs)
+    key, kwargs = (jax.random.key(0), {"max_steps": 10}) if method == "scipy-de" else (None, {})
+    result = scipy_minimize(key, noisy_problem, np.asarray(theta) / 3.0, method, **kwargs)
     reference = least_squares_trf(noisy_problem)
     assert isinstance(result, EstimationResult) and result.method == method
     assert result.n_simulations >= result.extra["nfev"] > 0
@@ -244,16 +282,16 @@ def test_scipy_baselines_return_estimation_results_with_call_counts(noisy_proble
 
 def test_scipy_minimize_errors(noisy_problem):
     with pytest.raises(ValueError, match=r"method must be one of \('slsqp', 'nelder-mead', 'powell', 'scipy-de'\)"):
-        scipy_minimize(noisy_problem, method="bfgs")
-    with pytest.raises(ValueError, match=r"method='scipy-de' is stochastic; pass key=jax.random.key\(seed\)"):
-        scipy_minimize(noisy_problem, method="scipy-de")
+        scipy_minimize(None, noisy_problem, method="bfgs")
+    with pytest.raises(ValueError, match=r"method='scipy-de' is stochastic; pass a jax.random key as the first"):
+        scipy_minimize(None, noisy_problem, method="scipy-de")
     with pytest.raises(ValueError, match=r"scipy_minimize: theta0 lies outside the bounds: kac = 1\.0 not in"):
-        scipy_minimize(noisy_problem, [1e-4, 1.0, 5e-5])
+        scipy_minimize(None, noisy_problem, [1e-4, 1.0, 5e-5])
 
 
 def test_scipy_de_is_deterministic(noisy_problem):
-    a = scipy_minimize(noisy_problem, method="scipy-de", key=jax.random.key(3), max_nfev=3)
-    b = scipy_minimize(noisy_problem, method="scipy-de", key=jax.random.key(3), max_nfev=3)
+    a = scipy_minimize(jax.random.key(3), noisy_problem, method="scipy-de", max_steps=3)
+    b = scipy_minimize(jax.random.key(3), noisy_problem, method="scipy-de", max_steps=3)
     np.testing.assert_array_equal(a.theta, b.theta)
 
 
@@ -266,8 +304,8 @@ def test_no_method_leaves_the_bounds(problem_outside, theta):
     results = [
         least_squares_trf(problem_outside, theta0),
         *levenberg_marquardt_batch(problem_outside, np.tile(theta0, (4, 1))).results,
-        *(scipy_minimize(problem_outside, theta0, m) for m in ("slsqp", "nelder-mead", "powell")),
-        scipy_minimize(problem_outside, theta0, "scipy-de", key=jax.random.key(0), max_nfev=2),
+        *(scipy_minimize(None, problem_outside, theta0, m) for m in ("slsqp", "nelder-mead", "powell")),
+        scipy_minimize(jax.random.key(0), problem_outside, theta0, "scipy-de", max_steps=2),
     ]
     for r in results:
         assert np.all(r.theta >= space.lower) and np.all(r.theta <= space.upper), (r.method, r.theta)

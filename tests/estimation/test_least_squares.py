@@ -68,7 +68,7 @@ def test_trf_recovers_true_parameters_from_a_start_10x_off(trf_10x, theta):
 def test_trf_counts_simulations_and_jacobians_separately(trf_10x):
     result = trf_10x
     # one Jacobian at the start and after every accepted step
-    assert result.n_jacobians == len(result.history["loss"]) == result.n_iterations + 1
+    assert result.n_jacobians == len(result.history["loss"]) == result.n_steps + 1
     assert result.n_simulations >= result.n_jacobians
     assert result.extra["nfev"] <= result.n_simulations <= result.extra["nfev"] + 1
     assert result.extra["n_failed_solves"] == 0
@@ -94,14 +94,14 @@ def test_trf_respects_bounds_when_the_optimum_lies_outside(problem_outside, thet
 def test_trf_finite_difference_baseline_counts_every_simulation(problem, theta):
     result = least_squares_trf(problem, np.asarray(theta) / 3.0, jac="2-point")
     assert result.n_jacobians == 0
-    assert result.n_iterations == result.extra["njev"] - 1 > 0
+    assert result.n_steps == result.extra["njev"] - 1 > 0
     # every 2-point Jacobian costs n_free simulations on top of scipy's nfev
     assert result.n_simulations >= result.extra["nfev"] + problem.n_free
     np.testing.assert_allclose(result.theta, np.asarray(theta), rtol=1e-5)
 
 
 def test_trf_accepts_a_dict_start(problem, theta):
-    result = least_squares_trf(problem, {"kab": 3e-5}, max_nfev=3)
+    result = least_squares_trf(problem, {"kab": 3e-5}, max_steps=3)
     assert result.history["theta"][0][0] == pytest.approx(3e-5)
 
 
@@ -156,7 +156,7 @@ def test_lm_batch_vmap_equals_loop(noisy_problem, starts):
     # whatever its batch-mates are
     alone = levenberg_marquardt_batch(noisy_problem, np.tile(starts[1], (4, 1))).results[0]
     np.testing.assert_array_equal(alone.theta_internal, batched.results[1].theta_internal)
-    assert alone.n_iterations == batched.results[1].n_iterations
+    assert alone.n_steps == batched.results[1].n_steps
 
 
 def test_lm_batch_pads_the_last_chunk(noisy_problem, starts):
@@ -187,20 +187,20 @@ def test_lm_batch_summary(lm_batch):
     assert lm_batch.best_index == int(np.argmin(losses))
     assert lm_batch.n_simulations == sum(r.n_simulations for r in lm_batch.results) > 0
     assert lm_batch.n_jacobians == lm_batch.n_simulations  # one linearisation per step
-    assert lm_batch.extra["max_steps_taken"] == max(r.n_iterations for r in lm_batch.results)
+    assert lm_batch.extra["max_steps_taken"] == max(r.n_steps for r in lm_batch.results)
     summary = json.loads(json.dumps(lm_batch.to_dict()))
     assert len(summary["results"]) == 4 and "results" not in lm_batch.to_dict(include_results=False)
 
 
 def test_lm_batch_start_outside_bounds_raises(problem):
-    thetas0 = np.array([[1e-4, 1e-5, 5e-5], [1e-4, 1e-5, 5e-4]])
-    with pytest.raises(ValueError, match=r"levenberg_marquardt_batch: thetas0\[1\] lies outside the bounds: "
+    theta0 = np.array([[1e-4, 1e-5, 5e-5], [1e-4, 1e-5, 5e-4]])
+    with pytest.raises(ValueError, match=r"levenberg_marquardt_batch: theta0\[1\] lies outside the bounds: "
                                          r"kad = 0\.0005 not in \[1e-06, 0\.0001\]"):
-        levenberg_marquardt_batch(problem, thetas0)
+        levenberg_marquardt_batch(problem, theta0)
 
 
 def test_lm_batch_bad_arguments_raise(problem, theta):
-    with pytest.raises(ValueError, match=r"thetas0 must be \(n_starts, n_free=3\); got shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"theta0 must be \(n_starts, n_free=3\); got shape \(3,\)"):
         levenberg_marquardt_batch(problem, np.asarray(theta))
     with pytest.raises(ValueError, match="max_steps must be a positive integer"):
         levenberg_marquardt_batch(problem, np.asarray(theta)[None], max_steps=0)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jcalib
+from jcalib.algorithm import run
 from jcalib.filters.ekf import (
     RelativeMeasurementNoise,
     augmented_covariance,
@@ -72,15 +73,16 @@ def test_linear_gaussian_ekf_equals_kalman_filter():
     def q_fn(t0, t1):
         return jnp.asarray(q_discrete)
 
-    ekf = extended_kalman_filter(transition, lambda z, t: jnp.asarray(c) @ z, q_fn, jnp.asarray(r))
+    observe = lambda z, t: jnp.asarray(c) @ z  # noqa: E731
+    ekf = extended_kalman_filter(transition, observe, q_fn, jnp.asarray(r), ts, np.nan_to_num(ys), masks)
     z0, p0 = np.array([1.0, -0.5]), np.array([[0.5, 0.1], [0.1, 0.3]])
     state = ekf.init(jnp.asarray(z0), jnp.asarray(p0), 0.0)
 
-    def body(s, data):
-        new, info = ekf.step(s, *data)
+    def body(s, _):
+        new, info = ekf.step(s)
         return new, (new.mean, new.covariance, info.log_likelihood)
 
-    final, (means, covs, lls) = jax.jit(lambda s: jax.lax.scan(body, s, (ts, np.nan_to_num(ys), masks)))(state)
+    final, (means, covs, lls) = jax.jit(lambda s: jax.lax.scan(body, s, None, length=ts.size))(state)
     ref_means, ref_covs, ref_lls = _kalman_numpy(
         z0, p0, _upper_triangular_expm,
         lambda t0, t1: q_discrete, c, r, 0.0, ts, ys, masks)
@@ -88,10 +90,21 @@ def test_linear_gaussian_ekf_equals_kalman_filter():
     np.testing.assert_allclose(covs, ref_covs, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(lls, ref_lls, rtol=1e-12)
     assert float(final.log_likelihood) == pytest.approx(ref_lls.sum(), rel=1e-12)
+    assert int(final.index) == ts.size
+    # jcalib.algorithm.run drives the same Algorithm: the same states, chunked or not
+    for chunk_size in (None, 3):
+        out = run(None, ekf, state, ts.size, chunk_size=chunk_size,
+                  trace_fn=lambda s, info: (s.mean, s.covariance, info.log_likelihood))
+        assert out.status == "completed" and out.n_steps == ts.size
+        np.testing.assert_allclose(out.trace[0], means, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(out.trace[1], covs, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(out.trace[2], lls, rtol=1e-13)
     # jit and eager steps agree, and a fully masked step changes only the time
-    eager, _ = ekf.step(state, ts[0], jnp.asarray(ys[0]), jnp.asarray(masks[0]))
+    eager, _ = ekf.step(state)
     np.testing.assert_allclose(eager.mean, means[0], rtol=1e-13)
-    skipped, info = ekf.step(state, 0.0, jnp.zeros(2), jnp.zeros(2, bool))
+    masked = extended_kalman_filter(transition, observe, q_fn, jnp.asarray(r), [0.0], jnp.zeros((1, 2)),
+                                    jnp.zeros((1, 2), bool))
+    skipped, info = masked.step(state)
     np.testing.assert_allclose(skipped.mean, z0, rtol=1e-15)
     assert float(info.log_likelihood) == 0.0 and float(info.normalized_innovation_squared) == 0.0
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jcalib.algorithm import run
 from jcalib.data import Measurements
 from jcalib.estimation import (
     FailedStartError,
@@ -30,6 +31,7 @@ from jcalib.estimation import (
     scipy_minimize,
 )
 from jcalib.estimation.failures import honest_outcome
+from jcalib.estimation.global_search import differential_evolution_algorithm
 from jcalib.filters.ekf import propagate_state, run_ekf
 from jcalib.model import AbstractModel, Experiment, SimulationError
 from jcalib.parameters import Parameter, ParameterSpace
@@ -139,13 +141,13 @@ def test_lm_multistart_reports_failed_starts_and_never_picks_one(problem):
         assert_honest(r)
     failed = result.results[1]
     assert not failed.converged and failed.loss == math.inf
-    assert "the simulation at thetas0[1] = {'k': 2.5, 'y0': 2.0} failed (MAX_STEPS" in failed.reason
+    assert "the simulation at theta0[1] = {'k': 2.5, 'y0': 2.0} failed (MAX_STEPS" in failed.reason
     assert result.extra["n_failed_starts"] >= 1
     assert math.isfinite(result.best.loss) and not in_failed_region(result.best.theta)
 
 
 def test_trf_multistart_records_a_failed_start(problem):
-    result = multistart(jax.random.key(0), problem, 2, "trf", "aka2023", theta0=[2.5, 2.0], max_nfev=5)
+    result = multistart(jax.random.key(0), problem, 2, "trf", "aka2023", theta0=[2.5, 2.0], max_steps=5)
     first = result.results[0]  # aka2023: the first start is theta0, inside the failed region
     assert first.loss == math.inf and not first.converged and "MAX_STEPS" in first.reason
     for r in result.results:
@@ -153,23 +155,24 @@ def test_trf_multistart_records_a_failed_start(problem):
 
 
 def test_differential_evolution_never_returns_a_failed_member(problem):
-    result = differential_evolution(jax.random.key(1), problem, population_size=10, max_generations=10,
-                                    block_size=10)
+    result = differential_evolution(jax.random.key(1), problem, population_size=10, max_steps=10,
+                                    chunk_size=10)
     assert_honest(result)
     assert math.isfinite(result.loss)
 
 
-def test_differential_evolution_with_every_member_failing_says_so():
-    result = differential_evolution(jax.random.key(0), lambda x: jnp.sum(x) * jnp.nan,
-                                    bounds=(-np.ones(2), np.ones(2)), population_size=5,
-                                    max_generations=2, block_size=2)
-    assert not result.converged and result.loss == math.inf
-    assert "every member of the population has a non-finite loss" in result.reason
+def test_differential_evolution_algorithm_with_every_member_failing_never_converges():
+    """A NaN loss is stored as inf; a population without a finite loss never counts as converged."""
+    de = differential_evolution_algorithm(lambda x: jnp.sum(x) * jnp.nan, -np.ones(2), np.ones(2), 5)
+    key_init, key_run = jax.random.split(jax.random.key(0))
+    out = run(key_run, de, de.init(key_init), 2, stop=lambda state: state.converged)
+    assert out.status == "completed" and not bool(out.state.converged)
+    assert np.all(np.isinf(np.asarray(out.state.losses))) and np.all(np.asarray(out.trace.n_replaced) == 5)
 
 
 def test_profile_likelihood_leaves_a_gap_at_failed_grid_points(problem):
     fit = gauss_newton(problem, [1.2, 2.0])
-    profile = profile_likelihood(problem, fit, "k", values=[0.8, 1.0, 2.0], max_iterations=10)
+    profile = profile_likelihood(problem, fit, "k", values=[0.8, 1.0, 2.0], max_steps=10)
     assert np.isnan(profile.loss[2]) and not profile.converged[2]
     assert np.all(np.isfinite(profile.loss[:2])) and np.all(profile.converged[:2])
 
@@ -186,11 +189,11 @@ def test_lm_batch_on_an_overflowing_loss_reports_overflow(overflow_problem):
     result = levenberg_marquardt_batch(overflow_problem, np.array([[1.0, 2.0]]))
     r = result.results[0]
     assert not r.converged and r.loss == math.inf
-    assert "the loss overflows (inf) at thetas0[0]" in r.reason and "residuals up to 1e+300" in r.reason
+    assert "the loss overflows (inf) at theta0[0]" in r.reason and "residuals up to 1e+300" in r.reason
 
 
 def test_scipy_minimize_on_an_overflowing_loss_is_not_success(overflow_problem):
-    result = scipy_minimize(overflow_problem, [1.0, 2.0], "nelder-mead", max_nfev=20)
+    result = scipy_minimize(None, overflow_problem, [1.0, 2.0], "nelder-mead", max_steps=20)
     assert not result.converged and result.loss == math.inf
     assert "the loss overflows (inf)" in result.reason
 
@@ -249,7 +252,7 @@ def test_identifiability_refuses_a_failed_solve_with_its_status(problem, source,
 def test_sobol_refuses_failed_samples_instead_of_dropping_them():
     with pytest.raises(SimulationError, match=r"sobol_indices: \d+ of 32 simulations failed "
                                               r"\(\{'maximum number of solver steps reached': \d+\}\)"):
-        sobol_indices(faulty_model(), None, 8, jax.random.key(0), n_bootstrap=2)
+        sobol_indices(jax.random.key(0), faulty_model(), None, 8, n_bootstrap=2)
 
 
 def test_ekf_transition_jacobian_of_a_failed_solve_is_nan():
@@ -269,8 +272,8 @@ def test_ekf_stops_at_a_failed_propagation(problem):
 
 def test_differential_evolution_on_an_overflowing_loss_stops_at_once(overflow_problem):
     # every member's loss overflows: no generation can help, so DE stops before the first one
-    result = differential_evolution(jax.random.key(0), overflow_problem, population_size=10, max_generations=1000)
-    assert result.n_iterations == 0 and result.n_simulations == 10
+    result = differential_evolution(jax.random.key(0), overflow_problem, population_size=10, max_steps=1000)
+    assert result.n_steps == 0 and result.n_simulations == 10
     assert not result.converged and result.loss == math.inf
     assert result.reason.startswith("failed: every member of the population has a non-finite loss at the start "
                                     "(10 members), so no generation was run; differential_evolution: the loss "

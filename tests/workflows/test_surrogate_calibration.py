@@ -87,7 +87,7 @@ def case(office):
     reference = multistart(k_starts, problem, N_STARTS, method="trf")
     thetas = np.asarray(space.sample(k_samples, N_TRAIN, "lhs"))
     vae = PELSVAE(small_config(N_TRAIN)).fit(office, thetas, jcalib.simulate_batch(office, thetas))
-    result = surrogate_calibration(k_screen, problem, vae, screening_options={"max_generations": MAX_GENERATIONS})
+    result = surrogate_calibration(k_screen, problem, vae, screening_options={"max_steps": MAX_GENERATIONS})
     truth_loss = float(problem.loss(problem.to_internal(jnp.asarray(truth))))
     return {"problem": problem, "reference": reference, "result": result, "truth_loss": truth_loss, "vae": vae}
 
@@ -119,8 +119,8 @@ def test_result_counts_and_json(case):
     assert result.n_training_simulations == N_TRAIN
     assert result.n_true_simulations == N_TRAIN + polish.n_simulations
     assert result.n_true_jacobians == polish.n_jacobians
-    assert result.n_surrogate_evaluations == screening.n_simulations == 210 * (1 + screening.n_iterations)
-    assert screening.n_iterations <= MAX_GENERATIONS and screening.n_jacobians == 0
+    assert result.n_surrogate_evaluations == screening.n_simulations == 210 * (1 + screening.n_steps)
+    assert screening.n_steps <= MAX_GENERATIONS and screening.n_jacobians == 0
     np.testing.assert_allclose(result.surrogate_theta, screening.theta)
     np.testing.assert_allclose(result.theta, polish.theta)
     assert result.surrogate_loss == screening.loss and result.loss == polish.loss
@@ -139,7 +139,7 @@ def test_result_counts_and_json(case):
 # --- without the polish, and bad input (the trained surrogate of `case`, changed) -------------
 def test_without_polish_one_true_simulation(case):
     result = surrogate_calibration(jax.random.key(3), case["problem"], case["vae"].surrogate, polish=False,
-                                   screening_options={"population_size": 8, "max_generations": 2})
+                                   screening_options={"population_size": 8, "max_steps": 2})
     assert result.method == "surrogate-de" and result.polish is None and result.n_polish_steps == 0
     assert result.n_training_simulations == 0 and result.n_true_simulations == 1 and result.n_true_jacobians == 0
     np.testing.assert_array_equal(result.theta, result.surrogate_theta)
