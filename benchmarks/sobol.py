@@ -64,7 +64,7 @@ def time_jcalib(model, n, key):
     calls = []
 
     def indices():
-        calls.append(sobol_indices(model, None, n, key, n_bootstrap=N_BOOTSTRAP, progress=False))
+        calls.append(sobol_indices(key, model, None, n, n_bootstrap=N_BOOTSTRAP, progress=False))
         return calls[-1]
 
     first_s, (run_s,), result = common.time_repeated(indices, 1)
@@ -117,7 +117,7 @@ def run_case(name, n, n_timed, n_analyze, seed):
     # the SALib + scipy pipeline on the same design as jcalib (same key split as sobol_indices)
     sample_s = time_salib_sample(space, n, seed)
     design_key, _ = jax.random.split(key)
-    thetas = np.asarray(saltelli_design(space, n, design_key))
+    thetas = np.asarray(saltelli_design(design_key, space, n))
     n_timed = n_total if n_timed is None else min(n_timed, n_total)
     ref, scipy_s, failures = time_scipy(case, model, thetas[:n_timed])
     extrapolated = n_timed < n_total

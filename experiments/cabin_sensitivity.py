@@ -83,7 +83,7 @@ def paper_rows(rounds, groups, quick):
 def run_round(model, names, n, key, delta, n_bootstrap):
     """Sobol' indices of ``names`` (the other parameters at nominal) and Algorithm 1."""
     space = model.parameters.subset(names)
-    result = sobol_indices(model, space, n, key, n_bootstrap=n_bootstrap, progress=False)
+    result = sobol_indices(key, model, space, n, n_bootstrap=n_bootstrap, progress=False)
     selection = result.select(delta)
     return result, selection
 

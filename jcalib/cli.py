@@ -283,7 +283,7 @@ def sensitivity(
     if method != "sobol":
         _check_solves(m, theta)
     if method == "sobol":
-        result = sens.sobol_indices(m, None, n, jax.random.key(seed))
+        result = sens.sobol_indices(jax.random.key(seed), m, None, n)
         selection = result.select(delta)
         metrics = {"sobol": result.to_dict(), "selection": selection.to_dict()}
         figures = {"sobol_over_time.png": plotting.plot_sobol_over_time(result, ts, m.output_names),
@@ -508,7 +508,8 @@ def sample(
         z0 = z0.at[:problem.n_model_free].set(jnp.asarray(fit.theta_internal))
     with warnings_module.catch_warnings(record=True) as caught:
         warnings_module.simplefilter("always")
-        result = mala.sample(jax.random.key(seed), problem, z0, steps, n_chains=chains, burn_in=burn,
+        result = mala.sample(jax.random.key(seed), problem, z0, steps, coordinates="internal", n_chains=chains,
+                             burn_in=burn,
                              thin=thin, warmup=warmup,
                              preconditioner=Prescaled(fraction) if preconditioner == "diagonal" else Laplace(),
                              target_acceptance=target_acceptance, progress=kernel == "mala", kernel=kernel)

@@ -117,7 +117,7 @@ def test_sobol_refuses_a_non_simulator():
     from jcalib.sensitivity.sobol import sobol_indices
 
     with pytest.raises(ValueError, match=r"sobol_indices: simulator must be a jcalib simulator .*got ParameterSpace"):
-        sobol_indices(SPACE, None, 16, jax.random.key(0))
+        sobol_indices(jax.random.key(0), SPACE, None, 16)
 
 
 def test_fit_online_and_pelsvae_refuse_non_simulators():

@@ -22,7 +22,7 @@ Example:
     >>> from jcalib.model import FunctionSimulator
     >>> space = ParameterSpace([Parameter("x1", 0.0, -1.0, 1.0), Parameter("x2", 0.0, -1.0, 1.0)])
     >>> simulator = FunctionSimulator(lambda th: th[0] + 2.0 * th[1], space)  # outputs (1, 1)
-    >>> result = sobol_indices(simulator, None, 1024, jax.random.key(0))
+    >>> result = sobol_indices(jax.random.key(0), simulator, None, 1024)
     >>> [round(float(s), 2) for s in result.first_order.ravel()]
     [0.2, 0.8]
 """
@@ -125,9 +125,9 @@ def _unit_design(n_params: int, n: int, key: PRNGKeyArray, second_order: bool,
 
 
 def saltelli_design(
+    key: PRNGKeyArray,
     space: ParameterSpace,
     n: int,
-    key: PRNGKeyArray,
     *,
     second_order: bool = False,
     sampler: str = "salib",
@@ -141,9 +141,9 @@ def saltelli_design(
     log-scale parameters).
 
     Args:
-        space: the parameters.
-        n: base samples ``N``; a power of 2 (a ``UserWarning`` otherwise, as SALib/scipy).
         key: the design's randomness (the scramble seed is drawn from it).
+        space: the parameters; each needs finite bounds (`ParameterSpace.check_box`).
+        n: base samples ``N``; a power of 2 (a ``UserWarning`` otherwise, as SALib/scipy).
         second_order: include the ``BA_i`` blocks (needed for second-order indices).
         sampler: ``"salib"`` (``SALib.sample.sobol.sample``) or ``"scipy"`` (the same design
             built from ``scipy.stats.qmc.Sobol``); both are scrambled Sobol' designs, but
@@ -153,8 +153,8 @@ def saltelli_design(
         ``(n (D + 2), D)`` samples, or ``(n (2D + 2), D)`` with ``second_order``.
 
     Raises:
-        ValueError: ``n`` is not an integer >= 2, an unknown sampler, or ``space`` is not a
-            `ParameterSpace`.
+        ValueError: ``n`` is not an integer >= 2, an unknown sampler, ``space`` is not a
+            `ParameterSpace` or has a parameter without finite bounds.
     """
     _check_space(space, "saltelli_design")
     n = _check_n(n)
@@ -352,6 +352,7 @@ class SobolResult(eqx.Module):
 def _check_space(space, where):
     if not isinstance(space, ParameterSpace):
         raise ValueError(f"{where}: space must be a jcalib ParameterSpace; got {type(space).__name__}")
+    space.check_box(where)
 
 
 def _evaluate(simulator, space, thetas, chunk_size, progress):
@@ -477,10 +478,10 @@ def _analyze(values: np.ndarray, n_params: int, second_order: bool, resamples: n
 
 
 def sobol_indices(
+    key: PRNGKeyArray,
     simulator: AbstractSimulator,
     space: ParameterSpace | None,
     n: int,
-    key: PRNGKeyArray,
     *,
     second_order: bool = False,
     n_bootstrap: int = 100,
@@ -492,15 +493,16 @@ def sobol_indices(
     """Sobol' indices of every output element of a simulator, with bootstrap intervals.
 
     Args:
+        key: randomness of the design and of the bootstrap; same key, same result.
         simulator: a `jcalib.model.AbstractSimulator`: a model, a PELS-VAE surrogate, or a
             JAX function wrapped as ``FunctionSimulator(fn, space)``. All samples go through
             one `simulate_batch` call.
         space: the parameters to vary. None means ``simulator.parameters``; a space of a
             subset of the simulator's parameters varies those (with its own bounds) and keeps
-            the others at their nominal values.
+            the others at their nominal values. Every varied parameter needs finite bounds
+            (the design is uniform on their box; `ParameterSpace.check_box`).
         n: base samples ``N`` (a power of 2; a ``UserWarning`` otherwise, as in SALib);
             ``N (D + 2)`` evaluations, ``N (2D + 2)`` with ``second_order``.
-        key: randomness of the design and of the bootstrap; same key, same result.
         second_order: also estimate ``S_ij`` (Saltelli 2002).
         n_bootstrap: bootstrap draws of the ``N`` base rows (with replacement) for the
             intervals; at least 2.
@@ -515,8 +517,8 @@ def sobol_indices(
 
     Raises:
         ValueError: ``simulator`` is not an `AbstractSimulator`; bad
-            ``n``/``n_bootstrap``/``confidence``/``sampler``, a mismatched ``space``, or
-            outputs that no parameter moves at all.
+            ``n``/``n_bootstrap``/``confidence``/``sampler``, a mismatched ``space``, a
+            varied parameter without finite bounds, or outputs that no parameter moves at all.
         SimulationError: simulations failed or gave NaN/inf (the message says how many).
     """
     t_start = time.perf_counter()
@@ -543,7 +545,7 @@ def sobol_indices(
     n = _check_n(n)
 
     design_key, boot_key = jax.random.split(key)
-    thetas = np.asarray(saltelli_design(space, n, design_key, second_order=second_order,
+    thetas = np.asarray(saltelli_design(design_key, space, n, second_order=second_order,
                                         sampler=sampler))
     t_sim = time.perf_counter()
     values = _evaluate(simulator, space, thetas, chunk_size, progress)

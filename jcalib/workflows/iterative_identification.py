@@ -626,7 +626,7 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
     else:
         t0 = time.perf_counter()
         conditioned = _with_nominal(generator, fixed)
-        sobol = sobol_indices(conditioned, space.subset(remaining), config.n_sobol, k_sobol, progress=False)
+        sobol = sobol_indices(k_sobol, conditioned, space.subset(remaining), config.n_sobol, progress=False)
         n_generated += sobol.n_simulations
         selection = sobol.select(config.delta)
         reason = "sobol"

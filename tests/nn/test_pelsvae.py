@@ -131,8 +131,8 @@ def test_surrogate_in_simulate_batch(surrogate, data):
 
 def test_surrogate_sobol_indices_match_the_model(beam, surrogate):
     key = jax.random.key(3)  # the same design for both
-    on_model = sobol_indices(beam, None, SOBOL_N, key, chunk_size=CHUNK)
-    on_surrogate = sobol_indices(surrogate, None, SOBOL_N, key)
+    on_model = sobol_indices(key, beam, None, SOBOL_N, chunk_size=CHUNK)
+    on_surrogate = sobol_indices(key, surrogate, None, SOBOL_N)
     s_model = np.asarray(on_model.averaged_first_order)
     s_surrogate = np.asarray(on_surrogate.averaged_first_order)
     print(s_model, s_surrogate)

@@ -46,12 +46,12 @@ def ishigami_simulator(ishigami_space):
 
 @pytest.fixture(scope="module")
 def ishigami_result(ishigami_simulator):
-    return sobol_indices(ishigami_simulator, None, N_ISHIGAMI, jax.random.key(0), second_order=True)
+    return sobol_indices(jax.random.key(0), ishigami_simulator, None, N_ISHIGAMI, second_order=True)
 
 
 @pytest.fixture(scope="module")
 def ishigami_scipy(ishigami_simulator):
-    return sobol_indices(ishigami_simulator, None, N_ISHIGAMI, jax.random.key(1), sampler="scipy")
+    return sobol_indices(jax.random.key(1), ishigami_simulator, None, N_ISHIGAMI, sampler="scipy")
 
 
 def _scalar(x):
@@ -90,7 +90,7 @@ def test_bootstrap_intervals_contain_analytic(ishigami_result):
 def test_equals_salib_analyze(ishigami_space, ishigami_result):
     """Same samples and outputs: identical estimators (first, total and second order)."""
     design_key, _ = jax.random.split(jax.random.key(0))  # sobol_indices' own key split
-    thetas = saltelli_design(ishigami_space, N_ISHIGAMI, design_key, second_order=True)
+    thetas = saltelli_design(design_key, ishigami_space, N_ISHIGAMI, second_order=True)
     y = np.asarray(jax.vmap(ishigami)(thetas))
     ref = salib_sobol.analyze(_salib_problem(ishigami_space), y, calc_second_order=True,
                               num_resamples=10, seed=1)
@@ -102,7 +102,7 @@ def test_equals_salib_analyze(ishigami_space, ishigami_result):
 def test_bootstrap_equals_salib_resampling(ishigami_space):
     """Given the same resampled rows, the half-widths are SALib's z * std(ddof=1)."""
     n, d, n_boot = 256, 3, 20
-    thetas = saltelli_design(ishigami_space, n, jax.random.key(3), second_order=True)
+    thetas = saltelli_design(jax.random.key(3), ishigami_space, n, second_order=True)
     y = np.asarray(jax.vmap(ishigami)(thetas))
     r = np.asarray(jax.random.randint(jax.random.key(4), (n_boot, n), 0, n))
     z = 1.959963984540054
@@ -125,7 +125,7 @@ def test_bootstrap_equals_salib_resampling(ishigami_space):
 @pytest.mark.parametrize("second_order", [False, True])
 def test_design_layout(ishigami_space, sampler, second_order):
     n, d = 16, 3
-    x = np.asarray(saltelli_design(ishigami_space, n, jax.random.key(5), sampler=sampler,
+    x = np.asarray(saltelli_design(jax.random.key(5), ishigami_space, n, sampler=sampler,
                                    second_order=second_order))
     step = 2 * d + 2 if second_order else d + 2
     assert x.shape == (n * step, d)
@@ -154,7 +154,7 @@ def test_salib_and_scipy_samplers_agree(ishigami_result, ishigami_scipy):
 
 
 def test_determinism(ishigami_simulator):
-    run = lambda key: sobol_indices(ishigami_simulator, None, 64, key, n_bootstrap=20)  # noqa: E731
+    run = lambda key: sobol_indices(key, ishigami_simulator, None, 64, n_bootstrap=20)  # noqa: E731
     first, second, other = run(jax.random.key(7)), run(jax.random.key(7)), run(jax.random.key(8))
     for field in ("first_order", "total_order", "first_order_conf", "total_order_conf"):
         np.testing.assert_array_equal(getattr(first, field), getattr(second, field))
@@ -179,8 +179,8 @@ def linear_model(theta):
 def test_vector_output_linear_additive():
     space = ParameterSpace([Parameter("p", 0.0, -1.0, 1.0), Parameter("q", 1.0, 0.0, 3.0),
                             Parameter("r", 0.0, -0.5, 0.5)])
-    result = sobol_indices(FunctionSimulator(linear_model, space, ("y", "c"), LINEAR_TS), None, 2048,
-                           jax.random.key(11))
+    result = sobol_indices(jax.random.key(11), FunctionSimulator(linear_model, space, ("y", "c"), LINEAR_TS),
+                           None, 2048)
     assert result.output_shape == (6, 2)
     assert result.first_order.shape == (3, 6, 2)
     # constant elements: t = 0 (every a_i vanishes) and the whole second output
@@ -205,7 +205,7 @@ def test_vector_output_linear_additive():
 # --- a jcalib model -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model_result(model):
-    return sobol_indices(model, None, 64, jax.random.key(2), n_bootstrap=50)
+    return sobol_indices(jax.random.key(2), model, None, 64, n_bootstrap=50)
 
 
 def test_model_path(model, model_result):
@@ -228,14 +228,14 @@ def test_model_path(model, model_result):
 def test_model_path_equals_function_path(model, model_result):
     """The model or its simulate wrapped as a FunctionSimulator: same design, same indices."""
     wrapped = FunctionSimulator(model.simulate, model.parameters, model.output_names, model.ts)
-    via_fn = sobol_indices(wrapped, None, 64, jax.random.key(2), n_bootstrap=50)
+    via_fn = sobol_indices(jax.random.key(2), wrapped, None, 64, n_bootstrap=50)
     np.testing.assert_allclose(via_fn.first_order, model_result.first_order, atol=1e-8)
     np.testing.assert_allclose(via_fn.total_order_conf, model_result.total_order_conf, atol=1e-8)
 
 
 def test_model_subset_space_fixes_the_others(model):
     space = model.parameters.subset(["kad", "kab"])
-    r = sobol_indices(model, space, 16, jax.random.key(3), n_bootstrap=10)
+    r = sobol_indices(jax.random.key(3), model, space, 16, n_bootstrap=10)
     assert r.names == ("kad", "kab") and r.first_order.shape == (2, 22, 4)
     # kac stays at its nominal value: the same as varying kad, kab in a function
     full = model.parameters.nominal
@@ -243,7 +243,7 @@ def test_model_subset_space_fixes_the_others(model):
     def fn(theta):
         return model.simulate(jnp.asarray(full).at[jnp.array([2, 0])].set(theta))
 
-    ref = sobol_indices(FunctionSimulator(fn, space, model.output_names, model.ts), None, 16, jax.random.key(3),
+    ref = sobol_indices(jax.random.key(3), FunctionSimulator(fn, space, model.output_names, model.ts), None, 16,
                         n_bootstrap=10)
     np.testing.assert_allclose(r.first_order, ref.first_order, atol=1e-8)
 
@@ -326,7 +326,7 @@ def test_select_delta_error():
 
 def test_n_not_power_of_two_warns(ishigami_simulator):
     with pytest.warns(UserWarning, match="n=100 is not a power of 2.*use 128 or 64"):
-        r = sobol_indices(ishigami_simulator, None, 100, jax.random.key(0), n_bootstrap=5)
+        r = sobol_indices(jax.random.key(0), ishigami_simulator, None, 100, n_bootstrap=5)
     assert r.n_base == 100 and r.n_simulations == 500
 
 
@@ -346,40 +346,53 @@ def test_sobol_errors(ishigami_space, kwargs, match):
             "key": jax.random.key(0)}
     call.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        sobol_indices(call.pop("simulator"), call.pop("space"), call.pop("n"), call.pop("key"), **call)
+        sobol_indices(call.pop("key"), call.pop("simulator"), call.pop("space"), call.pop("n"), **call)
 
 
 def test_constant_outputs(ishigami_space):
     with pytest.raises(ValueError, match="all 3 output elements are constant"):
-        sobol_indices(FunctionSimulator(lambda th: jnp.ones(3), ishigami_space), None, 16, jax.random.key(0))
+        sobol_indices(jax.random.key(0), FunctionSimulator(lambda th: jnp.ones(3), ishigami_space), None, 16)
 
 
 def test_function_with_nan_fails_like_a_solve(ishigami_space):
     nan_above_2 = FunctionSimulator(lambda th: jnp.where(th[0] > 2.0, jnp.nan, th[1]), ishigami_space)
     with pytest.raises(SimulationError, match=r"sobol_indices: \d+ of 80 simulations failed.*non-finite"):
-        sobol_indices(nan_above_2, None, 16, jax.random.key(0))
+        sobol_indices(jax.random.key(0), nan_above_2, None, 16)
 
 
 def test_saltelli_design_errors(ishigami_space):
     with pytest.raises(ValueError, match="unknown sampler 'lhs'"):
-        saltelli_design(ishigami_space, 16, jax.random.key(0), sampler="lhs")
+        saltelli_design(jax.random.key(0), ishigami_space, 16, sampler="lhs")
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
-        saltelli_design(ishigami_space, 0, jax.random.key(0))
+        saltelli_design(jax.random.key(0), ishigami_space, 0)
+
+
+def test_infinite_bounds_are_refused(ishigami_space):
+    # issue 18 §6: Sobol' designs are uniform on the box; a parameter without one is named
+    open_space = ishigami_space.replace("x1", lower=-np.inf)
+    simulator = FunctionSimulator(ishigami, open_space)
+    box = (r"needs finite bounds \(a box to draw from\), but parameter 'x1' has bounds \[-inf, "
+           r"3.14159.*\]; give it finite bounds for this method")
+    with pytest.raises(ValueError, match="sobol_indices " + box):
+        sobol_indices(jax.random.key(0), simulator, None, 16)
+    with pytest.raises(ValueError, match="saltelli_design " + box):
+        saltelli_design(jax.random.key(0), open_space, 16)
+    sobol_indices(jax.random.key(0), simulator, open_space.subset(["x2", "x3"]), 16, n_bootstrap=2)  # boxed
 
 
 def test_model_space_mismatch(model):
     space = ParameterSpace([Parameter("kab", 1e-4, 1e-6, 1e-3), Parameter("kx", 1.0, 0.0, 2.0)])
     with pytest.raises(ValueError, match=r"parameters \['kx'\] that the simulator does not know"):
-        sobol_indices(model, space, 16, jax.random.key(0))
+        sobol_indices(jax.random.key(0), model, space, 16)
     with pytest.raises(ValueError, match="needs at least 2 parameters to vary"):
-        sobol_indices(model, model.parameters.subset(["kab"]), 16, jax.random.key(0))
+        sobol_indices(jax.random.key(0), model, model.parameters.subset(["kab"]), 16)
 
 
 def test_failed_solves(model):
     broken = model.with_solver(max_steps=2)
     with pytest.raises(SimulationError, match=r"sobol_indices: 10 of 10 simulations failed.*"
                                               r"maximum number of solver steps"):
-        sobol_indices(broken, None, 2, jax.random.key(0), n_bootstrap=2)
+        sobol_indices(jax.random.key(0), broken, None, 2, n_bootstrap=2)
 
 
 # --- the cabin model (shared/models/cabin_thermal.md, sanity checks 1 and 6) --------------
@@ -388,7 +401,7 @@ def test_cabin_grouping_spec():
     import jcalib
 
     model = jcalib.models.get("cabin_thermal")
-    r = sobol_indices(model, None, 1024, jax.random.key(0), n_bootstrap=20, progress=False)
+    r = sobol_indices(jax.random.key(0), model, None, 1024, n_bootstrap=20, progress=False)
     avg = dict(zip(r.names, np.asarray(r.averaged_first_order)))
     for name in ("ratioFrontRear", "CF_alpha_internal", "ratioBottomUp", "CF_heatUp"):
         assert avg[name] > 0.08, (name, avg[name])
