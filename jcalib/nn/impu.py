@@ -112,19 +112,19 @@ def paper_noise(model) -> tuple[np.ndarray, bool]:
 
     Read from the model's ``impu_settings()`` (the paper's settings belong to the models, not to
     this module): rigid_double_beam: additive, σ = (2e-4 m, 2e-2 rad); roll_plane: relative, 1 %
-    of the noise-free value on every output. A model of your own gets ``noise="paper"`` by
+    of the noise-free value on every output. A model of your own gets its paper settings by
     defining ``impu_settings()`` returning ``{"noise_std": one σ per output, "relative_noise":
     bool, "fboi_options": FeatureExtractor options for the FBoI kinds}``.
 
     Raises:
-        ValueError: a model without ``impu_settings()`` (pass ``noise=`` explicitly).
+        ValueError: a model without ``impu_settings()``.
     """
     settings = _paper_settings(model)
     if settings is None:
-        raise ValueError(f"InverseMapping: noise='paper' needs a model with the paper's settings (a method "
-                         f"impu_settings(), as rigid_double_beam and roll_plane have); got {type(model).__name__}: "
-                         "pass noise=<std per output> (relative_noise=True for a fraction of the noise-free value) "
-                         "or noise=None")
+        raise ValueError(f"paper_noise: needs a model with the paper's settings (a method impu_settings(), as "
+                         f"rigid_double_beam and roll_plane have); got {type(model).__name__}: pass your own noise "
+                         "to simulate_training_set(..., noise=<std per output>, noise_model='additive' or "
+                         "'multiplicative')")
     return np.asarray(settings["noise_std"], np.float64), bool(settings["relative_noise"])
 
 

@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from jcalib.bayes.sbc import run_sbc
+from jcalib.model import FunctionSimulator
 from jcalib.nn import training
 from jcalib.nn.bayesflow import SUMMARIES, AmortizedPosterior, BayesFlowConfig, PosteriorNetwork, bayesflow_loss
 from jcalib.nn.training import TrainingConfig
@@ -20,6 +21,7 @@ SIGMA = 0.8
 A = np.random.default_rng(0).normal(size=(T * M, D)) * 0.5
 SPACE = ParameterSpace([Parameter(f"p{j}", 0.0, -10.0, 10.0) for j in range(D)])  # wide: N(0, 1) prior inside
 COV = np.linalg.inv(np.eye(D) + A.T @ A / SIGMA**2)  # analytic posterior covariance (prior N(0, I))
+DESCRIPTION = LinearModel(A.reshape(T, M, D), space=SPACE)  # the space and data shape (x = A θ)
 N_TRAIN = 65536  # the amortization error of the mean falls with the training set (see below)
 
 
@@ -47,7 +49,7 @@ def quick_config(**changes):
 def trained():
     train = simulate(jax.random.key(1), N_TRAIN)
     val = simulate(jax.random.key(2), 512)
-    return AmortizedPosterior(quick_config()).fit(SPACE, *train, val=val)
+    return AmortizedPosterior(DESCRIPTION, quick_config()).fit(jax.random.key(4), *train, val=val)
 
 
 @pytest.fixture(scope="module")
@@ -122,23 +124,23 @@ def test_fit_online_draws_fresh_data_every_epoch(tmp_path):
     model = LinearModel(A.reshape(T, M, D), space=SPACE.replace("p0", lower=-3.0, upper=3.0))  # x = A θ
     config = quick_config(summary="mlp", n_blocks=1, training=TrainingConfig(epochs=3, batch_size=64,
                                                                              progress=False))
-    posterior = AmortizedPosterior(config).fit_online(  # a prior other than the space's: the sampler callable
-        jax.random.key(0), model, n_per_epoch=128, n_val=64, noise=SIGMA, checkpoint=tmp_path / "ckpt",
+    posterior = AmortizedPosterior(model, config).fit_online(  # a prior other than the space's: a callable
+        jax.random.key(0), n_per_epoch=128, n_val=64, noise=SIGMA, checkpoint=tmp_path / "ckpt",
         sampler=lambda k, n: jnp.clip(jax.random.normal(k, (n, D)), -3.0, 3.0))
     history = posterior.training.history
     assert posterior.n_train == 128 and posterior.training.n_epochs == 3
     assert len(history["data_time_s"]) == 3 and len(history["val_loss"]) == 3
     assert (tmp_path / "ckpt").exists()
+    untrained = AmortizedPosterior(model, config)
     with pytest.raises(ValueError, match="n_per_epoch must be an integer >= 2; got 1"):
-        AmortizedPosterior(config).fit_online(jax.random.key(0), model, n_per_epoch=1, n_val=0)
-    with pytest.raises(ValueError, match=r"AmortizedPosterior.fit_online: simulator must be a jcalib simulator .*"
+        untrained.fit_online(jax.random.key(0), n_per_epoch=1, n_val=0)
+    with pytest.raises(ValueError, match=r"AmortizedPosterior: simulator must be a jcalib simulator .*"
                                          r"got ParameterSpace"):
-        AmortizedPosterior(config).fit_online(jax.random.key(0), model.parameters, n_per_epoch=8, n_val=0)
-    with pytest.raises(ValueError, match="noise must be None, a callable or non-negative"):
-        AmortizedPosterior(config).fit_online(jax.random.key(0), model, n_per_epoch=8, n_val=0, noise=-1.0)
-    with pytest.raises(ValueError, match=r"fit_online \(sampler\).*outside the parameter bounds"):
-        AmortizedPosterior(config).fit_online(jax.random.key(0), model, n_per_epoch=8, n_val=0,
-                                              sampler=lambda k, n: jnp.full((n, D), 5.0))
+        AmortizedPosterior(model.parameters, config)
+    with pytest.raises(ValueError, match="noise must be None, a callable .* or non-negative"):
+        untrained.fit_online(jax.random.key(0), n_per_epoch=8, n_val=0, noise=-1.0)
+    with pytest.raises(ValueError, match=r"AmortizedPosterior.fit_online: 8 samples lie outside the parameter bounds"):
+        untrained.fit_online(jax.random.key(0), n_per_epoch=8, n_val=0, sampler=lambda k, n: jnp.full((n, D), 5.0))
 
 
 def test_training_fit_accepts_an_epoch_callable():
@@ -149,12 +151,12 @@ def test_training_fit_accepts_an_epoch_callable():
         return {"theta": theta, "x": np.repeat(theta[:, :, None], 3, axis=1)}
 
     calls = []
-    result = training.fit(net, bayesflow_loss, lambda e: calls.append(e) or data(e),
+    result = training.fit(jax.random.key(0), net, bayesflow_loss, lambda e: calls.append(e) or data(e),
                           config=TrainingConfig(epochs=3, batch_size=8, progress=False))
     assert calls == [1, 2, 3] and result.n_epochs == 3
     with pytest.raises(ValueError, match="another layout or size at epoch 2"):
-        training.fit(net, bayesflow_loss, lambda e: data(e) if e == 1 else {"theta": data(e)["theta"][:8],
-                                                                            "x": data(e)["x"][:8]},
+        training.fit(jax.random.key(0), net, bayesflow_loss,
+                     lambda e: data(e) if e == 1 else {"theta": data(e)["theta"][:8], "x": data(e)["x"][:8]},
                      config=TrainingConfig(epochs=2, batch_size=8, progress=False))
 
 
@@ -172,11 +174,12 @@ def test_log_scale_parameters_get_the_physical_density():
     xs = np.stack([np.log(thetas[:, :1]) * np.linspace(0, 1, 5), np.repeat(thetas[:, 1:], 5, axis=1)], axis=-1)
     config = quick_config(summary="mlp", actnorm=True, training=TrainingConfig(epochs=1, batch_size=32,
                                                                                progress=False))
-    posterior = AmortizedPosterior(config).fit(space, thetas, xs)
+    description = FunctionSimulator(lambda th: jnp.zeros((5, 2)), space, ts=np.arange(5.0))
+    posterior = AmortizedPosterior(description, config).fit(jax.random.key(0), thetas, xs)
     draws = posterior.sample(jax.random.key(1), xs[0], 8)
     assert draws.shape == (8, 2) and bool(jnp.all(draws[:, 0] > 0))
     physical = posterior.log_prob(thetas[:4], xs[0])
-    internal = posterior.log_prob(thetas[:4], xs[0], coordinate="internal")
+    internal = posterior.log_prob(thetas[:4], xs[0], coordinates="internal")
     np.testing.assert_allclose(physical, internal - np.log(thetas[:4, 0]), rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="log-scale parameters must be positive"):
         posterior.log_prob(-thetas[:1], xs[0])
@@ -190,33 +193,47 @@ def test_bad_input(trained, test_set):
         BayesFlowConfig(n_blocks=0)
     with pytest.raises(ValueError, match="coupling_hidden must be a non-empty tuple"):
         BayesFlowConfig(coupling_hidden=())
-    with pytest.raises(ValueError, match="not trained yet"):
-        AmortizedPosterior().sample(jax.random.key(0), xs[0], 3)
+    with pytest.raises(ValueError, match="AmortizedPosterior: not trained yet"):
+        AmortizedPosterior(DESCRIPTION).sample(jax.random.key(0), xs[0], 3)
     with pytest.raises(ValueError, match="config must be a BayesFlowConfig"):
-        AmortizedPosterior({"summary": "lstm"})
+        AmortizedPosterior(DESCRIPTION, {"summary": "lstm"})
     with pytest.raises(ValueError, match=r"x must have shape \(n_times, n_outputs\) = \(4, 2\)"):
         trained.sample(jax.random.key(0), xs[0, :3], 3)
     with pytest.raises(ValueError, match="x contains NaN"):
         trained.estimate(jax.random.key(0), np.full((4, 2), np.nan), 3)
     with pytest.raises(ValueError, match="n must be a positive integer; got 0"):
         trained.sample(jax.random.key(0), xs[0], 0)
-    with pytest.raises(ValueError, match="coordinate must be one of"):
-        trained.log_prob(theta[0], xs[0], coordinate="unit")
+    with pytest.raises(ValueError, match=r"coordinates must be one of \('physical', 'internal'\); got 'unit'"):
+        trained.log_prob(theta[0], xs[0], coordinates="unit")
     with pytest.raises(ValueError, match=r"theta must have shape \(n_obs=3, \[k,\] 2\)"):
         trained.log_prob(theta[:2], xs[:3])
-    fresh = AmortizedPosterior(quick_config())
-    with pytest.raises(ValueError, match=r"xs must have shape \(n, n_times, n_outputs\) with n = 200"):
-        fresh.fit(SPACE, theta, xs[:10])
+    fresh = AmortizedPosterior(DESCRIPTION, quick_config())
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"trajectories must have shape \(n, n_times, n_outputs\) with n = 200"):
+        fresh.fit(key, theta, xs[:10])
     bad = xs.copy()
     bad[7, 1, 0] = np.nan
-    with pytest.raises(ValueError, match=r"xs have NaN or inf in samples \[7\]"):
-        fresh.fit(SPACE, theta, bad)
+    with pytest.raises(ValueError, match=r"trajectories have NaN or inf in samples \[7\]"):
+        fresh.fit(key, theta, bad)
     outside = theta.copy()
     outside[3, 1] = 11.0
     with pytest.raises(ValueError, match=r"1 samples lie outside the parameter bounds, first: row 3, p1 = 11.0 not in"):
-        fresh.fit(SPACE, outside, xs)
+        fresh.fit(key, outside, xs)
     with pytest.raises(ValueError, match="val must be a"):
-        fresh.fit(SPACE, theta, xs, val=theta)
-    with pytest.raises(ValueError, match=r"AmortizedPosterior.fit: space must be a jcalib ParameterSpace \(for a "
-                                         r"simulator, pass simulator.parameters\); got str"):
-        fresh.fit("space", theta, xs)
+        fresh.fit(key, theta, xs, val=theta)
+    with pytest.raises(ValueError, match="AmortizedPosterior.fit: trajectories have 2 times, the model 4"):
+        fresh.fit(key, theta, xs[:, :2])
+    with pytest.raises(AttributeError, match="AmortizedPosterior is immutable"):
+        trained.network = None
+
+
+def test_evaluate_gives_the_recovery_of_the_posterior_means(trained, test_set):
+    theta, xs = test_set[0][:50], test_set[1][:50]
+    metrics = trained.evaluate(jax.random.key(8), theta, xs, n_draws=200)
+    mean, _ = trained.estimate(jax.random.key(8), xs, 200)
+    np.testing.assert_array_equal(np.asarray(metrics.prediction), np.asarray(mean))
+    np.testing.assert_allclose(metrics.rmse, np.sqrt(np.mean((np.asarray(mean) - theta) ** 2, axis=0)))
+    assert metrics.names == SPACE.names and metrics.n_test == 50
+    np.testing.assert_array_equal(np.asarray(metrics.scale), [20.0, 20.0])  # the bounds' width
+    # the posterior mean is closer to the truth than the prior mean 0
+    assert np.all(metrics.rmse < np.sqrt(np.mean(theta**2, axis=0)))

@@ -1,6 +1,7 @@
 """The shared training loop: fitting, early stopping with best-weights restore, schedules,
 checkpoints (exact reload, resume after an interruption) and bad input."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,10 +11,11 @@ from jcalib.nn import MLP, Standardizer, TrainingConfig, fit, load_model, save_m
 
 X = np.linspace(-3.0, 3.0, 256, dtype=np.float32)[:, None]
 TRAIN = {"x": X, "y": np.sin(X)}
+KEY = jax.random.key(0)
 VAL = {"x": X[3::8] + 0.01, "y": np.sin(X[3::8] + 0.01)}
 
 
-def mse(model, batch, key):
+def mse(key, model, batch):
     err = model(batch["x"]) - batch["y"]
     return jnp.mean(err**2), {"mae": jnp.mean(jnp.abs(err))}
 
@@ -26,12 +28,12 @@ def _net(seed=0):
 def sine_fit():
     config = TrainingConfig(epochs=300, batch_size=32, learning_rate=3e-3, schedule="multistep",
                             milestones=(150, 250), decay=0.3, progress=False)
-    return config, fit(_net(), mse, TRAIN, VAL, config)
+    return config, fit(KEY, _net(), mse, TRAIN, VAL, config)
 
 
 def test_mlp_fits_a_sine(sine_fit):
     _, result = sine_fit
-    val_mse = float(mse(result.model, VAL, None)[0])
+    val_mse = float(mse(None, result.model, VAL)[0])
     assert val_mse < 1e-3, val_mse
     assert val_mse == pytest.approx(result.best_loss, rel=1e-5)  # the best weights are the ones returned
     h = result.history
@@ -49,7 +51,7 @@ def test_multistep_schedule_in_the_history(sine_fit):
 
 def test_exponential_schedule():
     config = TrainingConfig(epochs=3, batch_size=64, schedule="exponential", decay=0.5, progress=False)
-    result = fit(_net(), mse, TRAIN, config=config)
+    result = fit(KEY, _net(), mse, TRAIN, config=config)
     np.testing.assert_allclose(result.history["learning_rate"], 1e-3 * np.array([1, 0.5, 0.25]), rtol=1e-6)
     assert "val_loss" not in result.history  # no validation data: the training loss is monitored
 
@@ -59,11 +61,11 @@ def test_early_stopping_restores_the_best_epoch():
     sine makes it worse; training stops after `patience` epochs and returns the best weights."""
     val = {"x": X[::4], "y": np.zeros_like(X[::4])}
     config = TrainingConfig(epochs=200, batch_size=32, learning_rate=3e-3, patience=5, progress=False)
-    result = fit(_net(), mse, TRAIN, val, config)
+    result = fit(KEY, _net(), mse, TRAIN, val, config)
     assert result.stopped_early and result.n_epochs == result.best_epoch + 5 < 200
     assert result.best_loss == min(result.history["val_loss"])
     assert result.history["val_loss"][-1] > result.best_loss
-    assert float(mse(result.model, val, None)[0]) == pytest.approx(result.best_loss, rel=1e-5)
+    assert float(mse(None, result.model, val)[0]) == pytest.approx(result.best_loss, rel=1e-5)
 
 
 def test_saved_model_reproduces_predictions_exactly(sine_fit, tmp_path):
@@ -90,18 +92,20 @@ def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     ends with exactly the weights, optimizer state and history of an uninterrupted run."""
     config = TrainingConfig(epochs=12, batch_size=32, learning_rate=3e-3, schedule="exponential", decay=0.9,
                             progress=False)
-    whole = fit(_net(), mse, TRAIN, VAL, config, checkpoint=tmp_path / "whole.msgpack")
-    first = fit(_net(), mse, TRAIN, VAL, TrainingConfig(**{**config.to_dict(), "epochs": 6}),
+    whole = fit(KEY, _net(), mse, TRAIN, VAL, config, checkpoint=tmp_path / "whole.msgpack")
+    first = fit(KEY, _net(), mse, TRAIN, VAL, TrainingConfig(**{**config.to_dict(), "epochs": 6}),
                 checkpoint=tmp_path / "part.msgpack", extra={"note": "normalisation here"})
     assert first.n_epochs == 6 and first.resumed_from is None
-    resumed = fit(_net(seed=3), mse, TRAIN, VAL, config, checkpoint=tmp_path / "part.msgpack")
+    resumed = fit(KEY, _net(seed=3), mse, TRAIN, VAL, config, checkpoint=tmp_path / "part.msgpack")
     assert resumed.resumed_from == 6 and resumed.n_epochs == 12
     np.testing.assert_array_equal(np.asarray(resumed.model(X)), np.asarray(whole.model(X)))
     assert resumed.history["val_loss"] == whole.history["val_loss"]
     assert not list(tmp_path.glob("*.tmp"))  # checkpoints are written atomically
     other = TrainingConfig(**{**config.to_dict(), "learning_rate": 1e-2})
     with pytest.raises(ValueError, match="another configuration"):
-        fit(_net(), mse, TRAIN, VAL, other, checkpoint=tmp_path / "part.msgpack")
+        fit(KEY, _net(), mse, TRAIN, VAL, other, checkpoint=tmp_path / "part.msgpack")
+    with pytest.raises(ValueError, match="written for other training data"):  # the key is part of the run
+        fit(jax.random.key(1), _net(), mse, TRAIN, VAL, config, checkpoint=tmp_path / "part.msgpack")
 
 
 @pytest.mark.parametrize("train, val, message", [
@@ -112,7 +116,7 @@ def test_interrupted_run_resumes_from_its_checkpoint(tmp_path):
 ])
 def test_bad_data(train, val, message):
     with pytest.raises(ValueError, match=message):
-        fit(_net(), mse, train, val, TrainingConfig(epochs=1, progress=False))
+        fit(KEY, _net(), mse, train, val, TrainingConfig(epochs=1, progress=False))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -128,4 +132,14 @@ def test_diverging_loss_is_reported():
     config = TrainingConfig(epochs=2, learning_rate=1e3, progress=False)
     bad = {"x": X * 1e30, "y": np.sin(X)}
     with pytest.raises(ValueError, match="not finite"):
-        fit(_net(), mse, bad, config=config)
+        fit(KEY, _net(), mse, bad, config=config)
+
+
+def test_the_key_decides_the_run_and_must_be_a_key():
+    config = TrainingConfig(epochs=2, batch_size=32, progress=False)
+    a = fit(KEY, _net(), mse, TRAIN, config=config)
+    b = fit(KEY, _net(), mse, TRAIN, config=config)
+    c = fit(jax.random.key(1), _net(), mse, TRAIN, config=config)
+    assert a.history["train_loss"] == b.history["train_loss"] != c.history["train_loss"]
+    with pytest.raises(ValueError, match=r"fit: key must be a jax.random key \(jax.random.key\(seed\)\); got int"):
+        fit(0, _net(), mse, TRAIN, config=config)
