@@ -298,10 +298,10 @@ def run_jcalib(problem, key, z0, sizes, n_chains, preconditioner=None, kernel="m
                     preconditioner=preconditioner, kernel=kernel)
     n_steps = sizes["n_steps"]
     t = time.perf_counter()
-    first = sample(key, problem, z0, n_steps, **settings)
+    first = sample(key, problem, z0, n_steps, coordinates="internal", **settings)
     first_s = time.perf_counter() - t
     t = time.perf_counter()
-    post = sample(key, problem, z0, n_steps, **settings)
+    post = sample(key, problem, z0, n_steps, coordinates="internal", **settings)
     run_s = time.perf_counter() - t
     assert np.array_equal(first.samples_internal, post.samples_internal)
     row = posterior_summary(problem, post.samples_internal)

@@ -246,8 +246,8 @@ def main(argv=None):
     problem = simple_problem(data, BAND_OUTPUTS, likelihood=RelativeGaussian(args.sigma))
     start_fit = gauss_newton(problem, START)
     covariance = parameter_covariance(problem, start_fit, sigma=args.sigma).covariance_internal
-    posterior = mala.sample(mala_key, problem, start_fit.theta_internal, steps, n_chains=chains,
-                            burn_in=burn_in, preconditioner=DenseMetric(covariance), warmup=warmup,
+    posterior = mala.sample(mala_key, problem, start_fit.theta_internal, steps, coordinates="internal",
+                            n_chains=chains, burn_in=burn_in, preconditioner=DenseMetric(covariance), warmup=warmup,
                             progress=not args.quick)
     posterior.save(args.out / "posterior.npz")
     bayes_s = time.perf_counter() - t

@@ -102,7 +102,7 @@ def run_test(key, name, model, data, sigma, n_chains, n_steps, burn_in, progress
     fits neither). Returns the pooled posterior and all chains (`pool_chains`)."""
     spec = TESTS[name]
     problem = sampling_problem(model, data, spec["outputs"], sigma, free=spec["free"], fixed=spec["fixed"])
-    starts = [problem.to_internal(jnp.asarray([s[n] for n in problem.free_names])) for s in spec["starts"]]
+    starts = [{n: s[n] for n in problem.free_names} for s in spec["starts"]]
     runs = [mala.sample(k, problem, starts[c % len(starts)], n_steps, n_chains=1, burn_in=burn_in,
                         preconditioner=Prescaled(FRACTION), warmup=WARMUP, progress=progress)
             for c, k in enumerate(jax.random.split(key, n_chains))]

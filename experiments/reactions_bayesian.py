@@ -195,7 +195,7 @@ def main(argv=None):
         else:
             fit, _ = fit_case(_problem(model, data[sigma], observe), sigma)
             start, start_note = fit["estimate"], f"Gauss-Newton from {fit['best_start']}, R_X {fit['R_X']:.3g}"
-        result = mala.sample(key, problem, problem.to_internal(jnp.asarray([start[n] for n in TRUTH])), n_steps,
+        result = mala.sample(key, problem, {n: start[n] for n in TRUTH}, n_steps,
                              n_chains=n_chains, burn_in=burn_in, preconditioner=Prescaled(FRACTION),
                              progress=not args.quick)
         result.save(args.out / f"posterior_{observe}_sigma{sigma}.npz")

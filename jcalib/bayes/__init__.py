@@ -7,7 +7,13 @@ Priors and likelihoods live in `jcalib.probability` (below `jcalib.problem`) and
 The log-normal *likelihood* is `jcalib.probability.LogNormalLikelihood` (or ``likelihood="lognormal"``);
 `LogNormal` here is the prior."""
 
-from jcalib.bayes.adaptation import DualAveragingState, dual_averaging_init, dual_averaging_update
+from jcalib.bayes.adaptation import (
+    DualAveragingState,
+    dual_averaging_init,
+    dual_averaging_update,
+    dual_averaging_warmup,
+    prior_prescaling,
+)
 from jcalib.bayes.diagnostics import (
     ChainDiagnostics,
     SamplingWarning,
@@ -21,17 +27,15 @@ from jcalib.bayes.diagnostics import (
     summary,
     to_inference_data,
 )
-from jcalib.bayes.hmc import KERNELS
+from jcalib.bayes.hmc import KERNELS, HMCInfo, hmc_algorithm, nuts_algorithm
 from jcalib.bayes.kde import default_grid, gaussian_kde, kde_1d, kde_2d, kernel_covariance
 from jcalib.bayes.mala import (
     MALAInfo,
     MALAState,
-    PrescaledMALA,
     Prescaling,
-    blackjax_mala,
     build_kernel,
     log_acceptance_ratio,
-    prescaled_mala,
+    mala_algorithm,
     prescaling,
     proposal_log_density,
     sample,
@@ -69,13 +73,14 @@ __all__ = [
     "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "prediction_bands",
     "predictive_bands",
     "AbstractPreconditioner", "DenseMetric", "DualAveragingState", "KERNELS", "Laplace", "Prescaled",
-    "dual_averaging_init", "dual_averaging_update",
-    "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "PrescaledMALA", "Prescaling",
+    "dual_averaging_init", "dual_averaging_update", "dual_averaging_warmup", "prior_prescaling",
+    "HMCInfo", "hmc_algorithm", "nuts_algorithm", "mala_algorithm",
+    "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "Prescaling",
     "SamplingWarning", "sampling_warnings",
-    "acceptance_rate", "autocorrelation", "blackjax_mala", "build_kernel", "chain_diagnostics",
+    "acceptance_rate", "autocorrelation", "build_kernel", "chain_diagnostics",
     "default_grid", "ess", "laplace_covariance", "gaussian_kde", "kde_1d", "kde_2d", "kernel_covariance",
     "log_acceptance_ratio",
-    "mcse", "prescaled_mala", "prescaling", "proposal_log_density", "rhat", "sample", "step_sizes", "summary",
+    "mcse", "prescaling", "proposal_log_density", "rhat", "sample", "step_sizes", "summary",
     "to_inference_data",
     "ECDFBand", "RecoveryResult", "SBCResult", "ecdf_band", "recovery_metrics", "run_sbc", "sbc_ranks",
     "sbc_uniformity",

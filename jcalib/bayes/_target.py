@@ -1,11 +1,11 @@
 """What every sampler in `jcalib.bayes` shares: evaluating the target log π(θ) with failed
 solves mapped to a rejection, and turning the arguments of `sample` (a problem or a log density,
-bounds, names, the start) into checked arrays. Private: the public entry points are
-`jcalib.bayes.mala.sample` and `jcalib.bayes.hmc`."""
+the problem's start) into checked arrays. Private: the public entry points are
+`jcalib.bayes.mala.sample` and the algorithm builders."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import equinox as eqx
 import jax
@@ -34,9 +34,9 @@ def _check_start(valid) -> None:
     bad = ~np.asarray(valid)
     if np.any(bad):
         raise ValueError(
-            f"sample: the log density or its gradient is not finite at theta0_internal (chain(s) "
-            f"{np.flatnonzero(bad).tolist()}); start inside the support, e.g. at problem.initial_internal() or "
-            "an estimate"
+            f"sample: the log density or its gradient is not finite at theta0 (chain(s) "
+            f"{np.flatnonzero(bad).tolist()}); start inside the support, e.g. at the nominal values "
+            "(theta0=None) or an estimate"
         )
 
 
@@ -44,23 +44,48 @@ def _problem_log_posterior(problem: CalibrationProblem, theta_internal):
     return problem.log_posterior(theta_internal)
 
 
-def _resolve_target(target, to_physical, where: str):
-    """(logdensity_fn, ParameterSpace or None) from a problem, a problem's bound method or a
-    function (+ an optional ParameterSpace ``to_physical``)."""
-    space = to_physical if isinstance(to_physical, ParameterSpace) else None
-    if isinstance(target, CalibrationProblem):
-        fn = jax.tree_util.Partial(_problem_log_posterior, target)
-        return fn, space if space is not None else target.space
-    if not callable(target):
-        raise ValueError(
-            f"{where}: expected a CalibrationProblem or a log density function; got {type(target).__name__}")
-    owner = getattr(target, "__self__", None)
-    if space is None and to_physical is None and isinstance(owner, CalibrationProblem):
-        space = owner.space
-    if to_physical is not None and space is None and not callable(to_physical):
-        raise ValueError(
-            f"{where}: to_physical must be a ParameterSpace or a function; got {type(to_physical).__name__}")
-    return target, space
+def problem_logdensity(problem: CalibrationProblem):
+    """``problem.log_posterior`` as a pytree callable (a new problem of the same structure
+    does not recompile the samplers)."""
+    return jax.tree_util.Partial(_problem_log_posterior, problem)
+
+
+COORDINATES = ("physical", "internal")
+
+
+def problem_starts(problem: CalibrationProblem, theta0, coordinates: str, n_chains: int | None,
+                   where: str) -> Array:
+    """The starts in internal coordinates, float64 ``(n_chains, n_free)`` (``(1, n_free)`` or
+    as given when ``n_chains`` is None), from ``theta0``: None (the nominal values), a
+    ``{name: value}`` mapping, ``(n_free,)`` or ``(n_chains, n_free)`` in ``coordinates``."""
+    from jcalib._precision import as_float64
+
+    if coordinates not in COORDINATES:
+        raise ValueError(f"{where}: coordinates must be 'physical' or 'internal'; got {coordinates!r}")
+    names, n = problem.free_names, problem.n_free
+    if theta0 is None:
+        z = problem.initial_internal()[None, :]
+    else:
+        if isinstance(theta0, Mapping):
+            unknown = sorted(set(theta0) - set(names))
+            missing = [name for name in names if name not in theta0]
+            if unknown or missing:
+                raise ValueError(f"{where}: theta0 must name every free parameter {list(names)}; got unknown "
+                                 f"{unknown}, missing {missing}")
+            theta0 = np.array([float(theta0[name]) for name in names], dtype=np.float64)
+        values = as_float64(theta0, where, "theta0")
+        if values.ndim not in (1, 2) or values.shape[-1] != n:
+            raise ValueError(f"{where}: theta0 must have shape ({n},) or (n_chains, {n}) (free parameters "
+                             f"{', '.join(names)}); got shape {values.shape}")
+        values = values if values.ndim == 2 else values[None, :]
+        z = values if coordinates == "internal" else problem.space.to_internal(values)
+    if n_chains is not None:
+        if z.shape[0] == 1:
+            z = jnp.broadcast_to(z, (int(n_chains), n))
+        elif z.shape[0] != n_chains:
+            raise ValueError(f"{where}: theta0 has {z.shape[0]} rows but n_chains={n_chains}; pass one start "
+                             "or one per chain")
+    return jnp.asarray(z)
 
 
 def _resolve_bounds(bounds, space, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -99,20 +124,3 @@ def _positive(value, n: int, where: str, label: str) -> np.ndarray:
     if not np.all(np.isfinite(arr) & (arr > 0)):
         raise ValueError(f"{where}: {label} must be positive and finite; got {arr.tolist()}")
     return arr
-
-
-def _resolve_names(names, space, n: int) -> tuple[str, ...]:
-    if names is None:
-        return space.names if space is not None else tuple(f"x{i}" for i in range(n))
-    names = (names,) if isinstance(names, str) else tuple(str(x) for x in names)
-    if len(names) != n or len(set(names)) != n:
-        raise ValueError(f"sample: names must be {n} distinct strings, one per parameter; got {names!r}")
-    return names
-
-
-def _physical_fn(to_physical, space):
-    if to_physical is not None and not isinstance(to_physical, ParameterSpace):
-        return jax.jit(lambda z: jax.vmap(jax.vmap(to_physical))(z))
-    if space is not None:
-        return space.to_physical
-    return lambda z: z

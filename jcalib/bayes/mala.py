@@ -14,13 +14,16 @@ Metropolis-Hastings probability (eq. A15)
     α(θ, θ') = min{1, π(θ') q(θ|θ') / (π(θ) q(θ'|θ))}.
 
 Equivalently, this is plain MALA with unit step size on the rescaled density
-π_u(u) = π(P^{1/2} u), θ = P^{1/2} u (`blackjax_mala` runs blackjax's kernel that way;
-the two give the same chain for the same key).
+π_u(u) = π(P^{1/2} u), θ = P^{1/2} u (``mala_algorithm(..., backend="blackjax")`` runs
+blackjax's kernel that way; the two give the same chain for the same key).
 
 **Prescaling** (`jcalib.bayes.adaptation.prescaling`, re-exported here; Appendix A.2).
 For target mean step lengths τ_i (a fraction of each parameter's prior range, e.g. 1/50
 in the paper's reaction example, 1/200 in its polymerization tests), n = 100 points θ_k
-are drawn (uniformly from the prior box, the paper's step 2, or around a given centre),
+are drawn (uniformly from the prior box, the paper's step 2, or around a given centre;
+for a problem, `jcalib.bayes.adaptation.prior_prescaling` takes ranges and draws from the
+prior where it is not the default uniform one on finite bounds, and the curvature at the start
+where no proper prior exists),
 the gradients of S_X = -log π are weighted by the posterior, mean |∂S/∂θ_i| = Σ_k π(θ_k)
 |∂_i S(θ_k)| / Σ_k π(θ_k) (eq. A22), and P_ii solves the bound on the mean step length
 P_ii mean|∂_i S| + 2 √(P_ii/π) = τ_i (eq. A23), whose positive root is eq. A26.
@@ -48,29 +51,35 @@ frozen (its averaged iterate) and the warm-up draws are discarded, so the sampli
 is a fixed, valid Metropolis-Hastings chain as in the paper ("the time step is not
 adaptively chosen but still determined in advance").
 
-The algorithm is a ``PrescaledMALA(init, step)`` pair, ``step(key, state) -> (state,
-info)`` as in blackjax; `sample` runs several chains (vmapped, `jax.lax.scan` in chunks,
-optional progress bar) and returns a `jcalib.bayes.result.PosteriorResult`. The
+The algorithm is ``mala_algorithm(logdensity_fn, step_sizes)``, a `jcalib.algorithm.Algorithm`
+with ``step(key, state) -> (state, info)`` as in blackjax; `sample` runs several chains of a
+problem's posterior (`jcalib.algorithm.vmap_chains`, driven by `jcalib.algorithm.run` in
+compiled chunks with an optional progress bar) and returns a
+`jcalib.bayes.result.PosteriorResult`. The
 preconditioner is a strategy object (`jcalib.bayes.preconditioning`: `Prescaled`,
 `DenseMetric`, `Laplace`), computed before sampling by `jcalib.bayes.adaptation`, and
 ``sample(..., kernel="nuts")`` (or ``"hmc"``) runs blackjax's NUTS/HMC on the same problem
 with the same result type (`jcalib.bayes.hmc`; Laplace whitening by default).
 
-Example:
+Example (a raw log density: the algorithm and `jcalib.algorithm.run`; a problem: `sample`):
     >>> import jax, jax.numpy as jnp
+    >>> from jcalib.algorithm import run, vmap_chains
     >>> jax.config.update("jax_enable_x64", True)
     >>> logdensity_fn = lambda x: -0.5 * jnp.sum((x / jnp.array([1.0, 100.0])) ** 2)
-    >>> result = sample(jax.random.key(0), logdensity_fn, jnp.zeros(2), 1000, n_chains=2,
-    ...                 bounds=(jnp.full(2, -1e3), jnp.full(2, 1e3)), preconditioner=Prescaled(0.002))
-    >>> result.samples.shape
-    (2, 1000, 2)
+    >>> p = prescaling(jax.random.key(0), logdensity_fn, (jnp.full(2, -1e3), jnp.full(2, 1e3)),
+    ...                fraction=0.002).step_sizes
+    >>> chains = vmap_chains(mala_algorithm(logdensity_fn, p))
+    >>> out = run(jax.random.key(1), chains, chains.init(jnp.zeros((2, 2))), 1000,
+    ...           trace_fn=lambda state, info: state.position)
+    >>> out.trace.shape
+    (1000, 2, 2)
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import equinox as eqx
@@ -78,27 +87,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
-from tqdm.auto import tqdm
 
-from jcalib._precision import as_float64
+from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.bayes import hmc
 from jcalib.bayes._target import (
     _check_start,
     _evaluate,
-    _evaluate_batch,  # noqa: F401  (re-exported for the tests' and benchmarks' convenience)
-    _physical_fn,
+    _evaluate_batch,
     _positive,
-    _resolve_bounds,
-    _resolve_names,
-    _resolve_target,
+    problem_logdensity,
+    problem_starts,
 )
 from jcalib.bayes.adaptation import (
-    DualAveragingState,
+    _DENSE_STEP,
     Prescaling,
-    dual_averaging_init,
-    dual_averaging_update,
+    dual_averaging_warmup,
     prescaling,
     step_sizes,
+    zero_totals,
 )
 from jcalib.bayes.preconditioning import (
     AbstractPreconditioner,
@@ -108,7 +114,6 @@ from jcalib.bayes.preconditioning import (
     as_preconditioner,
 )
 from jcalib.bayes.result import PosteriorResult
-from jcalib.parameters import ParameterSpace
 from jcalib.problem import CalibrationProblem
 
 __all__ = [
@@ -116,11 +121,9 @@ __all__ = [
     "MALAInfo",
     "MALAState",
     "Prescaling",
-    "PrescaledMALA",
-    "blackjax_mala",
     "build_kernel",
     "log_acceptance_ratio",
-    "prescaled_mala",
+    "mala_algorithm",
     "prescaling",
     "proposal_log_density",
     "sample",
@@ -128,7 +131,6 @@ __all__ = [
 ]
 
 BACKENDS = ("jcalib", "blackjax")
-_DENSE_STEP = 1.65**2 / 2  # h n^(1/3): √(2h) = 1.65 n^(-1/6), optimal MALA scale (Roberts & Rosenthal 1998)
 
 
 class MALAState(NamedTuple):
@@ -158,13 +160,6 @@ class MALAInfo(NamedTuple):
     acceptance_rate: Float[Array, ""]
     is_accepted: Bool[Array, ""]
     is_valid: Bool[Array, ""]
-
-
-class PrescaledMALA(NamedTuple):
-    """``init(theta_internal) -> state`` and ``step(key, state) -> (state, info)``."""
-
-    init: Callable[[Float[Array, " n_params"]], MALAState]
-    step: Callable[[PRNGKeyArray, MALAState], tuple[MALAState, MALAInfo]]
 
 
 # --- the kernel --------------------------------------------------------------------------------
@@ -226,28 +221,45 @@ def build_kernel(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Arra
     return kernel
 
 
-def prescaled_mala(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]],
-                   step_sizes: Float[ArrayLike, " n_params"]) -> PrescaledMALA:
-    """Prescaled MALA (eqs. A17-A18) as ``init`` / ``step`` functions.
+def mala_algorithm(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]],
+                   step_sizes: Float[ArrayLike, " n_params"], *, backend: str = "jcalib") -> Algorithm:
+    """Prescaled MALA (eqs. A17-A18) as ``Algorithm(init, step, stochastic=True)``, for any log
+    density; drive it with `jcalib.algorithm.run` (several chains: `jcalib.algorithm.vmap_chains`).
 
     Args:
         logdensity_fn: log π(θ) up to a constant, a JAX function ``(n_params,) -> ()``;
             -inf (or NaN) where π is zero or the model fails.
-        step_sizes: the diagonal of P, ``(n_params,)`` (e.g. from `step_sizes`), positive.
+        step_sizes: the diagonal of P, ``(n_params,)`` or a scalar (e.g. from
+            `jcalib.bayes.adaptation.prescaling`), positive.
+        backend: ``"jcalib"`` (`build_kernel`) or ``"blackjax"`` (blackjax's MALA with step size
+            1 on the rescaled density π_u(u) = π(P^{1/2} u), states reported in θ = P^{1/2} u;
+            the same chain for the same key).
 
     Returns:
-        ``PrescaledMALA(init, step)``; ``init(theta_internal)`` evaluates log π and its
-        gradient, ``step(key, state)`` is one transition.
+        ``init(theta_internal) -> MALAState`` (log π and its gradient), ``step(key, state) ->
+        (MALAState, MALAInfo)``.
+
+    Raises:
+        ValueError: ``step_sizes`` not positive and finite; an unknown ``backend``.
 
     Example:
-        >>> mala = prescaled_mala(lambda x: -0.5 * jnp.sum(x**2), jnp.full(2, 0.5))
-        >>> state, info = mala.step(jax.random.key(1), mala.init(jnp.zeros(2)))
+        >>> from jcalib.algorithm import run, vmap_chains
+        >>> logdensity_fn = lambda x: -0.5 * jnp.sum((x / jnp.array([1.0, 100.0])) ** 2)
+        >>> mala = vmap_chains(mala_algorithm(logdensity_fn, jnp.array([0.5, 5000.0])))
+        >>> out = run(jax.random.key(0), mala, mala.init(jnp.zeros((2, 2))), 1000,
+        ...           trace_fn=lambda state, info: state.position)
+        >>> out.trace.shape
+        (1000, 2, 2)
     """
-    p = eqx.error_if(jnp.asarray(step_sizes), ~jnp.all(jnp.asarray(step_sizes) > 0),
-                     "prescaled_mala: step_sizes must be positive")
-    kernel = build_kernel(logdensity_fn)
-    return PrescaledMALA(lambda theta_internal: _init_state(logdensity_fn, theta_internal),
-                         lambda key, state: kernel(key, state, p))
+    if backend not in BACKENDS:
+        raise ValueError(f"mala_algorithm: backend must be one of {BACKENDS}; got {backend!r}")
+    p = np.asarray(step_sizes, dtype=np.float64)
+    if not np.all(np.isfinite(p) & (p > 0)):
+        raise ValueError(f"mala_algorithm: step_sizes must be positive and finite; got {p.tolist()}")
+    kernel = _kernel(backend, logdensity_fn)
+    p = jnp.asarray(p)
+    return Algorithm(lambda theta_internal: _init_state(logdensity_fn, theta_internal),
+                     lambda key, state: kernel(key, state, jnp.broadcast_to(p, state.position.shape)), True)
 
 
 def _blackjax_kernel(logdensity_fn: Callable):
@@ -277,296 +289,286 @@ def _blackjax_kernel(logdensity_fn: Callable):
     return kernel
 
 
-def blackjax_mala(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]],
-                  step_sizes: Float[ArrayLike, " n_params"]) -> PrescaledMALA:
-    """The same chain as `prescaled_mala`, run by blackjax's MALA kernel (step size 1) on
-    the rescaled density π_u(u) = π(P^{1/2} u); states are reported in θ = P^{1/2} u.
-
-    blackjax turns a NaN energy into a rejection; a proposal it would accept with a
-    non-finite log density or gradient (e.g. +inf) is rejected here too, so as in
-    `prescaled_mala` no invalid state enters the chain.
-
-    Args:
-        logdensity_fn: log π(θ), as for `prescaled_mala`.
-        step_sizes: the diagonal of P, positive.
-    """
-    p = jnp.asarray(step_sizes)
-    kernel = _blackjax_kernel(logdensity_fn)
-    return PrescaledMALA(lambda theta_internal: _init_state(logdensity_fn, theta_internal),
-                         lambda key, state: kernel(key, state, p))
-
-
 # --- running chains ----------------------------------------------------------------------------
 def sample(
     key: PRNGKeyArray,
-    problem_or_logdensity_fn: CalibrationProblem | Callable[[Float[Array, " n_params"]], Float[Array, ""]],
-    theta0_internal: Float[ArrayLike, " n_params"] | Float[ArrayLike, "n_chains n_params"],
-    n_steps: int,
+    problem: CalibrationProblem,
+    theta0: Float[ArrayLike, " n_free"] | Float[ArrayLike, "n_chains n_free"] | Mapping[str, float] | None = None,
+    n_steps: int = 1000,
     *,
+    coordinates: str = "physical",
     n_chains: int = 4,
     burn_in: int = 0,
     thin: int = 1,
-    step_sizes: str | Prescaling | float | Float[ArrayLike, " n_params"] = "prescaled",
-    bounds: tuple[Float[ArrayLike, " n_params"], Float[ArrayLike, " n_params"]] | None = None,
-    preconditioner: AbstractPreconditioner | str | Float[ArrayLike, "n_params n_params"] | None = None,
+    kernel: str = "mala",
+    preconditioner: AbstractPreconditioner | str | Float[ArrayLike, "n_free n_free"] | None = None,
+    step_sizes: str | Prescaling | float | Float[ArrayLike, " n_free"] = "prescaled",
     warmup: int = 0,
     target_acceptance: float | None = None,
-    to_physical: ParameterSpace | Callable | None = None,
-    names: Sequence[str] | None = None,
     backend: str = "jcalib",
     chunk_size: int | None = None,
     progress: bool = False,
-    kernel: str = "mala",
 ) -> PosteriorResult:
-    """Sample a posterior with prescaled MALA, HMC or NUTS, several chains at once.
+    """Sample a problem's posterior with prescaled MALA, HMC or NUTS, several chains at once.
 
-    ``kernel`` picks the transition: ``"mala"`` (the paper's prescaled MALA, default),
-    ``"hmc"`` or ``"nuts"`` (blackjax's kernels, `jcalib.bayes.hmc`); ``preconditioner`` picks
-    the scales as a strategy object (`jcalib.bayes.preconditioning`): `Prescaled(fraction)`,
-    `DenseMetric(cov)` or `Laplace()`. The adaptation that computes them runs before sampling
-    (`jcalib.bayes.adaptation`). Every kernel returns the same `PosteriorResult`.
+    Validation, then adaptation (`jcalib.bayes.adaptation`: the preconditioner's scales, then
+    ``warmup`` steps of dual averaging of a global step factor), then ``burn_in`` discarded
+    steps and ``n_steps`` steps of which every ``thin``-th is kept (``n_steps // thin`` draws
+    per chain), all driven by `jcalib.algorithm.run` over the vmapped chains
+    (`jcalib.algorithm.vmap_chains`) in compiled chunks with an optional progress bar. Step t of
+    chain c uses ``split(fold_in(k, t), n_chains)[c]`` of its phase's key k, so the same key
+    gives the same draws and the chunking does not change them. Every kernel returns the same
+    `PosteriorResult`.
 
-    Every chain runs ``warmup`` adaptation steps (optional), ``burn_in`` discarded steps,
-    then ``n_steps`` steps of which every ``thin``-th is kept: ``n_steps // thin`` draws
-    per chain. Chains are vmapped; steps run in `jax.lax.scan` chunks (``chunk_size``
-    kept draws each; a progress bar advances per chunk; MALA only). Random numbers depend
-    only on ``key`` and the step index, so the chunking does not change the draws.
+    A log density that is not a problem's goes through the algorithm builders
+    (`mala_algorithm`, `jcalib.bayes.hmc.hmc_algorithm`, `jcalib.bayes.hmc.nuts_algorithm`) and
+    `jcalib.algorithm.run` (see `mala_algorithm`'s example).
 
     Args:
         key: a ``jax.random`` key; the same key gives the same result.
-        problem_or_logdensity_fn: a `CalibrationProblem` (its ``log_posterior``; names,
-            box and physical units come from ``problem.space``) or log π(θ) in internal
-            coordinates, a JAX function ``(n_params,) -> ()`` (``problem.log_posterior``
-            itself works too); -inf or NaN where π is zero or the model fails.
-        theta0_internal: start, ``(n_params,)`` for all chains (the paper starts at the
-            Gauss-Newton estimate) or ``(n_chains, n_params)``; float64, with a finite
-            log density and gradient.
+        problem: the `CalibrationProblem` (its ``log_posterior``; names, units and the
+            internal coordinates come from ``problem.space``).
+        theta0: start, physical values (or internal with ``coordinates="internal"``): None
+            (the nominal values), a ``{name: value}`` mapping, ``(n_free,)`` for all chains (the
+            paper starts at the Gauss-Newton estimate) or ``(n_chains, n_free)``; with a finite
+            log posterior and gradient.
         n_steps: steps per chain after warm-up and burn-in.
+        coordinates: ``"physical"`` (default) or ``"internal"``, the system of ``theta0``.
         n_chains: chains.
         burn_in: steps discarded before recording (the paper: 500 of 2500).
         thin: keep every ``thin``-th step.
-        step_sizes: MALA with `Prescaled`: ``"prescaled"`` (`prescaling` with its fraction
-            and ``bounds``), a `Prescaling`, or the diagonal of P (scalar or ``(n_params,)``),
-            positive. MALA with a dense metric: the scalar h (below). HMC/NUTS: the leapfrog
-            step ε, ``"prescaled"`` meaning ε = n_params^(-1/4).
-        bounds: ``(lower, upper)`` in internal coordinates for the prescaling draws;
-            default: the box of the problem or of ``to_physical`` (a `ParameterSpace`).
-        preconditioner: `Prescaled(fraction)` (the diagonal P above; MALA's default is
-            ``Prescaled()``, τ_i = 1/50 of the range; the paper used 1/50 and 1/200),
-            `DenseMetric(cov)`: a symmetric positive definite ``(n_params, n_params)``
-            covariance C in internal coordinates (module doc), or `Laplace()`: C from
-            `jcalib.bayes.adaptation.laplace_covariance` at the mean start (start at an
-            estimate, e.g. Gauss-Newton's; the default of HMC and NUTS, where C is the
-            inverse mass matrix). None, a matrix and ``"laplace"`` are short forms. For
-            MALA with C, ``step_sizes`` is the scalar h of the proposal
-            θ + h C ∇log π + √(2h) L r; ``"prescaled"`` means h = 1.65²/(2 n^(1/3)), the
-            optimal MALA scale for a Gaussian target of covariance C (Roberts &
-            Rosenthal 1998); combine with ``warmup`` to adapt it.
+        kernel: ``"mala"`` (the paper's prescaled MALA, default), ``"hmc"`` or ``"nuts"``
+            (blackjax's kernels, `jcalib.bayes.hmc`).
+        preconditioner: `Prescaled(fraction)` (MALA's default: the diagonal P of
+            `jcalib.bayes.adaptation.prior_prescaling`, τ_i = 1/50 of each prior range; the paper
+            used 1/50 and 1/200), `DenseMetric(cov)`: a symmetric positive definite covariance C
+            in internal coordinates (MALA proposes θ + h C ∇log π + √(2h) L r), or `Laplace()`:
+            C = `jcalib.bayes.adaptation.laplace_covariance` at the mean start (the default of
+            HMC and NUTS, where C is the inverse mass matrix). None, a matrix and ``"laplace"``
+            are short forms.
+        step_sizes: MALA with `Prescaled`: ``"prescaled"``, a `Prescaling`, or the diagonal of P
+            (scalar or ``(n_free,)``), positive. MALA with a dense metric: the scalar h,
+            ``"prescaled"`` meaning h = 1.65²/(2 n^(1/3)) (Roberts & Rosenthal 1998). HMC/NUTS:
+            the leapfrog step ε, ``"prescaled"`` meaning ε = n^(-1/4).
         warmup: steps adapting a global factor on P (on ε for HMC/NUTS) towards
             ``target_acceptance`` (dual averaging), discarded; 0 keeps P as given (the
             paper's procedure).
         target_acceptance: in (0, 1); default 0.6 for MALA (the paper calls 50-70 % ideal),
             0.8 for HMC/NUTS (blackjax's and Stan's default).
-        to_physical: internal -> physical map of the samples: a `ParameterSpace` (also
-            names, units, log-scale flags and box) or a function ``(n_params,) ->
-            (n_params,)``; None: identity (or the problem's space).
-        names: parameter names (default: from the space, else ``x0, x1, ...``).
-        backend: ``"jcalib"`` (`prescaled_mala`) or ``"blackjax"`` (`blackjax_mala`).
-        chunk_size: kept draws per compiled chunk (default: all at once, or 20 chunks
-            with ``progress``).
-        progress: show a progress bar (MALA only; HMC/NUTS run in one compiled program).
-        kernel: ``"mala"``, ``"hmc"`` or ``"nuts"`` (module doc of `jcalib.bayes.hmc`).
+        backend: MALA's implementation, ``"jcalib"`` or ``"blackjax"`` (`mala_algorithm`).
+        chunk_size: kept draws per compiled chunk (default: all at once, or 20 chunks with
+            ``progress``).
+        progress: show progress bars.
 
     Returns:
         `PosteriorResult`: samples by chain in internal and physical units, acceptance per
         chain, ESS, R-hat, MCSE, mean, sd, quantiles, the best sample, step sizes, and
-        ``warnings`` (one line each) when a chain accepted < 5 %, R-hat > 1.05 or bulk
-        ESS < 100 (`jcalib.bayes.diagnostics.sampling_warnings`). For HMC/NUTS,
-        ``extra`` also holds the divergences per chain, the step size ε and the inverse mass
-        matrix; NUTS's acceptance per chain is its mean acceptance statistic.
+        ``warnings`` (`jcalib.bayes.diagnostics.sampling_warnings`). ``extra["status"]`` is
+        `jcalib.algorithm.run`'s (``"interrupted"``: Ctrl-C, the finished chunks are kept). For
+        HMC/NUTS, ``extra`` also holds the divergences per chain, ε and the inverse mass matrix.
 
     Raises:
-        ValueError: float64 not enabled; bad sizes, ``theta0_internal`` shape or a start
-            with a non-finite log density or gradient; bad ``step_sizes``,
-            ``bounds``, ``preconditioner``, ``target_acceptance``, ``backend``, ``kernel``,
-            ``names`` or ``to_physical``; ``chunk_size`` or ``backend="blackjax"`` with HMC/NUTS.
+        ValueError: float64 not enabled; ``problem`` not a `CalibrationProblem`; bad sizes,
+            ``theta0`` or ``coordinates``, or a start with a non-finite log density or
+            gradient; bad ``step_sizes``, ``preconditioner``, ``target_acceptance``,
+            ``backend``, ``kernel`` or ``chunk_size``.
 
     Warns:
         SamplingWarning: each of the result's ``warnings`` (a stalled or unmixed run).
+
+    Example:
+        >>> result = sample(jax.random.key(0), problem, n_steps=2000, warmup=500)  # doctest: +SKIP
+        >>> result.summary()                                                     # doctest: +SKIP
     """
     start_time = time.perf_counter()
     if not jax.config.jax_enable_x64:
         raise ValueError("sample: MALA runs in float64; call jax.config.update('jax_enable_x64', True) first")
-    logdensity_fn, space = _resolve_target(problem_or_logdensity_fn, to_physical, "sample")
+    if not isinstance(problem, CalibrationProblem):
+        raise ValueError(f"sample: problem must be a CalibrationProblem; got {type(problem).__name__} (for a log "
+                         "density function use mala_algorithm, hmc_algorithm or nuts_algorithm with "
+                         "jcalib.algorithm.run)")
     _check_settings(n_steps=n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin, warmup=warmup)
     _check_options(kernel, backend, target_acceptance, chunk_size)
-    theta0 = _starts(theta0_internal, n_chains, space)
-    n = int(theta0.shape[1])
-    names = _resolve_names(names, space, n)
-    phys_fn = _physical_fn(to_physical, space)
-    if kernel != "mala":
-        return hmc.sample_chains(
-            key, kernel, logdensity_fn, theta0, n_steps, burn_in=burn_in, thin=thin, warmup=warmup,
-            preconditioner=hmc.default_preconditioner(preconditioner), step_size=step_sizes,
-            target_acceptance=0.8 if target_acceptance is None else target_acceptance, bounds=bounds, space=space,
-            names=names, phys_fn=phys_fn, start_time=start_time)
-    return _sample_mala(key, logdensity_fn, theta0, n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin,
-                        step_sizes=step_sizes, bounds=bounds, preconditioner=as_preconditioner(preconditioner),
-                        warmup=warmup, target_acceptance=0.6 if target_acceptance is None else target_acceptance,
-                        space=space, names=names, phys_fn=phys_fn, backend=backend, chunk_size=chunk_size,
-                        progress=progress, start_time=start_time)
+    theta0_internal = problem_starts(problem, theta0, coordinates, int(n_chains), "sample")
+    if kernel == "mala":
+        preconditioner = as_preconditioner(preconditioner)
+        target = 0.6 if target_acceptance is None else float(target_acceptance)
+    else:
+        preconditioner = hmc.default_preconditioner(preconditioner)
+        target = 0.8 if target_acceptance is None else float(target_acceptance)
+    key_pre, key_warm, key_burn, key_draw = jax.random.split(key, 4)
+    setup = _adapt(key_pre, kernel, backend, problem, theta0_internal, preconditioner, step_sizes)
+    n_evaluations = setup.n_evaluations + int(n_chains)
+    _, _, start_valid = _evaluate_batch(setup.logdensity_fn, setup.positions)
+    _check_start(start_valid)
+    states = jax.vmap(setup.init)(setup.positions)
 
-
-def _sample_mala(key, logdensity_fn, theta0, n_steps, *, n_chains, burn_in, thin, step_sizes, bounds,
-                 preconditioner, warmup, target_acceptance, space, names, phys_fn, backend, chunk_size, progress,
-                 start_time) -> PosteriorResult:
-    """The ``kernel="mala"`` path of `sample` (arguments checked there): the step sizes from
-    the preconditioner strategy, then warm-up, burn-in and draws in compiled chunks."""
-    key_pre, key_warm, key_draw = jax.random.split(key, 3)
-    n = int(theta0.shape[1])
-    pre, dense, n_evaluations = None, None, 0
-    if isinstance(preconditioner, Prescaled):
-        pre, p0, start_valid, n_evaluations = _diagonal_step_sizes(key_pre, preconditioner, step_sizes, logdensity_fn,
-                                                                   theta0, bounds, space)
-    else:  # run plain MALA on u = L^-1 (θ - θ̄) (module doc)
-        cov, n_evaluations = _covariance(preconditioner, logdensity_fn, theta0, bounds, space)
-        dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), _cholesky(cov, n))
-        theta0, logdensity_fn = dense.to_u(theta0), dense
-        p0 = jnp.asarray(_positive(_dense_step(step_sizes, n), n, "sample", "step_sizes"))
-        start_valid = None  # checked by the first sampling chunk (one compiled program)
-    if p0.shape != (n,):
-        raise ValueError(f"sample: step_sizes must have shape ({n},); got shape {p0.shape}")
-    if start_valid is not None:
-        _check_start(start_valid)
-
-    # warm-up, burn-in and draws run in one compiled program (the kernel, with the model solve
-    # and its gradient, is compiled once); the warm-up runs inside the first chunk
-    positions = theta0
-    da = dual_averaging_init(p0.dtype)
-    warm_rate_sum = jnp.zeros((), p0.dtype)
     n_draws = int(n_steps) // int(thin)
     if chunk_size is None:
         chunk_size = -(-n_draws // 20) if progress else n_draws
-    chunk = min(int(chunk_size), n_draws)
-    n_chunks = -(-n_draws // chunk)
-    traces = []
-    with tqdm(total=int(warmup) + int(burn_in) + n_draws * int(thin), desc="prescaled MALA", unit="step",
-              disable=not progress) as bar:
-        for c in range(n_chunks):
-            n_warm, n_burn = (int(warmup), int(burn_in)) if c == 0 else (0, 0)
-            start = 0 if c == 0 else int(burn_in) + c * chunk * int(thin)
-            positions, da, warm_rate_sum, valid0, trace = _segment(
-                logdensity_fn, backend, key_warm, key_draw, positions, p0, da, warm_rate_sum,
-                jnp.asarray(n_warm), jnp.asarray(n_burn), jnp.asarray(start), jnp.asarray(thin), chunk,
-                jnp.asarray(float(target_acceptance), p0.dtype))
-            if c == 0 and start_valid is None:
-                _check_start(valid0)
-            keep = min(chunk, n_draws - c * chunk)
-            traces.append([np.asarray(x)[:keep] for x in trace])
-            bar.update(n_warm + n_burn + keep * int(thin))
-            if progress:
-                rate = np.sum([t[2].sum() for t in traces]) / ((c * chunk + keep) * thin * n_chains)
-                bar.set_postfix(acceptance=f"{rate:.2f}")
-    factor = float(jnp.exp(da.log_x_avg))
-    p = p0 * factor
+    steps_per_chunk = int(chunk_size) * int(thin)
+    factor, warm_mean = jnp.ones((), jnp.float64), None
+    warm_totals = None
     if warmup:
-        n_evaluations += int(warmup) * int(n_chains)
-    pos, lp, accepted, p_accept, invalid = (np.concatenate([t[i] for t in traces]) for i in range(5))
-    if dense is not None:
-        pos = np.asarray(dense.to_theta(jnp.asarray(pos)))
-    n_evaluations += (int(burn_in) + n_chunks * (chunk * int(thin) + 1)) * int(n_chains)
-    samples_internal = np.swapaxes(pos, 0, 1)  # (n_chains, n_draws, n)
-    logdensity = np.swapaxes(lp, 0, 1)
-    n_kept_steps = n_draws * int(thin)
-    acceptance = accepted.sum(axis=0) / n_kept_steps
-    mean_p_accept = p_accept.sum(axis=0) / n_kept_steps
-    samples = np.asarray(phys_fn(jnp.asarray(samples_internal)))
-    extra = {"backend": backend, "metric": type(preconditioner).__name__, "target_acceptance": float(target_acceptance),
-             "step_size_factor": factor, "mean_acceptance_probability": mean_p_accept,
-             "invalid_proposal_rate": invalid.sum(axis=0) / n_kept_steps,
-             "warmup_acceptance_mean": float(warm_rate_sum) / int(warmup) if warmup else None}
-    if dense is not None:
-        extra.update({"preconditioner": np.asarray(dense.chol @ dense.chol.T), "step_size_h": float(p[0])})
-        p = p * jnp.diagonal(dense.chol @ dense.chol.T)  # the diagonal of h C
-    if pre is not None:
-        extra.update({"tau": np.asarray(pre.tau), "mean_abs_grad": np.asarray(pre.mean_abs_grad),
-                      "prescaling_n_valid": int(pre.n_valid), "step_sizes_prescaled": np.asarray(pre.step_sizes)})
+        states, factor, warm_mean, warm_totals = dual_averaging_warmup(
+            key_warm, setup.kernel, states, int(warmup), target, chunk_size=steps_per_chunk, progress=progress)
+    chains = vmap_chains(Algorithm(setup.init, lambda k, state: setup.kernel(k, state, factor), True))
+    counted = _with_totals(chains)
+    burn_totals = None
+    if burn_in:
+        out = run(key_burn, counted, (states, zero_totals(setup.kernel, states)), int(burn_in),
+                  chunk_size=steps_per_chunk, trace_fn=lambda state, info: None, progress=progress, desc="burn-in")
+        states, burn_totals = out.state
+    out = run(key_draw, counted, (states, zero_totals(setup.kernel, states)), int(n_steps), thin=int(thin),
+              chunk_size=steps_per_chunk, trace_fn=lambda state, info: (state[0].position, state[0].logdensity),
+              progress=progress, desc=f"{kernel} sampling")
+    states, totals = out.state
+    positions, logdensity = (np.asarray(x) for x in out.trace)
+    if setup.to_theta is not None:
+        positions = np.asarray(setup.to_theta(jnp.asarray(positions)))
+    n_counted = max(out.n_steps, 1)
+    totals = jax.tree_util.tree_map(np.asarray, totals)
+    samples_internal = np.swapaxes(positions, 0, 1)  # (n_chains, n_draws, n)
+    factor = float(factor)
+    extra = dict(setup.extra)
+    extra.update({"status": out.status, "target_acceptance": target, "step_size_factor": factor,
+                  "mean_acceptance_probability": totals.acceptance_rate / n_counted,
+                  "warmup_acceptance_mean": float(warm_mean) if warmup else None})
+    phases = [t for t in (warm_totals, burn_totals, totals) if t is not None]
+    if kernel == "mala":
+        extra["invalid_proposal_rate"] = (n_counted - totals.is_valid) / n_counted
+        n_evaluations += (int(warmup) + int(burn_in) + out.n_steps) * int(n_chains)
+        step_diag = setup.step_diagonal * factor
+    else:
+        n_integration = float(sum(np.sum(np.asarray(t.num_integration_steps)) for t in phases))
+        n_evaluations += int(n_integration)
+        eps = setup.step_size * factor
+        extra.update({"step_size": eps, "divergences": totals.is_divergent.astype(int),
+                      "mean_integration_steps": n_integration
+                      / max((int(warmup) + int(burn_in) + out.n_steps) * int(n_chains), 1)})
+        step_diag = eps**2 * setup.step_diagonal / 2.0  # the MALA-equivalent diagonal: one leapfrog step is MALA
+        # with ε²M⁻¹/2
+    space = problem.space
     return PosteriorResult.from_chains(
-        samples_internal, logdensity, acceptance, samples=samples, names=names,
-        units=space.units if space is not None else None,
-        log_scale=tuple(bool(b) for b in space.log_scale) if space is not None else None,
-        step_sizes=np.asarray(p), n_steps=int(n_steps),
-        method=f"{'preconditioned' if dense is not None else 'prescaled'}-mala ({backend})",
-        burn_in=int(burn_in), thin=int(thin), warmup=int(warmup),
+        samples_internal, np.swapaxes(logdensity, 0, 1), totals.is_accepted / n_counted,
+        samples=np.asarray(space.to_physical(jnp.asarray(samples_internal))), names=space.names,
+        units=space.units, log_scale=tuple(bool(b) for b in space.log_scale), step_sizes=np.asarray(step_diag),
+        n_steps=int(n_steps), method=setup.method, burn_in=int(burn_in), thin=int(thin), warmup=int(warmup),
         n_logdensity_evaluations=n_evaluations, wall_time_s=time.perf_counter() - start_time, extra=extra,
     )
 
 
-# --- compiled pieces (logdensity_fn is an argument: a pytree such as a problem's bound method
-# or a Partial over a problem compiles once per problem structure) -------------------------------
+def _with_totals(chains: Algorithm) -> Algorithm:
+    """The chains with per-chain sums of their infos carried in the state: ``(states, totals)``
+    (every step counts, thinned or not)."""
+
+    def step(key, carry):
+        states, totals = carry
+        states, info = chains.step(key, states)
+        return (states, jax.tree_util.tree_map(lambda t, x: t + x.astype(t.dtype), totals, info)), info
+
+    return Algorithm(lambda carry: carry, step, True)
+
+
+class _Setup(NamedTuple):
+    """What the adaptation hands to the sampling phase (before the warm-up)."""
+
+    logdensity_fn: Callable  # the density the chains move on (u coordinates for a dense MALA)
+    positions: Array  # the starts in those coordinates
+    init: Callable  # init(position) -> state
+    kernel: Callable  # kernel(key, state, factor) -> (state, info)
+    to_theta: Callable | None  # positions -> internal coordinates (dense MALA)
+    step_diagonal: np.ndarray  # MALA: the diagonal of P (h diag(C)); HMC/NUTS: diag of M^-1
+    step_size: float  # HMC/NUTS: ε_0
+    method: str
+    extra: dict
+    n_evaluations: int
+
+
+def _adapt(key, kernel: str, backend: str, problem, theta0, preconditioner, step_sizes) -> _Setup:
+    """The preconditioner's numbers (`jcalib.bayes.adaptation`) and the kernel built on them."""
+    logdensity_fn = problem_logdensity(problem)
+    n = int(theta0.shape[1])
+    extra: dict = {"metric": type(preconditioner).__name__}
+    n_evaluations = 0
+    pre = None
+    if isinstance(preconditioner, Prescaled):
+        if isinstance(step_sizes, Prescaling):
+            pre = step_sizes
+        elif kernel == "mala" and not (isinstance(step_sizes, str) and step_sizes == "prescaled"):
+            diagonal = _explicit_step_sizes(step_sizes, n)
+        else:  # the paper's prescaling (HMC/NUTS: as the diagonal inverse mass matrix)
+            pre = preconditioner.prescaling(key, problem, theta0)
+            n_evaluations += int(pre.draws.shape[0])
+        if pre is not None:
+            diagonal = np.asarray(pre.step_sizes)
+        if pre is not None:
+            extra.update({"tau": np.asarray(pre.tau), "mean_abs_grad": np.asarray(pre.mean_abs_grad),
+                          "prescaling_n_valid": int(pre.n_valid), "step_sizes_prescaled": np.asarray(pre.step_sizes),
+                          "scale_from": list(pre.scale_from)})
+        if diagonal.shape != (n,):
+            raise ValueError(f"sample: step_sizes must have shape ({n},); got shape {diagonal.shape}")
+        cov = None
+    else:
+        if isinstance(preconditioner, DenseMetric):
+            cov = preconditioner.cov
+        else:
+            cov = preconditioner.covariance(logdensity_fn, jnp.mean(theta0, axis=0), bounds=_finite_box(problem))
+            n_evaluations += 2 * n
+        chol = _cholesky_factor(cov, n)
+        cov = chol @ chol.T
+    if kernel == "mala":
+        if cov is None:
+            base = jnp.asarray(diagonal)
+            fn, positions, to_theta, step_diag, method = logdensity_fn, theta0, None, diagonal, "prescaled"
+        else:  # plain MALA on u = L^-1 (θ - θ̄) (module doc)
+            h = _dense_step(step_sizes, n)
+            dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), jnp.asarray(chol))
+            fn, positions, to_theta = dense, dense.to_u(theta0), dense.to_theta
+            base, step_diag, method = jnp.full(n, h), h * np.diagonal(cov), "preconditioned"
+            extra.update({"preconditioner": np.asarray(cov), "step_size_h": h})
+        mala_kernel = _kernel(backend, fn)
+        extra["backend"] = backend
+        return _Setup(fn, positions, lambda x: _init_state(fn, x),
+                      lambda k, state, factor: mala_kernel(k, state, factor * base), to_theta, np.asarray(step_diag),
+                      float("nan"), f"{method}-mala ({backend})", extra, n_evaluations)
+    eps0 = _leapfrog_step(kernel, step_sizes, n)
+    inverse_mass = np.asarray(diagonal) if cov is None else np.asarray(cov)
+    transition = hmc.transition(kernel, logdensity_fn, jnp.asarray(inverse_mass))
+    extra.update({"kernel": kernel, "inverse_mass_matrix": inverse_mass})
+    return _Setup(logdensity_fn, theta0, lambda x: hmc.init_state(logdensity_fn, x),
+                  lambda k, state, factor: transition(k, state, eps0 * factor), None,
+                  inverse_mass if inverse_mass.ndim == 1 else np.diagonal(inverse_mass), eps0,
+                  f"{kernel} (blackjax), {type(preconditioner).__name__} metric", extra, n_evaluations)
+
+
+def _finite_box(problem):
+    """The problem's internal box if every bound is finite, else None."""
+    lower, upper = np.asarray(problem.space.lower_internal), np.asarray(problem.space.upper_internal)
+    return (lower, upper) if np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) else None
+
+
+def _explicit_step_sizes(step_sizes, n: int) -> np.ndarray:
+    if isinstance(step_sizes, Prescaling):
+        return np.asarray(step_sizes.step_sizes)
+    if isinstance(step_sizes, str):
+        raise ValueError(
+            f"sample: step_sizes must be 'prescaled', a Prescaling or positive numbers; got {step_sizes!r}")
+    return _positive(step_sizes, n, "sample", "step_sizes")
+
+
+def _leapfrog_step(kernel: str, step_size, n: int) -> float:
+    if isinstance(step_size, str) and step_size == "prescaled":
+        return n ** -0.25
+    if isinstance(step_size, (int, float, np.integer, np.floating)) and not isinstance(step_size, bool) \
+            and 0 < step_size < np.inf:
+        return float(step_size)
+    raise ValueError(f"sample: with kernel={kernel!r}, step_sizes is the leapfrog step ε: 'prescaled' "
+                     f"(n_params^(-1/4), adapted by warmup) or one positive number; got {step_size!r}")
+
+
 def _kernel(backend: str, logdensity_fn: Callable):
     return build_kernel(logdensity_fn) if backend == "jcalib" else _blackjax_kernel(logdensity_fn)
-
-
-def _step_all(kernel, key, t, states: MALAState, p):
-    """One step of every chain; step t of chain c uses fold_in(key, t) split n_chains ways."""
-    keys = jax.random.split(jax.random.fold_in(key, t), states.position.shape[0])
-    return jax.vmap(kernel, in_axes=(0, 0, None))(keys, states, p)
-
-
-def _init_all(logdensity_fn, positions) -> MALAState:
-    return jax.vmap(lambda x: _init_state(logdensity_fn, x))(positions)
-
-
-@eqx.filter_jit
-def _segment(logdensity_fn, backend: str, key_warm, key, positions, p0, da: DualAveragingState, warm_rate_sum,
-             n_warmup, n_burn, start, thin, n_records: int, target):
-    """From ``positions``: ``n_warmup`` warm-up steps, ``n_burn`` discarded steps, then
-    ``n_records`` kept draws ``thin`` steps apart, all in one loop over the step index t.
-
-    Warm-up steps (t in [-n_warmup, 0)) use ``fold_in(key_warm, t + n_warmup)`` and the step
-    sizes ``s p0`` with s adapted by dual averaging on the chains' mean acceptance
-    probability towards ``target``; later steps (counted from ``start``) use ``fold_in(key,
-    t)`` and the averaged factor ``s̄ p0``. So the program holds one copy of the kernel (with
-    the model solve and its gradient) and compiles once for every chunk (the counts are
-    traced); later chunks pass ``n_warmup = 0`` and the adapted ``da``. The state is
-    re-evaluated at ``positions``, which is deterministic, so chunking does not change the
-    chain. Counts exclude warm-up and burn-in steps. Also returns whether the log density
-    and its gradient were finite at ``positions`` (per chain).
-    """
-    kernel = _kernel(backend, logdensity_fn)
-    n_chains = positions.shape[0]
-    zeros_int = jnp.zeros(n_chains, jnp.int32)
-    offset = start + n_burn  # first counted step
-    warm_data, draw_data = jax.random.key_data(key_warm), jax.random.key_data(key)
-
-    def inner(t, carry):
-        states, da, rate_sum, accepted, p_sum, invalid = carry
-        warm = t < start
-        step_key = jax.random.wrap_key_data(jnp.where(warm, warm_data, draw_data))
-        step = jnp.where(warm, t - start + n_warmup, t)
-        factor = jnp.exp(jnp.where(warm, da.log_x, da.log_x_avg))
-        states, info = _step_all(kernel, step_key, step, states, factor * p0)
-        rate = jnp.mean(info.acceptance_rate)
-        da = jax.tree.map(lambda new, old: jnp.where(warm, new, old), dual_averaging_update(da, target, rate), da)
-        counted = t >= offset
-        return (states, da, rate_sum + jnp.where(warm, rate, 0.0),
-                accepted + (counted & info.is_accepted).astype(jnp.int32),
-                p_sum + jnp.where(counted, info.acceptance_rate, 0.0),
-                invalid + (counted & ~info.is_valid).astype(jnp.int32))
-
-    def outer(carry, r):
-        states, da, rate_sum = carry
-        first = jnp.where(r == 0, start - n_warmup, offset + r * thin)
-        init = (states, da, rate_sum, zeros_int, jnp.zeros(n_chains, p0.dtype), zeros_int)
-        states, da, rate_sum, accepted, p_sum, invalid = jax.lax.fori_loop(first, offset + (r + 1) * thin, inner,
-                                                                           init)
-        return (states, da, rate_sum), (states.position, states.logdensity, accepted, p_sum, invalid)
-
-    states0 = _init_all(logdensity_fn, positions)
-    valid0 = jnp.isfinite(states0.logdensity)  # _evaluate maps invalid values to -inf
-    (states, da, warm_rate_sum), trace = jax.lax.scan(outer, (states0, da, warm_rate_sum), jnp.arange(n_records))
-    return states.position, da, warm_rate_sum, valid0, trace
 
 
 def _check_settings(**counts) -> None:
@@ -595,60 +597,9 @@ def _check_options(kernel, backend, target_acceptance, chunk_size) -> None:
         raise ValueError(f"sample: target_acceptance must lie in (0, 1); got {target_acceptance!r}")
     if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
         raise ValueError(f"sample: chunk_size must be a positive integer or None; got {chunk_size!r}")
-    if chunk_size is not None and kernel != "mala":
-        raise ValueError(f"sample: chunk_size applies to kernel='mala' only (kernel={kernel!r} runs in one "
-                         "compiled program); leave it at None")
 
 
-def _starts(theta0_internal, n_chains: int, space) -> Array:
-    """The starts as a float64 ``(n_chains, n_params)`` array."""
-    theta0 = as_float64(theta0_internal, "sample", "theta0_internal")
-    if theta0.ndim == 1:
-        theta0 = jnp.broadcast_to(theta0[None, :], (int(n_chains), theta0.shape[0]))
-    if theta0.ndim != 2 or theta0.shape[0] != n_chains:
-        raise ValueError(
-            f"sample: theta0_internal must have shape (n_params,) or (n_chains={n_chains}, n_params); "
-            f"got shape {jnp.shape(theta0_internal)}"
-        )
-    n = int(theta0.shape[1])
-    if space is not None and space.n_params != n:
-        raise ValueError(
-            f"sample: theta0_internal has {n} entries but the parameter space has {space.n_params} "
-            f"({', '.join(space.names)})"
-        )
-    return theta0
-
-
-def _diagonal_step_sizes(key, strategy: Prescaled, step_sizes, logdensity_fn, theta0, bounds, space):
-    """(Prescaling or None, the diagonal P, the starts' validity or None, evaluations) for the
-    diagonal sampler: `Prescaled.prescaling` for ``step_sizes="prescaled"``, else as given."""
-    n = int(theta0.shape[1])
-    if isinstance(step_sizes, Prescaling):
-        return step_sizes, jnp.asarray(step_sizes.step_sizes), None, 0
-    if not isinstance(step_sizes, str):
-        return None, jnp.asarray(_positive(step_sizes, n, "sample", "step_sizes")), None, 0
-    if step_sizes != "prescaled":
-        raise ValueError(
-            f"sample: step_sizes must be 'prescaled', a Prescaling or positive numbers; got {step_sizes!r}")
-    if bounds is None and space is None:
-        raise ValueError(
-            "sample: step_sizes='prescaled' needs the prior box: pass bounds=(lower, upper) in internal "
-            "coordinates, a ParameterSpace as to_physical, or explicit step_sizes"
-        )
-    # the starts are checked in the same compiled batch as the prescaling draws
-    pre, start_valid = strategy.prescaling(key, logdensity_fn, bounds, space, extra_points=theta0)
-    return pre, pre.step_sizes, start_valid, int(pre.draws.shape[0]) + int(theta0.shape[0])
-
-
-def _covariance(strategy, logdensity_fn, theta0, bounds, space) -> tuple[np.ndarray, int]:
-    """(C, log density evaluations spent on it) of a `DenseMetric` or `Laplace` strategy."""
-    if isinstance(strategy, DenseMetric):
-        return strategy.cov, 0
-    box = _resolve_bounds(bounds, space, "sample") if (bounds is not None or space is not None) else None
-    return strategy.covariance(logdensity_fn, jnp.mean(theta0, axis=0), bounds=box), 2 * int(theta0.shape[1])
-
-
-def _dense_step(step_sizes, n: int):
+def _dense_step(step_sizes, n: int) -> float:
     """The scalar h of the dense proposal: ``"prescaled"`` means h = 1.65²/(2 n^(1/3))."""
     if isinstance(step_sizes, Prescaling):
         raise ValueError("sample: with a preconditioner, step_sizes is the scalar h (or 'prescaled'), not a "
@@ -658,7 +609,8 @@ def _dense_step(step_sizes, n: int):
     if not isinstance(step_sizes, str) and np.ndim(step_sizes) != 0:
         raise ValueError("sample: with a preconditioner, step_sizes must be one positive number h (the "
                          f"preconditioner carries the per-parameter scales); got shape {np.shape(step_sizes)}")
-    return _DENSE_STEP * n ** (-1.0 / 3.0) if isinstance(step_sizes, str) else step_sizes
+    h = _DENSE_STEP * n ** (-1.0 / 3.0) if isinstance(step_sizes, str) else step_sizes
+    return float(_positive(h, 1, "sample", "step_sizes")[0])
 
 
 class _Preconditioned(eqx.Module):
@@ -679,10 +631,3 @@ class _Preconditioned(eqx.Module):
     def to_theta(self, u: Float[Array, "... n"]) -> Float[Array, "... n"]:
         flat = u.reshape(-1, self.shift.shape[0]) @ self.chol.T + self.shift[None, :]
         return flat.reshape(u.shape)
-
-
-def _cholesky(matrix, n: int) -> Array:
-    return jnp.asarray(_cholesky_factor(matrix, n))
-
-
-# --- argument handling -----------------------------------------------------------------------

@@ -3,7 +3,8 @@
 
 - `Prescaled(fraction)`: the paper's diagonal prescaling (Wulkow et al. 2021, Appendix A.2):
   step sizes P_ii from target mean step lengths, ``fraction`` of each parameter's prior range
-  (`jcalib.bayes.adaptation.prescaling`). MALA's default.
+  (`jcalib.bayes.adaptation.prior_prescaling`: the box for the default uniform prior, the
+  prior's spread otherwise, the curvature at the start without a proper prior). MALA's default.
 - `DenseMetric(cov)`: a fixed symmetric positive definite covariance C in internal
   coordinates (e.g. the Gauss-Newton covariance at the estimate): MALA proposes
   θ + h C ∇log π + √(2h) L r (C = L Lᵀ); HMC/NUTS use C as the inverse mass matrix.
@@ -29,9 +30,9 @@ from collections.abc import Callable
 
 import equinox as eqx
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import ArrayLike, Float, PRNGKeyArray
 
-from jcalib.bayes.adaptation import Prescaling, _prescaling, laplace_covariance
+from jcalib.bayes.adaptation import Prescaling, laplace_covariance, prior_prescaling
 
 __all__ = ["AbstractPreconditioner", "DenseMetric", "Laplace", "Prescaled", "as_preconditioner",
            "laplace_covariance"]
@@ -57,15 +58,11 @@ class Prescaled(AbstractPreconditioner):
             raise ValueError(f"Prescaled: fraction must be positive and finite (a number or one per parameter); "
                              f"got {self.fraction!r}")
 
-    def prescaling(self, key: PRNGKeyArray, logdensity_fn: Callable, bounds, space=None,
-                   extra_points=None) -> tuple[Prescaling, Array]:
-        """`jcalib.bayes.adaptation.prescaling` with this fraction (100 uniform draws in the
-        box); also returns whether ``extra_points`` (the starts) are valid, evaluated in the
-        same compiled batch."""
-        from jcalib.bayes.adaptation import _N_PRESCALING_DRAWS
-
-        return _prescaling(key, logdensity_fn, bounds, space, self.fraction, _N_PRESCALING_DRAWS, None, 0.1,
-                           extra_points=extra_points)
+    def prescaling(self, key: PRNGKeyArray, problem, theta0_internal: Float[ArrayLike, "n_chains n"]) -> Prescaling:
+        """`jcalib.bayes.adaptation.prior_prescaling` with this fraction: the paper's 100
+        uniform box draws for the default uniform prior on finite bounds, the prior's draws and
+        spread otherwise, the curvature at the start where no proper prior exists."""
+        return prior_prescaling(key, problem, theta0_internal, coordinates="internal", fraction=self.fraction)
 
 
 class DenseMetric(AbstractPreconditioner):

@@ -12,13 +12,19 @@ import numpy as np
 import pytest
 
 import jcalib
-from jcalib.bayes import DenseMetric, Laplace, Prescaled, SamplingWarning, adaptation, mala
+from jcalib.algorithm import run, vmap_chains
+from jcalib.bayes import DenseMetric, Laplace, Prescaled, SamplingWarning, adaptation, hmc, mala
 from jcalib.bayes.result import PosteriorResult
 from jcalib.problem import CalibrationProblem
+from tests.bayes.problems import CutLinearModel, gaussian_problem
 
 MEAN = np.array([1.0, -2.0])
 COV = np.array([[1.0, 1.8], [1.8, 4.0]])  # correlation 0.9
 N_CHAINS, N_STEPS, WARMUP = 4, 1000, 200
+
+
+GAUSSIAN = gaussian_problem(MEAN, COV)  # the posterior is N(MEAN, COV)
+HALF_FAILING = gaussian_problem(np.zeros(2), np.eye(2), model_cls=CutLinearModel)  # solves fail for x0 > 0.5
 
 
 def _gaussian(x):
@@ -28,7 +34,7 @@ def _gaussian(x):
 
 @pytest.fixture(scope="module", params=["hmc", "nuts"])
 def gaussian_run(request):
-    result = mala.sample(jax.random.key(0), _gaussian, jnp.zeros(2), N_STEPS, n_chains=N_CHAINS, warmup=WARMUP,
+    result = mala.sample(jax.random.key(0), GAUSSIAN, np.zeros(2), N_STEPS, n_chains=N_CHAINS, warmup=WARMUP,
                          kernel=request.param)
     return request.param, result
 
@@ -57,11 +63,13 @@ def test_laplace_whitening_is_the_default_metric(gaussian_run):
 
 def test_same_key_same_draws_and_dense_metric_is_laplace_here():
     kwargs = dict(n_chains=2, warmup=20, kernel="nuts")
-    a = mala.sample(jax.random.key(4), _gaussian, jnp.zeros(2), 50, **kwargs)
-    b = mala.sample(jax.random.key(4), _gaussian, jnp.zeros(2), 50, preconditioner=Laplace(), **kwargs)
-    c = mala.sample(jax.random.key(4), _gaussian, jnp.zeros(2), 50, preconditioner=DenseMetric(COV), **kwargs)
-    d = mala.sample(jax.random.key(5), _gaussian, jnp.zeros(2), 50, **kwargs)
+    a = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, **kwargs)
+    b = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, preconditioner=Laplace(), **kwargs)
+    c = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, preconditioner=DenseMetric(COV), **kwargs)
+    d = mala.sample(jax.random.key(5), GAUSSIAN, np.zeros(2), 50, **kwargs)
+    chunked = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, chunk_size=15, **kwargs)
     np.testing.assert_array_equal(a.samples, b.samples)
+    np.testing.assert_array_equal(chunked.samples, a.samples)  # chunking does not change the draws
     np.testing.assert_allclose(c.samples, a.samples, atol=1e-4)  # Laplace = COV up to finite differences
     assert not np.allclose(d.samples, a.samples)
 
@@ -69,37 +77,45 @@ def test_same_key_same_draws_and_dense_metric_is_laplace_here():
 def test_sampling_warnings_as_for_mala():
     """Issue 17's warnings come with every kernel: 2 x 20 draws cannot reach a bulk ESS of 100."""
     with pytest.warns(SamplingWarning, match="bulk ESS below 100"):
-        result = mala.sample(jax.random.key(6), _gaussian, jnp.zeros(2), 20, n_chains=2, kernel="hmc",
+        result = mala.sample(jax.random.key(6), GAUSSIAN, np.zeros(2), 20, n_chains=2, kernel="hmc",
                              preconditioner=DenseMetric(COV))
     assert any("bulk ESS below 100" in message for message in result.warnings)
     assert result.to_dict()["warnings"] == list(result.warnings)
 
 
-def _half_failing(x):
-    """A standard normal whose 'solve' fails (NaN) for x0 > 1: the target is truncated there."""
-    return jnp.where(x[0] > 1.0, jnp.nan, -0.5 * jnp.sum(x**2))
-
-
 @pytest.mark.parametrize("kernel", ["hmc", "nuts"])
 def test_failed_solves_are_divergences_never_accepted(kernel):
-    result = mala.sample(jax.random.key(2), _half_failing, jnp.zeros(2), 1500, n_chains=2, warmup=200,
+    """A standard normal whose 'solve' fails for x0 > 0.5: the target is truncated there."""
+    result = mala.sample(jax.random.key(2), HALF_FAILING, np.zeros(2), 1500, n_chains=2, warmup=200,
                          kernel=kernel, preconditioner=DenseMetric(np.eye(2)))
     x = result.flat_samples()
-    assert np.all(np.isfinite(result.logdensity)) and np.all(x[:, 0] <= 1.0)
+    assert np.all(np.isfinite(result.logdensity)) and np.all(x[:, 0] <= 0.5)
     assert np.sum(result.extra["divergences"]) > 0
-    # mean of N(0, 1) truncated to x < 1: -φ(1)/Φ(1)
-    phi, big_phi = math.exp(-0.5) / math.sqrt(2 * math.pi), 0.5 * (1 + math.erf(1 / math.sqrt(2)))
+    # mean of N(0, 1) truncated to x < 0.5: -φ(0.5)/Φ(0.5)
+    phi, big_phi = math.exp(-0.125) / math.sqrt(2 * math.pi), 0.5 * (1 + math.erf(0.5 / math.sqrt(2)))
     assert abs(result.mean[0] + phi / big_phi) < 5 * result.mcse_mean[0]
     assert abs(result.mean[1]) < 5 * result.mcse_mean[1]
 
 
 def test_prescaled_metric_and_explicit_step():
-    box = (jnp.full(2, -10.0), jnp.full(2, 10.0))
-    result = mala.sample(jax.random.key(1), _gaussian, jnp.zeros(2), 200, n_chains=2, kernel="hmc",
-                         preconditioner=Prescaled(0.01), bounds=box, step_sizes=0.3)
+    result = mala.sample(jax.random.key(1), GAUSSIAN, np.zeros(2), 200, n_chains=2, kernel="hmc",
+                         preconditioner=Prescaled(0.0001), step_sizes=0.3)
     assert result.extra["metric"] == "Prescaled" and result.extra["step_size"] == 0.3
     np.testing.assert_allclose(result.extra["inverse_mass_matrix"], result.extra["step_sizes_prescaled"])
     assert np.all(np.isfinite(result.samples))
+
+
+@pytest.mark.parametrize("build", [hmc.hmc_algorithm, hmc.nuts_algorithm])
+def test_algorithms_on_a_raw_log_density(build):
+    """The builders are `Algorithm`s for any log density: `run` gives the Gaussian's moments."""
+    chains = vmap_chains(build(_gaussian, 0.8, COV))
+    out = run(jax.random.key(8), chains, chains.init(jnp.zeros((4, 2))), 600,
+              trace_fn=lambda state, info: state.position)
+    draws = np.asarray(out.trace)[100:].reshape(-1, 2)
+    assert out.status == "completed" and out.trace.shape == (600, 4, 2)
+    # 2000 draws, ESS per draw about 1 for whitened HMC/NUTS: 5 sd of the mean is 5 sqrt(4 / 2000) < 0.25
+    np.testing.assert_allclose(draws.mean(axis=0), MEAN, atol=0.25)
+    np.testing.assert_allclose(np.cov(draws, rowvar=False), COV, rtol=0.2, atol=0.2)
 
 
 def test_dual_averaging_finds_the_step_of_the_target_acceptance():
@@ -122,7 +138,8 @@ def test_nuts_on_the_reaction_posterior(reactions):
     """Smoke run on an ODE posterior: a PosteriorResult with names, ESS and R-hat."""
     model, problem = reactions
     start = problem.to_internal(jnp.asarray(model.parameters.nominal))
-    result = mala.sample(jax.random.key(3), problem, start, 60, n_chains=2, warmup=40, kernel="nuts")
+    result = mala.sample(jax.random.key(3), problem, start, 60, coordinates="internal", n_chains=2, warmup=40,
+                         kernel="nuts")
     assert result.names == ("kab", "kac", "kad") and result.samples.shape == (2, 60, 3)
     assert np.all(np.isfinite(result.samples)) and np.all(np.isfinite(result.ess_bulk))
     assert np.all(np.isfinite(result.rhat)) and result.extra["kernel"] == "nuts"
@@ -133,24 +150,24 @@ def test_nuts_on_the_reaction_posterior(reactions):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(kernel="gibbs"), "kernel must be one of ('mala', 'hmc', 'nuts'); got 'gibbs'"),
-    (dict(kernel="nuts", chunk_size=10), "chunk_size applies to kernel='mala' only"),
     (dict(kernel="nuts", backend="blackjax"), "kernel='nuts' always runs blackjax's kernel"),
     (dict(kernel="hmc", step_sizes=-1.0), "step_sizes is the leapfrog step"),
     (dict(kernel="hmc", step_sizes=np.ones(2)), "one positive number; got array"),
-    (dict(kernel="nuts", preconditioner=Prescaled(0.1)), "Prescaled needs the prior box"),
     (dict(kernel="nuts", preconditioner="hessian"), "preconditioner must be Prescaled(fraction), DenseMetric"),
     (dict(kernel="nuts", preconditioner=DenseMetric(np.eye(3))), "preconditioner must have shape (2, 2)"),
     (dict(kernel="nuts", preconditioner=DenseMetric(-np.eye(2))), "positive definite"),
 ])
 def test_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        mala.sample(jax.random.key(0), _gaussian, jnp.zeros(2), 10, n_chains=2, **kwargs)
+        mala.sample(jax.random.key(0), GAUSSIAN, np.zeros(2), 10, n_chains=2, **kwargs)
 
 
 def test_bad_start_and_strategies():
-    with pytest.raises(ValueError, match="not finite at theta0_internal"):
-        mala.sample(jax.random.key(0), _half_failing, jnp.array([2.0, 0.0]), 10, n_chains=2, kernel="nuts",
+    with pytest.raises(ValueError, match="not finite at theta0"):
+        mala.sample(jax.random.key(0), HALF_FAILING, np.array([2.0, 0.0]), 10, n_chains=2, kernel="nuts",
                     preconditioner=DenseMetric(np.eye(2)))
+    with pytest.raises(ValueError, match=re.escape("hmc_algorithm: step_size must be a positive number; got 0.0")):
+        hmc.hmc_algorithm(_gaussian, 0.0, np.ones(2))
     with pytest.raises(ValueError, match=re.escape("Prescaled: fraction must be positive and finite")):
         Prescaled(0.0)
     with pytest.raises(ValueError, match=re.escape("Prescaled: fraction must be positive and finite")):

@@ -11,9 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jcalib
+from jcalib.algorithm import run, vmap_chains
 from jcalib.bayes import Prescaled, mala
 from jcalib.bayes.result import PosteriorResult
+from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.probability.priors import Normal
+from tests.bayes.problems import gaussian_problem, linear_problem
 
 # --- linear-Gaussian reference: y = A θ + ε, ε ~ N(0, σ² I) ------------------------------------
 N_OBS, SIGMA = 30, 0.5
@@ -37,20 +40,6 @@ LOWER, UPPER = THETA_TRUE - 200 * _POST_SD, THETA_TRUE + 200 * _POST_SD  # wide 
 PRIOR_MEAN, PRIOR_SD = THETA_TRUE + 2 * _POST_SD, 1.5 * _POST_SD
 
 
-def _log_likelihood(a, y, theta):
-    r = y - a @ theta
-    return -0.5 * jnp.sum(r**2) / SIGMA**2
-
-
-def _uniform_posterior(a, y, lower, upper, theta):
-    inside = jnp.all((theta >= lower) & (theta <= upper))
-    return jnp.where(inside, _log_likelihood(a, y, theta), -jnp.inf)
-
-
-def _gaussian_posterior(a, y, mean, sd, theta):
-    return _log_likelihood(a, y, theta) - 0.5 * jnp.sum(((theta - mean) / sd) ** 2)
-
-
 def _analytic(prior: str):
     precision = A.T @ A / SIGMA**2
     shift = A.T @ Y / SIGMA**2
@@ -61,20 +50,22 @@ def _analytic(prior: str):
     return cov @ shift, cov
 
 
-def _logdensity(prior: str):
-    """A Partial over arrays: sample compiles once for both priors' shapes."""
-    a, y = jnp.asarray(A), jnp.asarray(Y)
-    if prior == "uniform":
-        return jax.tree_util.Partial(_uniform_posterior, a, y, jnp.asarray(LOWER), jnp.asarray(UPPER))
-    return jax.tree_util.Partial(_gaussian_posterior, a, y, jnp.asarray(PRIOR_MEAN), jnp.asarray(PRIOR_SD))
+SPACE = ParameterSpace([Parameter(n, float(t), float(lo), float(hi))
+                        for n, t, lo, hi in zip("abc", THETA_TRUE, LOWER, UPPER)])
+
+
+def _problem(prior: str):
+    """y = A θ + ε with a uniform box prior or Normal priors (the box cuts no prior mass)."""
+    spec = "uniform" if prior == "uniform" else {n: Normal(float(m), float(s))
+                                                  for n, m, s in zip("abc", PRIOR_MEAN, PRIOR_SD)}
+    return linear_problem(A, Y, SIGMA, SPACE, prior=spec)
 
 
 @pytest.fixture(scope="module", params=["uniform", "gaussian"])
 def linear_run(request):
     prior = request.param
-    result = mala.sample(jax.random.key(11), _logdensity(prior), jnp.asarray(THETA_TRUE), N_STEPS,
-                         n_chains=N_CHAINS, warmup=WARMUP, bounds=(LOWER, UPPER), preconditioner=Prescaled(0.01),
-                         names=["a", "b", "c"])
+    result = mala.sample(jax.random.key(11), _problem(prior), THETA_TRUE, N_STEPS, n_chains=N_CHAINS,
+                         warmup=WARMUP, preconditioner=Prescaled(0.01))
     return prior, result
 
 
@@ -111,8 +102,9 @@ def test_result_fields_and_best(linear_run):
     assert result.quantiles.shape == (3, 3)
     assert np.all(result.quantiles[0] < result.quantiles[1]) and np.all(result.quantiles[1] < result.quantiles[2])
     np.testing.assert_allclose(result.interval(0.9), result.quantiles[[0, 2]])
-    # starts (with the 100 prescaling draws), then one run: its start, warm-up and sampling
-    assert result.n_logdensity_evaluations == N_CHAINS * (2 + WARMUP + N_STEPS) + 100
+    # the 100 prescaling draws, the starts, then warm-up and sampling steps
+    assert result.n_logdensity_evaluations == N_CHAINS * (1 + WARMUP + N_STEPS) + 100
+    assert result.extra["status"] == "completed"
     np.testing.assert_array_equal(result.extra["invalid_proposal_rate"], 0.0)
     # a ratio of the reported numbers, not a speed check
     np.testing.assert_allclose(result.ess_per_second, result.ess_bulk / result.wall_time_s)
@@ -174,7 +166,7 @@ def test_detailed_balance_identity():
 def test_kernel_uses_the_acceptance_probability():
     """The kernel's proposal and acceptance probability are those of eqs. A17 and A15."""
     p = jnp.array([0.3, 0.05, 2.0])
-    algorithm = mala.prescaled_mala(_banana, p)
+    algorithm = mala.mala_algorithm(_banana, p)
     state = algorithm.init(jnp.array([0.5, -0.2, 1.0]))
     step = jax.jit(algorithm.step)
     for i in range(20):
@@ -193,7 +185,7 @@ def test_proposal_moments_on_a_linear_log_density():
     """For log π = bᵀθ every proposal is accepted (α = 1) and θ' ~ N(θ + P b, 2P)."""
     b = jnp.array([1.0, -3.0])
     p = jnp.array([0.2, 0.01])
-    algorithm = mala.prescaled_mala(lambda x: jnp.dot(b, x), p)
+    algorithm = mala.mala_algorithm(lambda x: jnp.dot(b, x), p)
     state = algorithm.init(jnp.array([1.0, 2.0]))
     n = 20000
     new, info = jax.jit(jax.vmap(algorithm.step, in_axes=(0, None)))(jax.random.split(jax.random.key(0), n), state)
@@ -215,7 +207,7 @@ def test_prescaled_kernel_equals_blackjax_in_rescaled_coordinates():
         return jax.lax.scan(body, algorithm.init(jnp.array([0.5, -0.2, 1.0])),
                             jax.random.split(jax.random.key(7), 300))[1]
 
-    ours, theirs = run(mala.prescaled_mala(_banana, p)), run(mala.blackjax_mala(_banana, p))
+    ours, theirs = run(mala.mala_algorithm(_banana, p)), run(mala.mala_algorithm(_banana, p, backend="blackjax"))
     np.testing.assert_array_equal(ours[1], theirs[1])
     assert 0.2 < float(np.mean(ours[1])) < 0.95
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12, atol=1e-12)
@@ -223,30 +215,45 @@ def test_prescaled_kernel_equals_blackjax_in_rescaled_coordinates():
 
 
 def test_sample_backends_agree_and_chunks_do_not_change_draws():
-    kwargs = dict(n_chains=2, step_sizes=jnp.array([0.3, 0.05, 2.0]), burn_in=10, thin=2)
-    x0 = jnp.array([0.5, -0.2, 1.0])
-    ours = mala.sample(jax.random.key(1), _banana, x0, 200, **kwargs)
-    theirs = mala.sample(jax.random.key(1), _banana, x0, 200, backend="blackjax", **kwargs)
+    problem = _problem("uniform")
+    kwargs = dict(n_chains=2, step_sizes=np.asarray(0.3 * _POST_SD**2), burn_in=10, thin=2)
+    ours = mala.sample(jax.random.key(1), problem, THETA_TRUE, 200, **kwargs)
+    theirs = mala.sample(jax.random.key(1), problem, THETA_TRUE, 200, backend="blackjax", **kwargs)
     # round-off of θ = √p u differs between the two and is amplified along the chain
     np.testing.assert_allclose(ours.samples, theirs.samples, rtol=1e-8, atol=1e-8)
     np.testing.assert_array_equal(ours.acceptance_rate, theirs.acceptance_rate)
-    chunked = mala.sample(jax.random.key(1), _banana, x0, 200, chunk_size=30, progress=True, **kwargs)
+    chunked = mala.sample(jax.random.key(1), problem, THETA_TRUE, 200, chunk_size=30, progress=True, **kwargs)
     np.testing.assert_array_equal(chunked.samples, ours.samples)
     np.testing.assert_array_equal(chunked.acceptance_rate, ours.acceptance_rate)
-    again = mala.sample(jax.random.key(1), _banana, x0, 200, **kwargs)
+    again = mala.sample(jax.random.key(1), problem, THETA_TRUE, 200, **kwargs)
     np.testing.assert_array_equal(again.samples, ours.samples)
-    other = mala.sample(jax.random.key(2), _banana, x0, 200, **kwargs)
+    other = mala.sample(jax.random.key(2), problem, THETA_TRUE, 200, **kwargs)
     assert not np.array_equal(other.samples, ours.samples)
     assert ours.samples.shape == (2, 100, 3) and ours.thin == 2 and ours.burn_in == 10
+    assert 0.1 < ours.acceptance < 0.99
+
+
+def test_algorithm_chunks_do_not_change_draws():
+    """`mala_algorithm` driven by `jcalib.algorithm.run`: the same draws in one chunk or many."""
+    chains = vmap_chains(mala.mala_algorithm(_banana, jnp.array([0.3, 0.05, 2.0])))
+    states = chains.init(jnp.zeros((2, 3)))
+
+    def positions(**kwargs):
+        return run(jax.random.key(3), chains, states, 60, trace_fn=lambda s, i: s.position, **kwargs).trace
+
+    whole = positions()
+    np.testing.assert_array_equal(positions(chunk_size=7), whole)
+    np.testing.assert_array_equal(positions(chunk_size=4, thin=2), whole[1::2])
+    assert whole.shape == (60, 2, 3) and not np.array_equal(whole[0, 0], whole[0, 1])
 
 
 def test_diagonal_preconditioner_gives_the_prescaled_chain():
     """C = diag(p) with h = 1 is the prescaled proposal, draw for draw (module doc)."""
-    p = jnp.array([0.3, 0.05, 2.0])
-    x0 = jnp.array([0.5, -0.2, 1.0])
-    ours = mala.sample(jax.random.key(1), _banana, x0, 200, n_chains=2, step_sizes=p)
-    dense = mala.sample(jax.random.key(1), _banana, x0, 200, n_chains=2, step_sizes=1.0,
-                        preconditioner=np.diag(np.asarray(p)))
+    problem = _problem("uniform")
+    p = np.asarray(0.3 * _POST_SD**2)
+    ours = mala.sample(jax.random.key(1), problem, THETA_TRUE, 200, n_chains=2, step_sizes=p)
+    dense = mala.sample(jax.random.key(1), problem, THETA_TRUE, 200, n_chains=2, step_sizes=1.0,
+                        preconditioner=np.diag(p))
     np.testing.assert_allclose(dense.samples, ours.samples, rtol=1e-8, atol=1e-8)
     np.testing.assert_array_equal(dense.acceptance_rate, ours.acceptance_rate)
     np.testing.assert_allclose(dense.step_sizes, p, rtol=1e-12)
@@ -258,8 +265,8 @@ def test_dense_preconditioner_on_the_linear_gaussian(linear_run):
     moments within ~5 MCSE and a far larger ESS per draw than the diagonal sampler."""
     prior, diagonal = linear_run
     mean, cov = _analytic(prior)
-    result = mala.sample(jax.random.key(12), _logdensity(prior), jnp.asarray(THETA_TRUE), 1000,
-                         n_chains=N_CHAINS, warmup=WARMUP, preconditioner=cov)
+    result = mala.sample(jax.random.key(12), _problem(prior), THETA_TRUE, 1000, n_chains=N_CHAINS, warmup=WARMUP,
+                         preconditioner=cov)
     assert np.all(result.rhat < 1.05)
     np.testing.assert_array_less(np.abs(result.mean - mean), 5 * result.mcse_mean)
     np.testing.assert_array_less(np.abs(result.sd - np.sqrt(np.diag(cov))), 5 * result.mcse_sd)
@@ -270,21 +277,16 @@ def test_dense_preconditioner_on_the_linear_gaussian(linear_run):
     np.testing.assert_allclose(result.extra["preconditioner"], cov, rtol=1e-12)
 
 
-def _ridge(x):  # a Gaussian with correlation 0.995 and scales 1 and 10
-    return -0.5 * x @ jnp.asarray(np.linalg.inv(RIDGE_COV)) @ x
-
-
-RIDGE_COV = np.array([[1.0, 9.95], [9.95, 100.0]])
+RIDGE_COV = np.array([[1.0, 9.95], [9.95, 100.0]])  # correlation 0.995 and scales 1 and 10
 
 
 def test_dense_preconditioner_follows_a_ridge():
     """A diagonal P must take steps of the ridge's width (about 0.1 sd along it); the dense
     preconditioner moves along it: > 20x the ESS of the (warmed-up) diagonal sampler."""
-    bounds = (jnp.full(2, -1e3), jnp.full(2, 1e3))
+    ridge = gaussian_problem(np.zeros(2), RIDGE_COV)  # box ± 1000
     kwargs = dict(n_chains=4, warmup=300)
-    diagonal = mala.sample(jax.random.key(1), _ridge, jnp.zeros(2), 2000, bounds=bounds,
-                           preconditioner=Prescaled(0.001), **kwargs)
-    dense = mala.sample(jax.random.key(1), _ridge, jnp.zeros(2), 2000, preconditioner=RIDGE_COV, **kwargs)
+    diagonal = mala.sample(jax.random.key(1), ridge, None, 2000, preconditioner=Prescaled(0.001), **kwargs)
+    dense = mala.sample(jax.random.key(1), ridge, None, 2000, preconditioner=RIDGE_COV, **kwargs)
     assert np.all(dense.ess_bulk > 20 * diagonal.ess_bulk), (dense.ess_bulk, diagonal.ess_bulk)
     np.testing.assert_array_less(np.abs(dense.mean), 5 * dense.mcse_mean)
     np.testing.assert_allclose(np.cov(dense.flat_samples(), rowvar=False), RIDGE_COV, rtol=0.1)
@@ -299,7 +301,7 @@ def test_dense_preconditioner_follows_a_ridge():
 ])
 def test_preconditioner_bad_input(matrix, step, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        mala.sample(jax.random.key(0), _banana, jnp.zeros(3), 10, preconditioner=matrix, step_sizes=step)
+        mala.sample(jax.random.key(0), _problem("uniform"), THETA_TRUE, 10, preconditioner=matrix, step_sizes=step)
 
 
 # --- the prescaling rule (Appendix A.2) ----------------------------------------------------------
@@ -361,6 +363,15 @@ def _nan_gradient_beyond_jvp(primals, tangents):
     return _nan_gradient_beyond(x), jnp.where(x[0] > 0.5, jnp.nan, 0.0) * t[0]
 
 
+def _run_chains(logdensity_fn, x0, n_steps, step_sizes, n_chains=2, key=5, backend="jcalib"):
+    """Two chains of `mala_algorithm` from ``x0`` driven by `run`, as a `PosteriorResult`."""
+    chains = vmap_chains(mala.mala_algorithm(logdensity_fn, step_sizes, backend=backend))
+    out = run(jax.random.key(key), chains, chains.init(jnp.tile(x0, (n_chains, 1))), n_steps,
+              trace_fn=lambda state, info: (state.position, state.logdensity, info.is_accepted))
+    position, logdensity, accepted = (np.swapaxes(np.asarray(x), 0, 1) for x in out.trace)
+    return PosteriorResult.from_chains(position, logdensity, accepted.mean(axis=1))
+
+
 @pytest.mark.parametrize("kind", ["nan_value", "nan_gradient", "minus_inf"])
 def test_chain_next_to_a_bad_region_keeps_running(kind):
     def logdensity(x):
@@ -371,8 +382,7 @@ def test_chain_next_to_a_bad_region_keeps_running(kind):
             return base + _nan_gradient_beyond(x)
         return jnp.where(x[0] > 0.5, -jnp.inf, base)
 
-    result = mala.sample(jax.random.key(5), logdensity, jnp.array([0.45, 0.0]), 1500, n_chains=2,
-                         step_sizes=0.3)
+    result = _run_chains(logdensity, jnp.array([0.45, 0.0]), 1500, 0.3)
     assert np.all(np.isfinite(result.samples)) and np.all(np.isfinite(result.logdensity))
     assert np.all(result.samples[..., 0] <= 0.5)
     assert 0.1 < result.acceptance < 0.9
@@ -381,7 +391,7 @@ def test_chain_next_to_a_bad_region_keeps_running(kind):
 
 
 def test_kernel_reports_invalid_proposals():
-    algorithm = mala.prescaled_mala(lambda x: jnp.where(x[0] > 0.0, jnp.nan, -0.5 * jnp.sum(x**2)),
+    algorithm = mala.mala_algorithm(lambda x: jnp.where(x[0] > 0.0, jnp.nan, -0.5 * jnp.sum(x**2)),
                                     jnp.full(2, 4.0))
     state = algorithm.init(jnp.array([-0.1, 0.0]))
     _, info = jax.jit(jax.vmap(algorithm.step, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 500), state)
@@ -392,57 +402,60 @@ def test_kernel_reports_invalid_proposals():
 
 # --- bad inputs -------------------------------------------------------------------------------
 def test_bad_inputs():
-    x0 = jnp.zeros(3)
-    p = jnp.ones(3)
-    with pytest.raises(ValueError, match="theta0_internal must be float64"):
-        mala.sample(jax.random.key(0), _banana, jnp.zeros(3, dtype=jnp.float32), 10, step_sizes=p)
-    with pytest.raises(ValueError, match="not finite at theta0_internal"):
-        mala.sample(jax.random.key(0), lambda x: jnp.where(x[0] > 0, -jnp.inf, 0.0), x0 + 1.0, 10, step_sizes=p)
+    problem = _problem("uniform")
+    x0, p = THETA_TRUE, np.ones(3)
+    with pytest.raises(ValueError, match="theta0 must be float64"):
+        mala.sample(jax.random.key(0), problem, jnp.zeros(3, dtype=jnp.float32), 10, step_sizes=p)
+    with pytest.raises(ValueError, match="not finite at theta0"):
+        mala.sample(jax.random.key(0), problem, UPPER + 1.0, 10, step_sizes=p)
     with pytest.raises(ValueError, match="n_steps=3 keeps no draw with thin=5"):
-        mala.sample(jax.random.key(0), _banana, x0, 3, thin=5, step_sizes=p)
+        mala.sample(jax.random.key(0), problem, x0, 3, thin=5, step_sizes=p)
     with pytest.raises(ValueError, match="n_chains must be a positive integer"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, n_chains=0, step_sizes=p)
+        mala.sample(jax.random.key(0), problem, x0, 10, n_chains=0, step_sizes=p)
     with pytest.raises(ValueError, match="burn_in must be a non-negative integer"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, burn_in=-1, step_sizes=p)
-    with pytest.raises(ValueError, match=r"theta0_internal must have shape \(n_params,\) or \(n_chains=4"):
-        mala.sample(jax.random.key(0), _banana, jnp.zeros((3, 3)), 10, step_sizes=p)
+        mala.sample(jax.random.key(0), problem, x0, 10, burn_in=-1, step_sizes=p)
+    with pytest.raises(ValueError, match=re.escape("theta0 has 3 rows but n_chains=4")):
+        mala.sample(jax.random.key(0), problem, np.tile(x0, (3, 1)), 10, step_sizes=p)
+    with pytest.raises(ValueError, match=re.escape("theta0 must have shape (3,) or (n_chains, 3)")):
+        mala.sample(jax.random.key(0), problem, np.zeros(2), 10, step_sizes=p)
+    with pytest.raises(ValueError, match=re.escape("theta0 must name every free parameter ['a', 'b', 'c']")):
+        mala.sample(jax.random.key(0), problem, {"a": 1.0, "z": 2.0}, 10, step_sizes=p)
+    with pytest.raises(ValueError, match="coordinates must be 'physical' or 'internal'; got 'log'"):
+        mala.sample(jax.random.key(0), problem, x0, 10, coordinates="log")
     with pytest.raises(ValueError, match="step_sizes must be positive and finite"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=jnp.array([1.0, -1.0, 1.0]))
+        mala.sample(jax.random.key(0), problem, x0, 10, step_sizes=jnp.array([1.0, -1.0, 1.0]))
     with pytest.raises(ValueError, match=r"step_sizes must be a scalar or have shape \(3,\)"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=jnp.ones(2))
+        mala.sample(jax.random.key(0), problem, x0, 10, step_sizes=jnp.ones(2))
     with pytest.raises(ValueError, match="step_sizes must be 'prescaled'"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes="auto")
-    with pytest.raises(ValueError, match="needs the prior box"):
-        mala.sample(jax.random.key(0), _banana, x0, 10)
+        mala.sample(jax.random.key(0), problem, x0, 10, step_sizes="auto")
     with pytest.raises(ValueError, match="bounds need finite lower < upper"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, bounds=(jnp.ones(3), jnp.zeros(3)))
+        mala.prescaling(jax.random.key(0), _banana, (jnp.ones(3), jnp.zeros(3)))
     with pytest.raises(ValueError, match="fraction must be positive and finite"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, bounds=(-jnp.ones(3), jnp.ones(3)),
-                    preconditioner=Prescaled(0.0))
+        mala.sample(jax.random.key(0), problem, x0, 10, preconditioner=Prescaled(0.0))
     with pytest.raises(ValueError, match="fraction must be positive and finite"):
         mala.prescaling(jax.random.key(0), _banana, (-jnp.ones(3), jnp.ones(3)), fraction=np.array([0.1, 0.0, 0.1]))
     with pytest.raises(ValueError, match=r"target_acceptance must lie in \(0, 1\)"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=p, warmup=10, target_acceptance=1.2)
+        mala.sample(jax.random.key(0), problem, x0, 10, step_sizes=p, warmup=10, target_acceptance=1.2)
     with pytest.raises(ValueError, match="backend must be one of"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=p, backend="numpyro")
-    with pytest.raises(ValueError, match="names must be 3 distinct strings"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=p, names=["a", "a", "b"])
+        mala.sample(jax.random.key(0), problem, x0, 10, step_sizes=p, backend="numpyro")
+    with pytest.raises(ValueError, match="mala_algorithm: backend must be one of"):
+        mala.mala_algorithm(_banana, p, backend="numpyro")
+    with pytest.raises(ValueError, match="mala_algorithm: step_sizes must be positive and finite"):
+        mala.mala_algorithm(_banana, np.array([1.0, 0.0, 1.0]))
     with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=p, chunk_size=0)
-    with pytest.raises(ValueError, match="expected a CalibrationProblem or a log density function"):
-        mala.sample(jax.random.key(0), "posterior", x0, 10, step_sizes=p)
-    with pytest.raises(ValueError, match="to_physical must be a ParameterSpace or a function"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=p, to_physical=3)
+        mala.sample(jax.random.key(0), problem, x0, 10, step_sizes=p, chunk_size=0)
+    with pytest.raises(ValueError, match="problem must be a CalibrationProblem; got function .*mala_algorithm"):
+        mala.sample(jax.random.key(0), _banana, x0, 10, step_sizes=p)
     with pytest.raises(ValueError, match=r"center must have shape \(3,\)"):
         mala.prescaling(jax.random.key(0), _banana, (-jnp.ones(3), jnp.ones(3)), center=jnp.zeros(2))
     with pytest.raises(ValueError, match="n_draws must be a positive integer"):
         mala.prescaling(jax.random.key(0), _banana, (-jnp.ones(3), jnp.ones(3)), n_draws=0)
     with pytest.raises(ValueError, match="spread must be a positive number"):
         mala.prescaling(jax.random.key(0), _banana, (-jnp.ones(3), jnp.ones(3)), spread=-1.0)
-    with pytest.raises(ValueError, match="a log density function needs bounds"):
-        mala.prescaling(jax.random.key(0), _banana)
-    with pytest.raises(ValueError, match="the starts have 3 entries but the bounds 2"):
-        mala.sample(jax.random.key(0), _banana, x0, 10, bounds=(-jnp.ones(2), jnp.ones(2)))
+    with pytest.raises(ValueError, match=r"prescaling: bounds must be \(lower, upper\) in internal coordinates"):
+        mala.prescaling(jax.random.key(0), _banana, None)
+    with pytest.raises(ValueError, match="prescaling: logdensity_fn must be a function .* use prior_prescaling"):
+        mala.prescaling(jax.random.key(0), problem, (-jnp.ones(3), jnp.ones(3)))
     with pytest.raises(ValueError, match="bounds must be two 1-D arrays of one shape"):
         mala.prescaling(jax.random.key(0), _banana, (jnp.zeros(3), jnp.ones(2)))
     with pytest.raises(ValueError, match=r"interval: prob must lie in \(0, 1\)"):
@@ -456,19 +469,23 @@ def test_float64_required():
     jax.config.update("jax_enable_x64", False)
     try:
         with pytest.raises(ValueError, match="MALA runs in float64"):
-            mala.sample(jax.random.key(0), _banana, np.zeros(3), 10, step_sizes=1.0)
+            mala.sample(jax.random.key(0), None, np.zeros(3), 10, step_sizes=1.0)
     finally:
         jax.config.update("jax_enable_x64", True)
 
 
-def test_physical_map_from_a_space():
-    space = jcalib.ParameterSpace([jcalib.Parameter("k", 1.0, 0.01, 100.0, "1/s", log_scale=True),
-                                   jcalib.Parameter("c", 0.0, -5.0, 5.0)])
-    result = mala.sample(jax.random.key(0), lambda z: -0.5 * jnp.sum(z**2), jnp.zeros(2), 200, n_chains=2,
-                         to_physical=space, preconditioner=Prescaled(0.05))
+def test_starts_and_physical_values_from_the_problem():
+    """theta0: None (nominal), physical values, a mapping or internal values give the same
+    chain; samples are mapped to physical values by the problem's space."""
+    space = ParameterSpace([Parameter("k", 1.0, 0.01, 100.0, "1/s", log_scale=True),
+                            Parameter("c", 0.0, -5.0, 5.0)])
+    problem = linear_problem(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([1.5, 0.5]), 1.0, space)
+    kwargs = dict(n_chains=2, preconditioner=Prescaled(0.05))
+    result = mala.sample(jax.random.key(0), problem, None, 200, **kwargs)
     np.testing.assert_allclose(result.samples[..., 0], np.exp(result.samples_internal[..., 0]), rtol=1e-14)
     np.testing.assert_array_equal(result.samples[..., 1], result.samples_internal[..., 1])
     assert result.names == ("k", "c") and result.units == ("1/s", "") and result.log_scale == (True, False)
-    double = mala.sample(jax.random.key(0), lambda z: -0.5 * jnp.sum(z**2), jnp.zeros(2), 200, n_chains=2,
-                         step_sizes=result.step_sizes, to_physical=lambda z: 2 * z)
-    np.testing.assert_allclose(double.samples, 2 * double.samples_internal)
+    for theta0, coordinates in [(np.array([1.0, 0.0]), "physical"), ({"c": 0.0, "k": 1.0}, "physical"),
+                                (np.zeros(2), "internal")]:
+        again = mala.sample(jax.random.key(0), problem, theta0, 200, coordinates=coordinates, **kwargs)
+        np.testing.assert_array_equal(again.samples, result.samples)

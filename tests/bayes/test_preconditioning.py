@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 
 from jcalib.bayes import DenseMetric, Laplace, Prescaled, laplace_covariance, mala
-from tests.bayes.test_mala import RIDGE_COV, _analytic, _logdensity, _ridge
+from tests.bayes.problems import gaussian_problem
+from tests.bayes.test_mala import RIDGE_COV, _analytic, _problem
+
+RIDGE = gaussian_problem(np.zeros(2), RIDGE_COV)  # the posterior is N(0, RIDGE_COV), box ± 1000
 
 
 @pytest.mark.parametrize("prior", ["uniform", "gaussian"])
 def test_equals_the_analytic_posterior_covariance(prior):
     mean, cov = _analytic(prior)
-    got = laplace_covariance(_logdensity(prior), jnp.asarray(mean), bounds=(mean - 100.0, mean + 100.0))
+    got = laplace_covariance(_problem(prior).log_posterior, jnp.asarray(mean), bounds=(mean - 100.0, mean + 100.0))
     np.testing.assert_allclose(got, cov, rtol=1e-6, atol=1e-12 * np.abs(cov).max())
 
 
@@ -30,24 +33,22 @@ def test_flat_directions_get_the_largest_allowed_sd():
 
 
 def test_sample_with_the_laplace_preconditioner():
-    result = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 1000, n_chains=2, warmup=200,
-                         preconditioner="laplace", bounds=(jnp.full(2, -1e3), jnp.full(2, 1e3)))
+    result = mala.sample(jax.random.key(3), RIDGE, None, 1000, n_chains=2, warmup=200, preconditioner="laplace")
     np.testing.assert_allclose(result.extra["preconditioner"], RIDGE_COV, rtol=1e-5)
     assert np.all(result.ess_bulk > 500)
 
 
 def test_short_forms_are_the_strategy_objects():
-    box = (jnp.full(2, -1e3), jnp.full(2, 1e3))
-    kwargs = dict(n_chains=2, warmup=20, bounds=box)
-    laplace = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=Laplace(), **kwargs)
-    short = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner="laplace", **kwargs)
+    kwargs = dict(n_chains=2, warmup=20)
+    laplace = mala.sample(jax.random.key(3), RIDGE, None, 50, preconditioner=Laplace(), **kwargs)
+    short = mala.sample(jax.random.key(3), RIDGE, None, 50, preconditioner="laplace", **kwargs)
     np.testing.assert_array_equal(laplace.samples, short.samples)
-    dense = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=DenseMetric(RIDGE_COV), **kwargs)
-    matrix = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=RIDGE_COV, **kwargs)
+    dense = mala.sample(jax.random.key(3), RIDGE, None, 50, preconditioner=DenseMetric(RIDGE_COV), **kwargs)
+    matrix = mala.sample(jax.random.key(3), RIDGE, None, 50, preconditioner=RIDGE_COV, **kwargs)
     np.testing.assert_array_equal(dense.samples, matrix.samples)
-    prescaled = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=Prescaled(1e-3), **kwargs)
-    default = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, **kwargs)
-    paper = mala.sample(jax.random.key(3), _ridge, jnp.zeros(2), 50, preconditioner=Prescaled(0.02), **kwargs)
+    prescaled = mala.sample(jax.random.key(3), RIDGE, None, 50, preconditioner=Prescaled(1e-3), **kwargs)
+    default = mala.sample(jax.random.key(3), RIDGE, None, 50, **kwargs)
+    paper = mala.sample(jax.random.key(3), RIDGE, None, 50, preconditioner=Prescaled(0.02), **kwargs)
     np.testing.assert_array_equal(default.samples, paper.samples)
     np.testing.assert_allclose(prescaled.extra["tau"], 1e-3 * 2e3)
     assert (laplace.extra["metric"], dense.extra["metric"], default.extra["metric"]) == (
@@ -71,4 +72,4 @@ def test_bad_input():
     with pytest.raises(ValueError, match="1-D"):
         laplace_covariance(lambda x: -0.5 * jnp.sum(x**2), jnp.zeros((2, 2)))
     with pytest.raises(ValueError, match="'laplace'"):
-        mala.sample(jax.random.key(0), _ridge, jnp.zeros(2), 10, preconditioner="hessian")
+        mala.sample(jax.random.key(0), RIDGE, None, 10, preconditioner="hessian")

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jcalib.bayes import mala
+from jcalib.algorithm import run as run_algorithm
+from jcalib.algorithm import vmap_chains
+from jcalib.bayes import adaptation, mala
 from jcalib.bayes.diagnostics import SamplingWarning, sampling_warnings
 from jcalib.bayes.result import PosteriorResult
 from jcalib.data import Measurements
@@ -28,23 +30,23 @@ from jcalib.probability.priors import (
     truncation_fraction,
 )
 from jcalib.problem import CalibrationProblem
+from tests.bayes.problems import gaussian_problem
 
 SCALES = np.array([1.0, 2.0])  # the healthy target: independent N(0, 1) and N(0, 4)
 
 
-def gaussian(x):
-    return -0.5 * jnp.sum((x / jnp.asarray(SCALES)) ** 2)
+GAUSSIAN = gaussian_problem(np.zeros(2), np.diag(SCALES**2))  # the posterior is N(0, diag(SCALES²))
 
 
 def run(**kwargs):
-    """`mala.sample` on `gaussian`, SamplingWarnings recorded rather than raised."""
-    settings = {"n_chains": 2, "step_sizes": jnp.asarray([0.8, 3.0]), "theta0_internal": jnp.zeros(2)}
+    """`mala.sample` on `GAUSSIAN`, SamplingWarnings recorded rather than raised."""
+    settings = {"n_chains": 2, "step_sizes": jnp.asarray([0.8, 3.0]), "theta0": np.zeros(2)}
     settings.update(kwargs)
-    theta0 = settings.pop("theta0_internal")
+    theta0 = settings.pop("theta0")
     n_steps = settings.pop("n_steps")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SamplingWarning)
-        result = mala.sample(jax.random.key(settings.pop("seed", 0)), gaussian, theta0, n_steps, **settings)
+        result = mala.sample(jax.random.key(settings.pop("seed", 0)), GAUSSIAN, theta0, n_steps, **settings)
     emitted = tuple(str(w.message) for w in caught if issubclass(w.category, SamplingWarning))
     return result, emitted
 
@@ -61,7 +63,7 @@ SAMPLER_ROWS = [
      {"n_steps": 200, "step_sizes": 1e3, "n_chains": 1},
      ["acceptance below 5 % in chain 0 (0.0 %)", "bulk ESS below 100 for x0 (nan)"], ["R-hat"]),
     ("chains stuck apart: tiny steps from distant starts",
-     {"n_steps": 200, "step_sizes": 1e-8, "theta0_internal": jnp.asarray([[-3.0, 3.0], [3.0, -3.0]])},
+     {"n_steps": 200, "step_sizes": 1e-8, "theta0": np.array([[-3.0, 3.0], [3.0, -3.0]])},
      ["R-hat above 1.05 (or undefined) for x0 (", "x1 (", "bulk ESS below 100 for x0 (",
       "preconditioner='laplace'"], ["acceptance below"]),
     ("too few draws", {"n_steps": 20}, ["bulk ESS below 100 for x0 ("], ["acceptance below"]),
@@ -153,17 +155,30 @@ FAULT_ROWS = [
 
 @pytest.mark.parametrize("kind,backend,warmup", FAULT_ROWS)
 def test_mala_rejects_failed_proposals(kind, backend, warmup):
+    """A raw log density: `mala_algorithm` (after a dual-averaging warm-up) driven by `run`."""
+    logdensity, n_chains = _failing(kind), 4
+    states = jax.vmap(mala.mala_algorithm(logdensity, 0.6).init)(jnp.zeros((n_chains, 2)))
+    factor = 1.0
+    if warmup:
+        kernel = mala.build_kernel(logdensity)
+        states, factor, _, _ = adaptation.dual_averaging_warmup(
+            jax.random.key(4), lambda key, state, f: kernel(key, state, 0.6 * f * jnp.ones(2)), states, warmup, 0.6)
+    assert np.isfinite(float(factor))
+    chains = vmap_chains(mala.mala_algorithm(logdensity, 0.6 * float(factor), backend=backend))
+    out = run_algorithm(jax.random.key(3), chains, states, 2000,
+                        trace_fn=lambda state, info: (state.position, state.logdensity, info))
+    position, logdensity_trace, info = out.trace
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
-        result = mala.sample(jax.random.key(3), _failing(kind), jnp.zeros(2), 2000, n_chains=4,
-                             step_sizes=0.6, warmup=warmup, backend=backend)
+        result = PosteriorResult.from_chains(np.swapaxes(np.asarray(position), 0, 1),
+                                             np.swapaxes(np.asarray(logdensity_trace), 0, 1),
+                                             np.asarray(info.is_accepted).mean(axis=0))
     draws = result.flat_samples()
     assert np.all(np.isfinite(draws)) and np.all(np.isfinite(result.logdensity))
     assert draws[:, 0].max() <= FAIL_AT  # no draw in the failed region
     assert result.acceptance > 0.3  # the chains still move
     if backend == "jcalib":
-        assert np.all(np.asarray(result.extra["invalid_proposal_rate"]) > 0.01)  # the region was proposed
-    assert np.isfinite(result.extra["step_size_factor"])
+        assert np.all(1.0 - np.asarray(info.is_valid).mean(axis=0) > 0.01)  # the region was proposed
     # where it succeeds the target is N(0, I) cut at x0 = 1: the truncated normal's mean
     truth = np.array([stats.truncnorm(-np.inf, FAIL_AT).mean(), 0.0])
     np.testing.assert_array_less(np.abs(result.mean - truth), 5 * result.mcse_mean)
@@ -196,7 +211,7 @@ def test_mala_on_a_model_that_fails_on_part_of_the_box():
     assert not np.isfinite(float(problem.log_posterior(jnp.asarray([0.5]))))  # the failed region
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
-        result = mala.sample(jax.random.key(0), problem, jnp.asarray([0.3]), 300, n_chains=2, warmup=100)
+        result = mala.sample(jax.random.key(0), problem, np.array([0.3]), 300, n_chains=2, warmup=100)
     draws = result.flat_samples()[:, 0]
     assert np.all(np.isfinite(draws)) and draws.max() <= K_FAIL and draws.min() >= 0.05
     assert result.acceptance > 0.1
