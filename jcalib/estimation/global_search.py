@@ -14,10 +14,11 @@ the problem's internal coordinates and its internal box:
 - `differential_evolution`: DE/rand/1/bin or DE/best/1/bin (Storn & Price 1997) written in
   JAX, the population's losses evaluated by one vmapped loss: a stochastic
   `jcalib.algorithm.Algorithm` (`differential_evolution_algorithm`, for any JAX function of a
-  vector with a box) driven by `jcalib.algorithm.run` (generations in compiled chunks, a
-  progress bar, stopped once converged); `differential_evolution` runs it on a problem's
-  ``loss``. Defaults follow ``scipy.optimize.differential_evolution``: population 15 per
-  parameter, Latin-hypercube start, mutation factor dithered in [0.5, 1), crossover 0.7,
+  vector with a box) driven by `jcalib.algorithm.run` (a progress bar, stopped once
+  converged); `differential_evolution` runs it on a problem's ``loss``, one compiled call per
+  generation that is cached across calls on problems of one structure. Defaults follow
+  ``scipy.optimize.differential_evolution``: population 15 per parameter, Latin-hypercube
+  start, mutation factor dithered in [0.5, 1), crossover 0.7,
   out-of-box trial components redrawn uniformly in the box, and the stop rule
   std(losses) <= atol + tol |mean(losses)| with tol = 0.01.
 - `scipy_minimize`: scipy's SLSQP (with the autodiff gradient), Nelder-Mead, Powell and
@@ -38,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -381,8 +383,10 @@ def differential_evolution(
     """Differential evolution in JAX: a global search with one vmapped loss per generation.
 
     Minimises ``problem.loss`` over the problem's internal box: `differential_evolution_algorithm`
-    driven by `jcalib.algorithm.run` (generations in compiled chunks, stopped once the
-    spread rule holds). For a raw JAX loss function use that builder and ``run`` directly
+    driven by `jcalib.algorithm.run`, stopped once the spread rule holds. Its generation is
+    one jitted call cached across calls (a second run on a problem of the same structure
+    does not compile again), so ``run`` loops over generations in Python
+    (``compiled=False``). For a raw JAX loss function use that builder and ``run`` directly
     (see its example).
 
     Args:
@@ -397,9 +401,8 @@ def differential_evolution(
         init: initial population, ``"lhs"`` (default), ``"uniform"`` or ``"sobol"``.
         polish: finish with `least_squares_trf` from the best member (``method="de+trf"``;
             counts include the polish).
-        chunk_size: generations per compiled `jax.lax.scan` chunk (the progress bar and the
-            stop rule are checked between chunks; inside one, the population is frozen
-            once converged).
+        chunk_size: generations per chunk of `jcalib.algorithm.run` (the progress bar
+            advances once per chunk).
         progress: progress bar over generations.
 
     Returns:
@@ -435,14 +438,18 @@ def differential_evolution(
             raise ValueError(f"differential_evolution: {label} must be a positive integer; got {value!r}")
     settings = (n_pop, strategy, tuple(mutation) if isinstance(mutation, (tuple, list)) else float(mutation),
                 float(recombination), float(tol), float(atol), init)
-    algorithm = differential_evolution_algorithm(loss_fn, lower, upper, *settings)
+    differential_evolution_algorithm(loss_fn, lower, upper, *settings)  # checks the settings
+    lower_j, upper_j = jnp.asarray(lower), jnp.asarray(upper)
+    algorithm = Algorithm(
+        functools.partial(_de_init, loss_fn, lower_j, upper_j, settings),
+        functools.partial(_de_step, loss_fn, lower_j, upper_j, settings), stochastic=True)
     key_init, key_run = jax.random.split(key)
-    state = _de_init(loss_fn, jnp.asarray(lower), jnp.asarray(upper), settings, key_init)
+    state = algorithm.init(key_init)
     # no member with a finite loss: no generation can improve on that (every trial vector is
     # compared with an inf loss, the best member is arbitrary), so stop at once with the reason
     failed_start = not bool(np.any(np.isfinite(np.asarray(state.losses))))
     out = run(key_run, algorithm, state, 0 if failed_start else int(max_steps), chunk_size=int(chunk_size),
-              stop=lambda s: s.converged, progress=progress, desc="differential_evolution")
+              stop=lambda s: s.converged, compiled=False, progress=progress, desc="differential_evolution")
     state = out.state
     generations = int(state.generation)
     losses = np.asarray(state.losses)
@@ -505,6 +512,11 @@ def _problem_loss(problem: CalibrationProblem, z):
 @eqx.filter_jit
 def _de_init(loss_fn, lower, upper, settings, key):
     return differential_evolution_algorithm(loss_fn, lower, upper, *settings).init(key)
+
+
+@eqx.filter_jit
+def _de_step(loss_fn, lower, upper, settings, key, state):
+    return differential_evolution_algorithm(loss_fn, lower, upper, *settings).step(key, state)
 
 
 def _de_history(info: DifferentialEvolutionInfo, lower, upper, problem) -> dict:
