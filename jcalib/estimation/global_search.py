@@ -28,11 +28,10 @@ the problem's internal coordinates and its internal box:
 Example:
     >>> import jax
     >>> jax.config.update("jax_enable_x64", True)
-    >>> import jcalib
-    >>> model = jcalib.models.get("four_substance_reactions")
-    >>> problem = jcalib.CalibrationProblem(model, jcalib.synthetic_measurements(
-    ...     jax.random.key(0), model, model.parameters.nominal, sigma=0.01))
-    >>> result = differential_evolution(jax.random.key(1), problem, max_steps=3)
+    >>> from jcalib import CalibrationProblem, models, synthetic_measurements
+    >>> model = models.get("four_substance_reactions")
+    >>> data = synthetic_measurements(jax.random.key(0), model, model.parameters.nominal, 0.01)
+    >>> result = differential_evolution(jax.random.key(1), CalibrationProblem(model, data), max_steps=3)
     >>> result.method, result.n_steps
     ('de', 3)
 """
@@ -213,6 +212,11 @@ class DifferentialEvolutionState(NamedTuple):
     generation: Int[Array, ""]
     converged: Bool[Array, ""]
 
+    def best(self, lower: Float[ArrayLike, " n"], upper: Float[ArrayLike, " n"]) -> Float[Array, " n"]:
+        """The best member in box coordinates, ``lower + x_best (upper - lower)``."""
+        lower = jnp.asarray(lower)
+        return lower + self.population[jnp.argmin(self.losses)] * (jnp.asarray(upper) - lower)
+
 
 class DifferentialEvolutionInfo(NamedTuple):
     """Per-generation diagnostics (stacked into the trace of `jcalib.algorithm.run`).
@@ -267,8 +271,7 @@ def differential_evolution_algorithm(
     Returns:
         ``Algorithm(init, step, stochastic=True)``: ``init(key) ->
         DifferentialEvolutionState`` and ``step(key, state) -> (state,
-        DifferentialEvolutionInfo)``. The best point is ``lower + population[argmin(losses)]
-        (upper - lower)``.
+        DifferentialEvolutionInfo)``; ``state.best(lower, upper)`` is the best point.
 
     Raises:
         ValueError: a box that is not two finite 1-D arrays of one shape with ``lower <
@@ -289,8 +292,7 @@ def differential_evolution_algorithm(
         >>> key_init, key_run = jax.random.split(jax.random.key(0))
         >>> out = run(key_run, de, de.init(key_init), 1000, chunk_size=10,
         ...           stop=lambda state: state.converged)
-        >>> best = lower + out.state.population[jnp.argmin(out.state.losses)] * (upper - lower)
-        >>> out.status, [round(float(v), 3) for v in best]
+        >>> out.status, [round(float(v), 3) for v in out.state.best(lower, upper)]
         ('converged', [0.3, 0.3])
     """
     if strategy not in DE_STRATEGIES:
@@ -454,7 +456,7 @@ def differential_evolution(
     generations = int(state.generation)
     losses = np.asarray(state.losses)
     best = int(np.argmin(losses))
-    z = np.asarray(lower + np.asarray(state.population[best]) * (upper - lower))
+    z = np.asarray(state.best(lower, upper))
     history = _de_history(jax.tree_util.tree_map(np.asarray, out.trace), lower, upper, problem)
     converged = bool(state.converged)
     reason = (f"converged: std(losses) <= {atol} + {tol} |mean(losses)|" if converged

@@ -28,11 +28,10 @@ simulation and one Jacobian.
 Example:
     >>> import jax
     >>> jax.config.update("jax_enable_x64", True)
-    >>> import jcalib
-    >>> model = jcalib.models.get("four_substance_reactions")
-    >>> data = jcalib.synthetic_measurements(jax.random.key(0), model,
-    ...                                      model.parameters.nominal, sigma=0.01)
-    >>> problem = jcalib.CalibrationProblem(model, data)
+    >>> from jcalib import models, synthetic_measurements
+    >>> model = models.get("four_substance_reactions")
+    >>> truth = model.parameters.nominal
+    >>> problem = CalibrationProblem(model, synthetic_measurements(jax.random.key(0), model, truth, 0.01))
     >>> result = least_squares_trf(problem, [3e-4, 3e-5, 2e-5])
     >>> result.converged, result.n_jacobians > 0
     (True, True)

@@ -94,8 +94,7 @@ def run_de(key, loss_fn, bounds, n_steps=1000, chunk_size=10, population_size=60
     de = differential_evolution_algorithm(loss_fn, lower, upper, population_size, **options)
     key_init, key_run = jax.random.split(key)
     out = run(key_run, de, de.init(key_init), n_steps, chunk_size=chunk_size, stop=lambda state: state.converged)
-    best = lower + out.state.population[jnp.argmin(out.state.losses)] * (upper - lower)
-    return out, np.asarray(best)
+    return out, np.asarray(out.state.best(lower, upper))
 
 
 @pytest.fixture(scope="module")
