@@ -72,7 +72,7 @@ from jcalib.model import AbstractSimulator, check_simulator
 from jcalib.nn import training as _training
 from jcalib.nn.data import (
     NOT_TRAINED,
-    Frozen,
+    AbstractNetwork,
     NetworkMetrics,
     check_training_data,
     network_metrics,
@@ -80,7 +80,7 @@ from jcalib.nn.data import (
 )
 from jcalib.nn.flows import CouplingFlow
 from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
-from jcalib.nn.training import TrainingConfig, load_model, save_model
+from jcalib.nn.training import NetworkConfig, TrainingConfig, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
 
 __all__ = ["SUMMARIES", "TRAINING_RANGE_MARGIN", "AmortizedPosterior", "BayesFlowConfig", "OutsideTrainingRangeWarning",
@@ -163,7 +163,7 @@ def _default_training() -> TrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class BayesFlowConfig:
+class BayesFlowConfig(NetworkConfig):
     """Network sizes and training settings of an `AmortizedPosterior`.
 
     Attributes:
@@ -177,6 +177,8 @@ class BayesFlowConfig:
         actnorm: ActNorm in front of every block (data-initialised from the training set).
         training: `TrainingConfig` of the shared training loop.
     """
+
+    _TUPLES = ("coupling_hidden",)
 
     summary: str = "lstm"
     summary_size: int = 32
@@ -201,21 +203,7 @@ class BayesFlowConfig:
         object.__setattr__(self, "coupling_hidden", tuple(int(h) for h in hidden))
         if not (np.isfinite(self.clamp) and self.clamp > 0):
             raise ValueError(f"BayesFlowConfig: clamp must be positive and finite; got {self.clamp!r}")
-        if isinstance(self.training, Mapping):
-            object.__setattr__(self, "training", TrainingConfig.from_dict(self.training))
-        if not isinstance(self.training, TrainingConfig):
-            raise ValueError(f"BayesFlowConfig: training must be a TrainingConfig; got {type(self.training).__name__}")
-
-    def to_dict(self) -> dict:
-        return to_jsonable(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> BayesFlowConfig:
-        settings = dict(d)
-        settings["coupling_hidden"] = tuple(settings.get("coupling_hidden", (128, 128)))
-        if "training" in settings:
-            settings["training"] = TrainingConfig.from_dict(settings["training"])
-        return cls(**settings)
+        self._check_training()
 
 
 class SummaryNetwork(nnx.Module):
@@ -300,7 +288,7 @@ def bayesflow_loss(key: PRNGKeyArray | None, network: PosteriorNetwork, batch: M
     return loss, {"z2": jnp.mean(2.0 * half_z2) / n_params, "log_det": jnp.mean(log_det)}
 
 
-class AmortizedPosterior(Frozen):
+class AmortizedPosterior(AbstractNetwork):
     """A BayesFlow posterior for one simulator: train, sample, evaluate, save and load (physical
     units outside).
 
@@ -364,56 +352,16 @@ class AmortizedPosterior(Frozen):
         if self.network is None:
             raise ValueError(NOT_TRAINED.format(cls="AmortizedPosterior") + " (or fit_online(key, ...))")
 
-    # --- training ------------------------------------------------------------------------------
-    def fit(
-        self,
-        key: PRNGKeyArray,
-        thetas: Float[ArrayLike, "n n_params"],
-        trajectories: Float[ArrayLike, "n n_times n_outputs"],
-        *,
-        val: tuple[ArrayLike, ArrayLike] | None = None,
-        checkpoint: str | os.PathLike | None = None,
-        fresh_start: bool = False,
-    ) -> AmortizedPosterior:
-        """Train offline on simulated ``(θ, x)`` pairs (eq. 6) with `jcalib.nn.training.fit`.
-
-        Args:
-            key: a ``jax.random`` key: the initial weights, the flow's permutations and the
-                training loop's shuffling.
-            thetas: physical parameters of the training samples, inside the bounds; their
-                distribution is the prior the posterior is amortized over.
-            trajectories: their (noisy) trajectories ``(n, n_times, n_outputs)``, all finite.
-            val: ``(thetas, trajectories)`` of a validation set (best weights, early stopping),
-                e.g. a `TrainingSet`, or None.
-            checkpoint: resumable checkpoint file of the training loop. It resumes only the
-                run that wrote it: another key, data, validation data, normalisation statistics,
-                parameter space or configuration raise ``ValueError`` (see ``fresh_start``);
-                a finished run is returned as it is (``training.n_epochs_run == 0``).
-            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
-
-        Returns:
-            A new trained, immutable `AmortizedPosterior` (this one is left as it was).
-
-        Raises:
-            ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples outside
-                the bounds; a checkpoint of another run or a damaged one.
-        """
-        space = self._space
-        thetas, trajectories = self._check_data(thetas, trajectories, "fit")
-        if thetas.shape[0] < 2:
-            raise ValueError(f"AmortizedPosterior.fit: needs at least 2 training samples; got {thetas.shape[0]}")
-        val_pair = None
-        if val is not None:
-            if not (isinstance(val, (tuple, list)) and len(val) == 2):
-                raise ValueError("AmortizedPosterior.fit: val must be a (thetas, trajectories) pair (e.g. a "
-                                 "TrainingSet) or None")
-            val_pair = self._check_data(*val, "fit (val)")
-        del space
+    # --- training (fit: AbstractNetwork.fit) ----------------------------------------------------
+    def _fit(self, key, thetas, trajectories, val, checkpoint, fresh_start) -> AmortizedPosterior:
+        """`AbstractNetwork.fit` (eq. 6): the key gives the initial weights, the flow's
+        permutations and the training loop's shuffling. The distribution of ``thetas`` is the
+        prior the posterior is amortized over."""
         new = self._blank()
         key_init, key_train = jax.random.split(key)
         new._setup(key_init, thetas, trajectories)
         train = new._normalised(thetas, trajectories)
-        val_data = None if val_pair is None else new._normalised(*val_pair)
+        val_data = None if val is None else new._normalised(*val)
         new._train(key_train, train, val_data, self.config.training, checkpoint, fresh_start)
         new._set(_n_train=int(thetas.shape[0]))
         return new._freeze()

@@ -18,6 +18,7 @@ and the lifecycle of a trained network.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
@@ -33,7 +34,8 @@ from jcalib.model import AbstractSimulator, SolveStatus, check_simulator, simula
 from jcalib.parameters import ParameterSpace
 from jcalib.probability.likelihoods import NOISE_MODELS, add_noise
 
-__all__ = ["NetworkMetrics", "TrainingSet", "check_training_data", "network_metrics", "simulate_training_set"]
+__all__ = ["AbstractNetwork", "NetworkMetrics", "TrainingSet", "check_training_data", "network_metrics",
+           "simulate_training_set"]
 
 _MAX_ROUNDS = 100  # rounds of redrawing failed or excluded samples
 NOT_TRAINED = "{cls}: not trained yet; call {cls}(simulator, config).fit(key, thetas, trajectories) or {cls}.load(path)"
@@ -340,6 +342,67 @@ class Frozen:
     def _freeze(self):
         object.__setattr__(self, "_frozen", True)
         return self
+
+
+class AbstractNetwork(Frozen):
+    """The lifecycle every jcalib network shares (module docstring): `fit` checks the arrays and
+    hands them to the subclass's ``_fit``, which returns a new trained, frozen network.
+
+    Subclasses set ``training`` (the `TrainingResult` of the fit, None before and after
+    ``load``) and ``n_train``, and implement ``_check_data(thetas, trajectories, where)`` and
+    ``_fit(key, thetas, trajectories, val, checkpoint, fresh_start)``.
+    """
+
+    def fit(
+        self,
+        key: PRNGKeyArray,
+        thetas: Float[ArrayLike, "n n_params"],
+        trajectories: Float[ArrayLike, "n n_times n_outputs"],
+        *,
+        val: tuple[ArrayLike, ArrayLike] | None = None,
+        checkpoint: str | os.PathLike | None = None,
+        fresh_start: bool = False,
+    ):
+        """Train on simulated ``(θ, trajectory)`` pairs with `jcalib.nn.training.fit`.
+
+        Args:
+            key: a ``jax.random`` key: the initial weights, the training loop's shuffling and
+                any other randomness of the network (the same key and data, the same network).
+            thetas: physical parameters of the training samples ``(n, n_params)``.
+            trajectories: their (simulated, possibly noisy) outputs ``(n, n_times, n_outputs)``,
+                all finite (e.g. a `TrainingSet` from `simulate_training_set`: ``*data``).
+            val: ``(thetas, trajectories)`` of a validation set (best weights, early stopping),
+                e.g. a `TrainingSet`, or None (then the training loss is monitored).
+            checkpoint: resumable checkpoint file of the training loop. It resumes only the run
+                that wrote it: another key, data, validation data, normalisation or configuration
+                raise ``ValueError`` (see ``fresh_start``); a finished run is returned as it is
+                (``training.n_epochs_run == 0``).
+            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
+
+        Returns:
+            A new trained, immutable network of this class (this one is left as it was).
+
+        Raises:
+            ValueError: shapes that do not match the simulator's, fewer than 2 samples, NaN or
+                inf, samples outside the bounds (where the network needs them inside); a
+                checkpoint of another run or a damaged one.
+        """
+        where = f"{type(self).__name__}.fit"
+        thetas, trajectories = self._check_data(thetas, trajectories, "fit")
+        if thetas.shape[0] < 2:
+            raise ValueError(f"{where}: needs at least 2 training samples; got {thetas.shape[0]}")
+        if val is not None:
+            if not (isinstance(val, (tuple, list)) and len(val) == 2):
+                raise ValueError(f"{where}: val must be a (thetas, trajectories) pair (e.g. a TrainingSet) or None; "
+                                 f"got {type(val).__name__}")
+            val = self._check_data(*val, "fit (val)")
+        return self._fit(key, thetas, trajectories, val, checkpoint, fresh_start)
+
+    def _check_data(self, thetas, trajectories, where: str) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _fit(self, key, thetas, trajectories, val, checkpoint, fresh_start):
+        raise NotImplementedError
 
 
 def check_training_data(

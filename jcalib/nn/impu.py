@@ -75,10 +75,10 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator, check_simulator
 from jcalib.nn import training as _training
-from jcalib.nn.data import NOT_TRAINED, Frozen, NetworkMetrics, check_training_data, network_metrics
+from jcalib.nn.data import NOT_TRAINED, AbstractNetwork, NetworkMetrics, check_training_data, network_metrics
 from jcalib.nn.features import FEATURE_TYPES, FeatureExtractor
 from jcalib.nn.layers import MLP, MinMaxScaler
-from jcalib.nn.training import TrainingConfig, load_model, save_model
+from jcalib.nn.training import NetworkConfig, TrainingConfig, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
 
 __all__ = [
@@ -178,7 +178,7 @@ def _default_training() -> TrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class InverseMappingConfig:
+class InverseMappingConfig(NetworkConfig):
     """Feature type, network and training settings of an `InverseMapping`.
 
     Attributes:
@@ -192,6 +192,8 @@ class InverseMappingConfig:
         feature_margin, theta_margin: margins of the outside-the-training-range flag (module
             docstring).
     """
+
+    _TUPLES = ("hidden",)
 
     feature: str = "RI-FBoI"
     hidden: tuple[int, ...] = DEFAULT_HIDDEN
@@ -208,11 +210,7 @@ class InverseMappingConfig:
         if not hidden or any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1 for h in hidden):
             raise ValueError(f"InverseMappingConfig: hidden must be positive layer widths; got {self.hidden!r}")
         object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
-        if isinstance(self.training, Mapping):
-            object.__setattr__(self, "training", TrainingConfig.from_dict(self.training))
-        if not isinstance(self.training, TrainingConfig):
-            raise ValueError(f"InverseMappingConfig: training must be a TrainingConfig; got "
-                             f"{type(self.training).__name__}")
+        self._check_training()
         if not isinstance(self.feature_options, Mapping):
             raise ValueError(f"InverseMappingConfig: feature_options must be a mapping of FeatureExtractor.create "
                              f"keywords; got {self.feature_options!r}")
@@ -222,19 +220,8 @@ class InverseMappingConfig:
             if not (np.isfinite(m) and m >= 0):
                 raise ValueError(f"InverseMappingConfig: {name} must be finite and >= 0; got {m!r}")
 
-    def to_dict(self) -> dict:
-        return to_jsonable(dataclasses.asdict(self))
 
-    @classmethod
-    def from_dict(cls, d: Mapping) -> InverseMappingConfig:
-        settings = dict(d)
-        settings["hidden"] = tuple(settings.get("hidden", DEFAULT_HIDDEN))
-        if "training" in settings:
-            settings["training"] = TrainingConfig.from_dict(settings["training"])
-        return cls(**settings)
-
-
-class InverseMapping(Frozen):
+class InverseMapping(AbstractNetwork):
     """An IMPU inverse mapping model for one simulator, experiment and feature type.
 
     The lifecycle of every jcalib network (`jcalib.nn.data`): ``InverseMapping(simulator,
@@ -284,67 +271,29 @@ class InverseMapping(Frozen):
     def n_features(self) -> int:
         return self._trained_extractor().n_features
 
-    # --- offline phase --------------------------------------------------------------------------------
-    def fit(
-        self,
-        key: PRNGKeyArray,
-        thetas: Float[ArrayLike, "n n_params"],
-        trajectories: Float[ArrayLike, "n n_times n_outputs"],
-        *,
-        val: tuple[ArrayLike, ArrayLike] | None = None,
-        checkpoint: str | os.PathLike | None = None,
-        progress: bool | None = None,
-        fresh_start: bool = False,
-    ) -> InverseMapping:
-        """Offline phase: features, scalers and the MLP trained on (noisy) simulated data.
+    # --- offline phase (fit: AbstractNetwork.fit) -----------------------------------------------
+    def _fit(self, key, thetas, trajectories, val, checkpoint, fresh_start) -> InverseMapping:
+        """`AbstractNetwork.fit`: features, scalers and the MLP trained on (noisy) simulated data.
 
         The trajectories are used as given: add the measurement noise first
-        (`simulate_training_set(..., noise=...)`, `paper_noise`).
-
-        Args:
-            key: a ``jax.random`` key: the initial weights and the training loop's shuffling.
-            thetas: physical parameters of the training samples ``(n, n_params)``.
-            trajectories: their (noisy) outputs ``(n, n_times, n_outputs)``.
-            val: ``(thetas, trajectories)`` of the validation set (early stopping), e.g. a
-                `TrainingSet`, or None (then the training loss is monitored).
-            checkpoint: resumable training checkpoint. It resumes only the run that wrote it:
-                another key, data, validation data, scalers, feature extractor, network or
-                training configuration raise ``ValueError`` (see ``fresh_start``); a finished run
-                is returned as it is (``training.n_epochs_run == 0``).
-            progress: show a progress bar (default: the training configuration's setting).
-            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
-
-        Returns:
-            A new trained, immutable `InverseMapping` (this one is left as it was).
-
-        Raises:
-            ValueError: shapes that do not match, fewer than 2 samples, NaN or inf; a
-                checkpoint of another run or a damaged one.
+        (`simulate_training_set(..., noise=...)`, `paper_noise`). The key gives the initial
+        weights and the training loop's shuffling.
         """
-        thetas, trajectories = self._check_data(thetas, trajectories, "fit")
-        if thetas.shape[0] < 2:
-            raise ValueError(f"InverseMapping.fit: needs at least 2 training samples; got {thetas.shape[0]}")
         start = time.perf_counter()
         extractor = FeatureExtractor.create(self.config.feature, self.ts, training_signals=trajectories,
                                             **self._options)
         psi = np.asarray(extractor(trajectories), np.float32)
         feature_scaler = MinMaxScaler.fit(psi)
         theta_scaler = MinMaxScaler.fit(thetas)
-        train = {"psi": np.asarray(feature_scaler(psi), np.float32),
-                 "theta": np.asarray(theta_scaler(thetas.astype(np.float32)), np.float32)}
-        val_data = None
-        if val is not None:
-            if not (isinstance(val, (tuple, list)) and len(val) == 2):
-                raise ValueError("InverseMapping.fit: val must be a (thetas, trajectories) pair (e.g. a TrainingSet) "
-                                 "or None")
-            v_thetas, v_trajectories = self._check_data(*val, "fit (val)")
-            val_data = {"psi": np.asarray(feature_scaler(np.asarray(extractor(v_trajectories), np.float32)),
-                                          np.float32),
-                        "theta": np.asarray(theta_scaler(v_thetas.astype(np.float32)), np.float32)}
+
+        def normalised(thetas, trajectories, psi=None):
+            psi = np.asarray(extractor(trajectories), np.float32) if psi is None else psi
+            return {"psi": np.asarray(feature_scaler(psi), np.float32),
+                    "theta": np.asarray(theta_scaler(thetas.astype(np.float32)), np.float32)}
+
+        train = normalised(thetas, trajectories, psi)
+        val_data = None if val is None else normalised(*val)
         features_s = time.perf_counter() - start
-        config = self.config.training
-        if progress is not None:
-            config = dataclasses.replace(config, progress=bool(progress))
         key_init, key_train = jax.random.split(key)
         network = MLP(extractor.n_features, self.config.hidden, self.space.n_params, rngs=nnx.Rngs(key_init))
         new = self._copy()
@@ -353,8 +302,8 @@ class InverseMapping(Frozen):
         # the checkpoint's weights belong to its scalers, features and network
         identity = {k: extra[k] for k in ("config", "parameters", "extractor", "feature_scaler", "theta_scaler")}
         identity["config"] = {k: v for k, v in identity["config"].items() if k != "training"}
-        training = _training.fit(key_train, network, _mse, train, val_data, config, checkpoint=checkpoint,
-                                 extra=extra, fingerprint=identity, fresh_start=fresh_start)
+        training = _training.fit(key_train, network, _mse, train, val_data, self.config.training,
+                                 checkpoint=checkpoint, extra=extra, fingerprint=identity, fresh_start=fresh_start)
         new._set(network=network, training=training, n_train=int(thetas.shape[0]),
                  timings={"features_s": features_s, "training_s": training.wall_time_s})
         return new._freeze()

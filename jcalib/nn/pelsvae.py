@@ -76,16 +76,9 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator, Experiment, SolveStatus, check_simulator, simulate_batch
 from jcalib.nn import training as _training
-from jcalib.nn.data import (  # noqa: F401  (simulate_training_set: the example)
-    NOT_TRAINED,
-    Frozen,
-    NetworkMetrics,
-    check_training_data,
-    network_metrics,
-    simulate_training_set,
-)
+from jcalib.nn.data import NOT_TRAINED, AbstractNetwork, NetworkMetrics, check_training_data, network_metrics
 from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
-from jcalib.nn.training import TrainingConfig, load_model, save_model
+from jcalib.nn.training import NetworkConfig, TrainingConfig, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
 
 __all__ = ["OUTSIDE", "PELSVAE", "PELSVAEConfig", "PELSVAENetwork", "Surrogate", "pelsvae_loss"]
@@ -113,7 +106,7 @@ def _default_training() -> TrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class PELSVAEConfig:
+class PELSVAEConfig(NetworkConfig):
     """Network sizes, loss weight, generation and training settings of a `PELSVAE`.
 
     Attributes:
@@ -150,19 +143,7 @@ class PELSVAEConfig:
             raise ValueError(f"PELSVAEConfig: n_passes must be a non-negative integer; got {self.n_passes!r}")
         if not (np.isfinite(self.beta) and self.beta >= 0):
             raise ValueError(f"PELSVAEConfig: beta must be finite and >= 0; got {self.beta!r}")
-        if isinstance(self.training, Mapping):
-            object.__setattr__(self, "training", TrainingConfig.from_dict(self.training))
-        if not isinstance(self.training, TrainingConfig):
-            raise ValueError(f"PELSVAEConfig: training must be a TrainingConfig; got {type(self.training).__name__}")
-
-    def to_dict(self) -> dict:
-        return to_jsonable(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> PELSVAEConfig:
-        settings = dict(d)
-        settings["training"] = TrainingConfig.from_dict(settings["training"])
-        return cls(**settings)
+        self._check_training()
 
 
 class PELSVAENetwork(nnx.Module):
@@ -400,7 +381,7 @@ class Surrogate(AbstractSimulator):
         return self._physical(jnp.mean(network.decode(z, u), axis=0), theta)
 
 
-class PELSVAE(Frozen):
+class PELSVAE(AbstractNetwork):
     """A PELS-VAE for one simulator: train, evaluate, save and load; `surrogate` is the trained
     model stand-in.
 
@@ -419,6 +400,7 @@ class PELSVAE(Frozen):
 
     Example:
         >>> from jcalib.model import FunctionSimulator
+        >>> from jcalib.nn.data import simulate_training_set
         >>> space = ParameterSpace([Parameter("a", 1.0, 0.5, 2.0), Parameter("k", 1.0, 0.1, 10.0, log_scale=True)])
         >>> ts = jnp.linspace(0.0, 1.0, 20)
         >>> decay = FunctionSimulator(lambda th: (th[0] * jnp.exp(-th[1] * ts))[:, None], space, ts=ts)
@@ -438,51 +420,19 @@ class PELSVAE(Frozen):
                   _surrogate=None, training=None, n_train=None)
         self._freeze()
 
-    # --- training ----------------------------------------------------------------------------
-    def fit(
-        self,
-        key: PRNGKeyArray,
-        thetas: Float[ArrayLike, "n n_params"],
-        trajectories: Float[ArrayLike, "n n_times n_outputs"],
-        *,
-        val: tuple[ArrayLike, ArrayLike] | None = None,
-        checkpoint: str | os.PathLike | None = None,
-        fresh_start: bool = False,
-    ) -> PELSVAE:
-        """Train on simulated ``(θ, x)`` pairs with `jcalib.nn.training.fit`.
+    # --- training (fit: AbstractNetwork.fit) ----------------------------------------------------
+    def _check_data(self, thetas, trajectories, where: str):
+        """`check_training_data` against the space (bounds: the training box), times and outputs."""
+        return check_training_data(self.parameters, thetas, trajectories, f"PELSVAE.{where}",
+                                   n_times=self.experiment.n_times, output_names=self.output_names)
 
-        Args:
-            key: a ``jax.random`` key: the initial weights, the training loop's shuffling and
-                noise, and the surrogate's fixed generation noise.
-            thetas: physical parameters of the training samples, inside the space's bounds.
-            trajectories: their outputs, ``(n, n_times, n_outputs)``, all finite.
-            val: ``(thetas, trajectories)`` of a validation set (monitored for the best
-                weights and early stopping), e.g. a `TrainingSet`, or None.
-            checkpoint: resumable checkpoint file of the training loop. It resumes only the
-                run that wrote it: another key, data, validation data, output statistics,
-                parameter space, times or configuration raise ``ValueError`` (see
-                ``fresh_start``). A finished run is returned as it is
-                (``training.n_epochs_run == 0``).
-            fresh_start: train from scratch even when ``checkpoint`` exists, overwriting it.
-
-        Returns:
-            A new trained, immutable `PELSVAE` (this one is left as it was).
-
-        Raises:
-            ValueError: shapes that do not match, fewer than 2 samples, NaN/inf, samples outside
-                the bounds; a checkpoint of another run or a damaged one.
-        """
+    def _fit(self, key, thetas, trajectories, val, checkpoint, fresh_start) -> PELSVAE:
+        """`AbstractNetwork.fit`: the key gives the initial weights, the training loop's shuffling
+        and noise and the surrogate's fixed generation noise (``noise_key``)."""
         space, experiment, names = self.parameters, self.experiment, self.output_names
-        thetas, trajectories = _check_data(space, thetas, trajectories, "fit", experiment, names)
-        if thetas.shape[0] < 2:
-            raise ValueError(f"PELSVAE.fit: needs at least 2 training samples; got {thetas.shape[0]}")
         scaler = Standardizer.fit(trajectories, axis=(0, 1))
         train = _normalised(space, scaler, thetas, trajectories)
-        val_data = None
-        if val is not None:
-            if not (isinstance(val, (tuple, list)) and len(val) == 2):
-                raise ValueError("PELSVAE.fit: val must be a (thetas, trajectories) pair (e.g. a TrainingSet) or None")
-            val_data = _normalised(space, scaler, *_check_data(space, *val, "fit (val)", experiment, names))
+        val_data = None if val is None else _normalised(space, scaler, *val)
         config = self.config
         key_init, key_train, key_noise = jax.random.split(key, 3)
         network = PELSVAENetwork(space.n_params, experiment.n_times, len(names), config, rngs=nnx.Rngs(key_init))
@@ -558,8 +508,7 @@ class PELSVAE(Frozen):
         if path not in ("generate", "reconstruct"):
             raise ValueError(f"PELSVAE.evaluate: path must be 'generate' or 'reconstruct'; got {path!r}")
         s = self.surrogate
-        thetas, trajectories = _check_data(s.parameters, thetas, trajectories, "evaluate", s.experiment,
-                                           s.output_names)
+        thetas, trajectories = self._check_data(thetas, trajectories, "evaluate")
         predicted = (s.generate(None, thetas, n_passes) if path == "generate"
                      else s.reconstruct(None, trajectories, thetas, n_passes))
         return network_metrics(trajectories, predicted, s.output_names, scale=np.asarray(s.output_scaler.std),
@@ -649,12 +598,6 @@ def _describe(simulator):
         ts = np.asarray(simulator.ts, dtype=np.float64)
         experiment = Experiment(ts, t1=ts[-1] if ts[-1] > ts[0] else ts[0] + 1.0, name="pelsvae")
     return simulator.parameters, experiment, tuple(simulator.output_names)
-
-
-def _check_data(space, thetas, trajectories, where, experiment, names):
-    """`check_training_data` against ``experiment``'s times and ``names`` where given."""
-    return check_training_data(space, thetas, trajectories, f"PELSVAE.{where}",
-                               n_times=None if experiment is None else experiment.n_times, output_names=names)
 
 
 def _normalised(space, scaler, thetas, trajectories) -> dict:

@@ -78,7 +78,8 @@ from tqdm.auto import tqdm
 from jcalib import fileio
 from jcalib.jsonable import to_jsonable
 
-__all__ = ["SCHEDULES", "TrainingConfig", "TrainingResult", "fit", "load_model", "make_optimizer", "read_model_extra",
+__all__ = ["SCHEDULES", "NetworkConfig", "TrainingConfig", "TrainingResult", "fit", "load_model", "make_optimizer",
+           "read_model_extra",
            "save_model"]
 
 SCHEDULES = ("constant", "multistep", "exponential")
@@ -151,6 +152,36 @@ class TrainingConfig:
         """The inverse of `to_dict` (also after a JSON round trip, which turns tuples into lists)."""
         settings = dict(d)
         settings["milestones"] = tuple(settings.get("milestones", ()))
+        return cls(**settings)
+
+
+class NetworkConfig:
+    """Mixin of the networks' frozen config dataclasses (`PELSVAEConfig`, `BayesFlowConfig`,
+    `InverseMappingConfig`): a ``training`` field holding a `TrainingConfig` (a mapping is
+    converted), ``to_dict`` for JSON and ``from_dict`` its inverse (lists back to the tuples named
+    in ``_TUPLES``)."""
+
+    _TUPLES: tuple[str, ...] = ()
+
+    def _check_training(self) -> None:
+        if isinstance(self.training, Mapping):
+            object.__setattr__(self, "training", TrainingConfig.from_dict(self.training))
+        if not isinstance(self.training, TrainingConfig):
+            raise ValueError(f"{type(self).__name__}: training must be a TrainingConfig; got "
+                             f"{type(self.training).__name__}")
+
+    def to_dict(self) -> dict:
+        return to_jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: Mapping):
+        """The inverse of `to_dict` (also after a JSON round trip)."""
+        settings = dict(d)
+        for name in cls._TUPLES:
+            if name in settings:
+                settings[name] = tuple(settings[name])
+        if "training" in settings:
+            settings["training"] = TrainingConfig.from_dict(settings["training"])
         return cls(**settings)
 
 
