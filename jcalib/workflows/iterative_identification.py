@@ -50,8 +50,10 @@ Example:
     >>> model = jcalib.models.get("cabin_thermal")                          # doctest: +SKIP
     >>> truth = model.parameters.sample(jax.random.key(1), 1)[0]            # doctest: +SKIP
     >>> observation = model.simulate(truth)                                 # doctest: +SKIP
-    >>> result = iterative_identification(jax.random.key(0), model, observation,  # doctest: +SKIP
-    ...                                   truth=truth, n_train=1600, n_val=399)
+    >>> data = jcalib.nn.simulate_training_set(jax.random.key(2), model, 1600)  # doctest: +SKIP
+    >>> val = jcalib.nn.simulate_training_set(jax.random.key(3), model, 399)    # doctest: +SKIP
+    >>> result = iterative_identification(jax.random.key(0), model, observation, data, val,  # doctest: +SKIP
+    ...                                   truth=truth)
     >>> result.mean_relative_error, result.n_covered, [s.kept for s in result.steps]  # doctest: +SKIP
 """
 
@@ -73,14 +75,17 @@ from tqdm.auto import tqdm
 from jcalib import fileio
 from jcalib.bayes.recovery import estimate_errors, recovery_metrics
 from jcalib.jsonable import to_jsonable
-from jcalib.model import AbstractSimulator, SolveStatus, check_simulator, simulate_batch
+from jcalib.model import AbstractSimulator, FunctionSimulator, SolveStatus, check_simulator, simulate_batch
 from jcalib.nn.bayesflow import TRAINING_RANGE_MARGIN, AmortizedPosterior, BayesFlowConfig, outside_training_range
+from jcalib.nn.data import TrainingSet
 from jcalib.nn.layers import Standardizer
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import ParameterSpace
 from jcalib.probability.likelihoods import add_noise
 from jcalib.sensitivity.sobol import Selection, sobol_indices
+
+Truth = Float[ArrayLike, " n_params"] | Mapping[str, float] | None
 
 __all__ = [
     "GENERATORS",
@@ -304,10 +309,10 @@ class IdentificationResult(eqx.Module):
         groups: the kept parameters of each step, in order.
         steps: the `IdentificationStep` records.
         level: probability of the intervals.
-        n_model_simulations: true-model simulations (step-1 data, Sobol' designs and data on
-            the model, the output check).
+        n_model_simulations: true-model simulations made here (Sobol' designs and data on the
+            model, the output check; the step-1 data are the caller's: add ``len(data) + len(val)``).
         n_surrogate_evaluations: surrogate runs (Sobol' designs and data of later steps).
-        durations: seconds: ``data_s`` (simulating the step-1 data), ``surrogate_training_s``,
+        durations: seconds: ``data_s`` (checking the step-1 data), ``surrogate_training_s``,
             ``steps_s`` (all steps), ``total_s`` (this call, data included).
         config: the `IdentificationConfig` as a dict.
     """
@@ -384,19 +389,10 @@ class IdentificationResult(eqx.Module):
 
 
 # --- the workflows --------------------------------------------------------------------------------
-def iterative_identification(
-    key: PRNGKeyArray,
-    model: AbstractSimulator,
-    observation,
-    *,
-    data: tuple[ArrayLike, ArrayLike] | None = None,
-    val: tuple[ArrayLike, ArrayLike] | None = None,
-    n_train: int = 1600,
-    n_val: int = 399,
-    truth: Float[ArrayLike, " n_params"] | Mapping[str, float] | None = None,
-    surrogate=None,
-    config: IdentificationConfig | None = None,
-) -> IdentificationResult:
+def iterative_identification(key: PRNGKeyArray, model: AbstractSimulator, observation, data: TrainingSet,
+                             val: TrainingSet, *, truth: Truth = None,
+                             surrogate: PELSVAE | AbstractSimulator | None = None,
+                             config: IdentificationConfig | None = None) -> IdentificationResult:
     """Algorithm 3 of Zhang & Mikelsons (2023): identify all parameters group by group.
 
     Args:
@@ -405,10 +401,9 @@ def iterative_identification(
         observation: the data to calibrate to, ``(n_times, n_outputs)`` at the model's times,
             or `jcalib.data.Measurements` at those times with every entry measured.
         data: ``(thetas, trajectories)`` of step 1 from the true model (``(n, n_params)``
-            physical, ``(n, n_times, n_outputs)``); None: ``n_train`` uniform samples are
-            simulated.
-        val: the same for the validation set (None: ``n_val`` samples are simulated).
-        n_train, n_val: sizes when ``data`` / ``val`` are simulated (the paper: 1,600 / 399).
+            physical, ``(n, n_times, n_outputs)``), e.g. a `jcalib.nn.TrainingSet` of
+            `jcalib.nn.simulate_training_set` (the paper: 1,600 uniform samples).
+        val: the same for the validation set (the paper: 399 samples).
         truth: the parameters behind the observation (a vector or ``{name: value}``) for ER
             and coverage; None for measured data.
         surrogate: a trained `PELSVAE` (or its `Surrogate`) of the model to generate the data
@@ -432,7 +427,7 @@ def iterative_identification(
         raise ValueError(f"iterative_identification: config must be an IdentificationConfig; got "
                          f"{type(config).__name__}")
     start = time.perf_counter()
-    setup = _prepare(key, model, observation, data, val, n_train, n_val, truth, config, "iterative_identification")
+    setup = _prepare(key, model, observation, data, val, truth, config, "iterative_identification")
     space = model.parameters
     names = space.names
     durations = dict(setup.durations)
@@ -443,7 +438,7 @@ def iterative_identification(
     generator = model
     if generator_kind == "surrogate":
         t0 = time.perf_counter()
-        generator = _surrogate(model, surrogate, setup, config)
+        generator = _surrogate(jax.random.fold_in(setup.key, 0), model, surrogate, setup, config)
         durations["surrogate_training_s"] = time.perf_counter() - t0
     elif surrogate is not None:
         raise ValueError("iterative_identification: a surrogate was passed but config.generator is 'model'; use "
@@ -480,18 +475,9 @@ def iterative_identification(
     return result
 
 
-def one_shot_identification(
-    key: PRNGKeyArray,
-    model: AbstractSimulator,
-    observation,
-    *,
-    data: tuple[ArrayLike, ArrayLike] | None = None,
-    val: tuple[ArrayLike, ArrayLike] | None = None,
-    n_train: int = 1600,
-    n_val: int = 399,
-    truth: Float[ArrayLike, " n_params"] | Mapping[str, float] | None = None,
-    config: IdentificationConfig | None = None,
-) -> IdentificationResult:
+def one_shot_identification(key: PRNGKeyArray, model: AbstractSimulator, observation, data: TrainingSet,
+                            val: TrainingSet, *, truth: Truth = None,
+                            config: IdentificationConfig | None = None) -> IdentificationResult:
     """The baseline: one amortized posterior for all parameters at once on the step-1 data.
 
     Same arguments, metrics and result as `iterative_identification` (one step, no Sobol'
@@ -502,7 +488,7 @@ def one_shot_identification(
         raise ValueError(f"one_shot_identification: config must be an IdentificationConfig; got "
                          f"{type(config).__name__}")
     start = time.perf_counter()
-    setup = _prepare(key, model, observation, data, val, n_train, n_val, truth, config, "one_shot_identification")
+    setup = _prepare(key, model, observation, data, val, truth, config, "one_shot_identification")
     durations = dict(setup.durations)
     t0 = time.perf_counter()
     step = _step(jax.random.fold_in(setup.key, 1), 1, model, model, "model", setup, {}, model.parameters.names,
@@ -528,8 +514,8 @@ class _Setup:
     durations: dict
 
 
-def _prepare(key, model, observation, data, val, n_train, n_val, truth, config, where) -> _Setup:
-    """Checks, the step-1 data (simulated when not given) and the observation as an array."""
+def _prepare(key, model, observation, data, val, truth, config, where) -> _Setup:
+    """Checks of the step-1 data and of the observation (as an array)."""
     start = time.perf_counter()
     check_simulator(model, where, "model")
     if not jax.config.jax_enable_x64:
@@ -542,19 +528,10 @@ def _prepare(key, model, observation, data, val, n_train, n_val, truth, config, 
     if config.regenerate_observation and truth_vec is None:
         raise ValueError(f"{where}: regenerate_observation=True transforms the synthetic test sample as in the "
                          "paper and needs its truth; pass truth=... or set regenerate_observation=False")
-    data_key, val_key, noise_key, run_key = jax.random.split(key, 4)
-    n_model = 1  # the output check at the end
-    pools = []
-    for pool, n, k, what in ((data, n_train, data_key, "data"), (val, n_val, val_key, "val")):
-        if pool is None:
-            _check_int(n, f"{where}: n_train" if what == "data" else f"{where}: n_val", minimum=2)
-            thetas = np.asarray(space.sample(k, int(n), "uniform"), np.float64)
-            xs = simulate_batch(model, thetas, progress=config.progress)
-            n_model += int(n)
-        else:
-            thetas, xs = _pool(space, pool, obs.shape, what, where)
-        pools.append((thetas, xs))
-    (train_thetas, train_xs), (val_thetas, val_xs) = pools
+    noise_key, run_key = jax.random.split(key)
+    n_model = 1  # the output check at the end (the step-1 data are the caller's simulations)
+    (train_thetas, train_xs), (val_thetas, val_xs) = (_pool(space, pool, obs.shape, what, where)
+                                                      for pool, what in ((data, "data"), (val, "val")))
     if not config.allow_outside_training_range:
         _check_training_range(model, obs, train_xs, config.noise_sigma, where)
     return _Setup(key=run_key, observation=obs, truth=truth_vec, train_thetas=train_thetas, train_xs=train_xs,
@@ -562,11 +539,11 @@ def _prepare(key, model, observation, data, val, n_train, n_val, truth, config, 
                   durations={"data_s": time.perf_counter() - start})
 
 
-def _surrogate(model, surrogate, setup: _Setup, config: IdentificationConfig):
+def _surrogate(key, model, surrogate, setup: _Setup, config: IdentificationConfig):
     """The data generator of later steps: the passed PELS-VAE/Surrogate (checked) or a new one."""
     if surrogate is None:
-        vae = PELSVAE(config.surrogate).fit(model, setup.train_thetas, setup.train_xs,
-                                            (setup.val_thetas, setup.val_xs))
+        vae = PELSVAE(model, config.surrogate).fit(key, setup.train_thetas, setup.train_xs,
+                                                   val=(setup.val_thetas, setup.val_xs))
         surrogate = vae.surrogate
     elif isinstance(surrogate, PELSVAE):
         surrogate = surrogate.surrogate
@@ -639,7 +616,7 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
     kept, fallback = candidates, False
     if len(candidates) > 1 and not one_shot and reason != "max_steps":
         t0 = time.perf_counter()
-        trial = _train(config.trial, space, candidates, train_thetas, train_xs)
+        trial = _train(jax.random.fold_in(k_trial, 1), config.trial, model, candidates, train_thetas, train_xs)
         cols = [space.index(n) for n in candidates]
         mean, _ = _val_estimate(trial, k_trial, val_xs, config.n_val_samples)
         r2 = estimate_errors(val_thetas[:, cols], mean)[1]
@@ -651,7 +628,7 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
 
     # formal inference on the kept parameters
     t0 = time.perf_counter()
-    posterior = _train(config.posterior, space, kept, train_thetas, train_xs)
+    posterior = _train(jax.random.fold_in(k_formal, 1), config.posterior, model, kept, train_thetas, train_xs)
     cols = [space.index(n) for n in kept]
     samples = np.asarray(posterior.sample(k_obs, jnp.asarray(observation), config.n_samples), np.float64)
     samples = samples.reshape(config.n_samples, len(kept))
@@ -716,9 +693,14 @@ def _assemble(method, model, setup: _Setup, steps, config, n_model, n_surrogate,
         config=config.to_dict())
 
 
-def _train(bf_config: BayesFlowConfig, space: ParameterSpace, names, thetas, xs) -> AmortizedPosterior:
+def _train(key, bf_config: BayesFlowConfig, model, names, thetas, xs) -> AmortizedPosterior:
+    """A posterior of the parameters ``names`` (the others fixed in the data) on ``xs`` (in the
+    model's units or standardised: the description only gives the space and the shape)."""
+    space = model.parameters
     cols = [space.index(n) for n in names]
-    return AmortizedPosterior(bf_config).fit(space.subset(names), thetas[:, cols], xs)
+    description = FunctionSimulator(lambda theta: jnp.zeros(xs.shape[1:]), space.subset(names),
+                                    tuple(model.output_names), ts=model.ts)
+    return AmortizedPosterior(description, bf_config).fit(key, thetas[:, cols], xs)
 
 
 def _val_estimate(posterior, key, xs, n):
@@ -848,7 +830,8 @@ def _truth(space: ParameterSpace, truth, where):
 
 def _pool(space, pool, obs_shape, what, where):
     if not (isinstance(pool, (tuple, list)) and len(pool) == 2):
-        raise ValueError(f"{where}: {what} must be a (thetas, trajectories) pair or None")
+        raise ValueError(f"{where}: {what} must be a (thetas, trajectories) pair (a TrainingSet of "
+                         f"jcalib.nn.simulate_training_set); got {type(pool).__name__}")
     thetas = np.asarray(pool[0], np.float64)
     xs = np.asarray(pool[1], np.float64)
     if thetas.ndim != 2 or thetas.shape[1] != space.n_params or thetas.shape[0] < 2:

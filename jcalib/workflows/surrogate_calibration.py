@@ -26,12 +26,11 @@ With ``weighting="absolute"`` every loss is the MSE of eq. 1 of the paper.
 
 Example:
     >>> import jax, jcalib                                                   # doctest: +SKIP
-    >>> from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig                 # doctest: +SKIP
+    >>> from jcalib.nn import PELSVAE, simulate_training_set                 # doctest: +SKIP
     >>> jax.config.update("jax_enable_x64", True)                            # doctest: +SKIP
     >>> model = jcalib.models.get("thermal_office_r7c4")                     # doctest: +SKIP
-    >>> thetas = model.parameters.sample(jax.random.key(0), 256, "lhs")      # doctest: +SKIP
-    >>> vae = PELSVAE(PELSVAEConfig()).fit(model, thetas,                     # doctest: +SKIP
-    ...                                    jcalib.simulate_batch(model, thetas))
+    >>> data = simulate_training_set(jax.random.key(0), model, 256, sampler="lhs")  # doctest: +SKIP
+    >>> vae = PELSVAE(model).fit(jax.random.key(2), *data)                   # doctest: +SKIP
     >>> problem = jcalib.CalibrationProblem(model, data, weighting="absolute")  # doctest: +SKIP
     >>> result = surrogate_calibration(jax.random.key(1), problem, vae)      # doctest: +SKIP
     >>> result.surrogate_loss, result.true_loss_at_surrogate_optimum, result.loss  # doctest: +SKIP

@@ -22,6 +22,7 @@ import pytest
 from jcalib.data import Measurements
 from jcalib.model import AbstractSimulator, Experiment
 from jcalib.nn.bayesflow import BayesFlowConfig
+from jcalib.nn.data import simulate_training_set
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.plotting import plot_identification, plot_identification_recovery
@@ -76,13 +77,19 @@ def problem():
     return model, np.asarray(model.simulate(jnp.asarray(TRUTH)))
 
 
+def pools(model, n_train, n_val):
+    """Step-1 training and validation data: uniform draws over the prior box, simulated."""
+    return (simulate_training_set(jax.random.key(10), model, n_train),
+            simulate_training_set(jax.random.key(11), model, n_val))
+
+
 @pytest.fixture(scope="module")
 def results(problem):
     model, observation = problem
     config = small_config()
-    kwargs = dict(n_train=256, n_val=200, truth=TRUTH, config=config)
-    iterative = iterative_identification(jax.random.key(0), model, observation, **kwargs)
-    one_shot = one_shot_identification(jax.random.key(0), model, observation, **kwargs)
+    data = pools(model, 256, 200)
+    iterative = iterative_identification(jax.random.key(0), model, observation, *data, truth=TRUTH, config=config)
+    one_shot = one_shot_identification(jax.random.key(0), model, observation, *data, truth=TRUTH, config=config)
     return iterative, one_shot
 
 
@@ -142,9 +149,9 @@ def test_result_records_and_json(results, tmp_path):
         assert np.isfinite(result.output_mae)
         assert result.durations["total_s"] >= result.durations["steps_s"] > 0
     assert iterative.output_mae < 0.01  # the model at the estimate vs the observation (measured 0.002)
-    # data: 256 + 200 simulations, the output check, then the Sobol' designs, regenerated sets and observations
+    # the output check, then the Sobol' designs, regenerated sets and observations (the step-1 data are the caller's)
     n_regenerated = sum(s.n_generated for s in iterative.steps)
-    assert iterative.n_model_simulations == 256 + 200 + 1 + n_regenerated + len(iterative.steps) - 1
+    assert iterative.n_model_simulations == 1 + n_regenerated + len(iterative.steps) - 1
     path = tmp_path / "result.json"
     iterative.save(path)
     saved = json.loads(path.read_text())
@@ -173,27 +180,30 @@ def test_measurements_are_accepted(problem):
     (dict(data=(np.ones((4, 2)), np.ones((4, 32, 1)))), r"data thetas must have shape \(n, 3\)"),
     (dict(data=(np.ones((4, 3)), np.ones((4, 31, 1)))), r"data trajectories must have shape \(4, 32, 1\)"),
     (dict(data=(np.full((4, 3), 9.0), np.ones((4, 32, 1)))), "outside the parameter bounds"),
-    (dict(n_train=1), "n_train must be an integer >= 2"),
+    (dict(data=None), r"data must be a \(thetas, trajectories\) pair \(a TrainingSet of "
+                      r"jcalib.nn.simulate_training_set\); got NoneType"),
     (dict(config="fast"), "config must be an IdentificationConfig"),
 ])
 def test_bad_input(problem, kwargs, message):
     model, observation = problem
-    kwargs = {"observation": observation, "config": small_config(regenerate_observation=False)} | kwargs
-    obs = kwargs.pop("observation")
+    data, val = pools(model, 4, 4)
+    kwargs = {"observation": observation, "data": data, "val": val,
+              "config": small_config(regenerate_observation=False)} | kwargs
+    obs, data, val = kwargs.pop("observation"), kwargs.pop("data"), kwargs.pop("val")
     with pytest.raises(ValueError, match=message):
-        iterative_identification(jax.random.key(0), model, obs, **kwargs)
+        iterative_identification(jax.random.key(0), model, obs, data, val, **kwargs)
 
 
 def test_bad_measurements(problem):
     model, observation = problem
     shifted = Measurements(np.asarray(model.ts) + 1.0, observation)
     with pytest.raises(ValueError, match="use model.with_times"):
-        iterative_identification(jax.random.key(0), model, shifted, config=small_config())
+        iterative_identification(jax.random.key(0), model, shifted, *pools(model, 4, 4), config=small_config())
     mask = np.ones((32, 1), bool)
     mask[3] = False
     gappy = Measurements(np.asarray(model.ts), observation, mask=mask)
     with pytest.raises(ValueError, match="miss 1 entries"):
-        iterative_identification(jax.random.key(0), model, gappy, config=small_config())
+        iterative_identification(jax.random.key(0), model, gappy, *pools(model, 4, 4), config=small_config())
 
 
 def test_non_simulators_are_refused(problem):
@@ -201,21 +211,21 @@ def test_non_simulators_are_refused(problem):
     data = (np.tile(TRUTH, (4, 1)), np.tile(observation, (4, 1, 1)))
     with pytest.raises(ValueError, match=r"iterative_identification: model must be a jcalib simulator \(an "
                                          r"AbstractModel, .*got function; wrap a plain function"):
-        iterative_identification(jax.random.key(0), lambda theta: theta, observation, data=data, val=data,
+        iterative_identification(jax.random.key(0), lambda theta: theta, observation, data, data,
                                  config=small_config(regenerate_observation=False))
     with pytest.raises(ValueError, match=r"one_shot_identification: model must be a jcalib simulator .*got dict"):
-        one_shot_identification(jax.random.key(0), {"parameters": model.parameters}, observation, data=data,
-                                val=data, config=small_config(regenerate_observation=False))
+        one_shot_identification(jax.random.key(0), {"parameters": model.parameters}, observation, data, data,
+                                config=small_config(regenerate_observation=False))
     with pytest.raises(ValueError, match=r"iterative_identification: surrogate must be a trained PELSVAE or a jcalib "
                                          r"simulator \(its Surrogate: any jcalib.AbstractSimulator\); got object"):
-        iterative_identification(jax.random.key(0), model, observation, data=data, val=data, surrogate=object(),
+        iterative_identification(jax.random.key(0), model, observation, data, data, surrogate=object(),
                                  config=small_config(generator="surrogate", regenerate_observation=False))
 
 
 def test_surrogate_with_model_generator_is_refused(problem):
     model, observation = problem
     with pytest.raises(ValueError, match="config.generator is 'model'"):
-        iterative_identification(jax.random.key(0), model, observation, n_train=4, n_val=4, surrogate=object(),
+        iterative_identification(jax.random.key(0), model, observation, *pools(model, 4, 4), surrogate=object(),
                                  config=small_config(regenerate_observation=False))
 
 
@@ -248,7 +258,7 @@ def test_max_steps_guard_identifies_the_rest_at_once(problem):
     config = small_config(max_steps=1, posterior=BayesFlowConfig(
         summary="mlp", summary_size=4, summary_hidden=8, n_blocks=1, coupling_hidden=(8,),
         training=TrainingConfig(epochs=1, batch_size=32, progress=False)), n_samples=20, n_val_samples=4)
-    result = iterative_identification(jax.random.key(1), model, observation, n_train=64, n_val=16, truth=TRUTH,
+    result = iterative_identification(jax.random.key(1), model, observation, *pools(model, 64, 16), truth=TRUTH,
                                       config=config)
     (step,) = result.steps
     assert step.selection_reason == "max_steps" and step.kept == ("a", "b", "c") and step.trial_r2 == {}
@@ -262,7 +272,7 @@ def test_surrogate_generator(problem):
     model, observation = problem
     surrogate = PELSVAEConfig(latent_size=4, hidden_size=32, n_passes=4, training=TrainingConfig(
         epochs=150, batch_size=32, learning_rate=3e-3, progress=False))
-    result = iterative_identification(jax.random.key(0), model, observation, n_train=512, n_val=200, truth=TRUTH,
+    result = iterative_identification(jax.random.key(0), model, observation, *pools(model, 512, 200), truth=TRUTH,
                                       config=small_config(generator="surrogate", surrogate=surrogate))
     assert [s.generator for s in result.steps][1:] == ["surrogate"] * (len(result.steps) - 1)
     assert result.n_surrogate_evaluations > 0
