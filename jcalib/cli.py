@@ -268,6 +268,7 @@ def sensitivity(
 
     from jcalib import plotting
     from jcalib import sensitivity as sens
+    from jcalib.problem import CalibrationProblem
 
     if method not in SENSITIVITY_METHODS:
         raise ValueError(f"--method must be one of {', '.join(SENSITIVITY_METHODS)}; got {method!r}")
@@ -302,7 +303,8 @@ def sensitivity(
         for pname, v in metrics["rms_relative_sensitivity"].items():
             typer.echo(f"  {pname:24s} rms θ/y·dy/dθ = {v:10.4g}")
     else:
-        report = sens.identifiability(m, theta)
+        # no data: the model's own outputs at theta, relative weighting, d ln y / d ln θ columns
+        report = sens.identifiability(CalibrationProblem.from_simulation(m, theta), theta, scaling="log")
         metrics = {"theta": m.parameters.to_dict(theta), "identifiability": report.to_dict()}
         figures = {"sigma_min_spectrum.png": plotting.plot_sigma_min_spectrum(report)}
         d = metrics["identifiability"]

@@ -369,7 +369,7 @@ class ParameterSpace:
         for p in self.parameters:
             if not p.has_box:
                 raise ValueError(
-                    f"{method} needs finite bounds (a box to draw from), but parameter {p.name!r} has "
+                    f"{method} needs finite bounds, but parameter {p.name!r} has "
                     f"bounds [{p.lower}, {p.upper}]{' on a log scale' if p.log_scale else ''}; give it "
                     f"finite bounds for this method (space.replace({p.name!r}, lower=..., upper=...); "
                     "> 0 on a log scale) or fix it"

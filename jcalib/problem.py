@@ -327,6 +327,49 @@ class CalibrationProblem(eqx.Module):
         self.noise_outputs = tuple(model.output_names[j] for j in noise_index)
         self.sigma_available = sigma_available
 
+    @classmethod
+    def from_simulation(cls, model: AbstractModel, theta: Float[ArrayLike, " n_params"] | None = None, *,
+                        weighting: str = "relative", sigma: float | Float[ArrayLike, " n_outputs"] | None = None,
+                        free: Sequence[str] | None = None) -> CalibrationProblem:
+        """A data-free problem: the model's own noise-free outputs at ``theta`` as measurements.
+
+        Its residuals vanish at ``theta`` and its residual Jacobian there is the weighted
+        output sensitivity, so methods that take a problem (`jcalib.sensitivity.identifiability`,
+        `~jcalib.sensitivity.j_sensitivity`) analyse a model before any data exist:
+        ``"relative"`` weighting gives rows d ln y / d θ_internal (with
+        ``identifiability(..., scaling="log")``: d ln y / d ln θ), ``"absolute"`` gives dy/dθ,
+        ``"sigma"`` divides each output by ``sigma``.
+
+        Args:
+            model: the model; its experiment's mask selects the entries.
+            theta: physical parameter values ``(n_params,)``; None: the nominal values.
+            weighting: as in `CalibrationProblem`. With ``"relative"``, entries where the
+                simulated output is exactly 0 are masked out (their relative sensitivity is
+                undefined; as rows of zeros they would not change rank or singular values).
+            sigma: noise level per output (a scalar or ``(n_outputs,)``), needed for ``"sigma"``.
+            free: the free parameters (None: all of them).
+
+        Raises:
+            ValueError: ``theta`` of the wrong shape, not finite or outside the bounds (the
+                model refuses it), a failed solve, or the arguments `CalibrationProblem` refuses.
+        """
+        theta = model.parameters.nominal if theta is None else np.asarray(theta, dtype=np.float64)
+        y = np.asarray(model.simulate(jnp.asarray(theta)), dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ValueError(
+                f"CalibrationProblem.from_simulation: the simulation at theta = "
+                f"{model.parameters.to_dict(theta)} failed or gave NaN/inf; choose another theta or "
+                "fix the solve (e.g. model.with_solver(max_steps=...))"
+            )
+        mask = model.experiment.mask
+        mask = np.ones(y.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        if weighting == "relative":
+            mask = mask & (y != 0)
+        if sigma is not None:
+            sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (y.shape[1],))
+        data = Measurements(np.asarray(model.ts), y, mask=mask, sigma=sigma, output_names=model.output_names)
+        return cls(model, data, free=free, weighting=weighting)
+
     # --- static description ----------------------------------------------------------------
     @property
     def space(self) -> ParameterSpace:

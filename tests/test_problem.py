@@ -339,3 +339,21 @@ def test_infinite_bounds_priors_and_bounds_check(open_problem):
     # the issue-17 bounds check still refuses values outside the (half-open) bounds
     with pytest.raises(ValueError, match=r"c = -2 lies outside its bounds \[-1, inf\]"):
         problem.model.simulate(jnp.asarray([0.0, 1.0, -2.0]))
+
+
+def test_infinite_bounds_sensitivity_scalings(open_problem):
+    # dz/dθ of every transform: |dJ/dθ| (physical units) equals central differences of the loss
+    from jcalib.sensitivity import j_sensitivity
+    from tests.helpers import central_differences
+
+    problem, _, least_squares = open_problem
+    theta = np.asarray(least_squares) + np.array([0.1, 0.05, -0.05])
+
+    def loss_of(t):
+        return float(problem.loss(problem.to_internal(jnp.asarray(t))))
+
+    np.testing.assert_allclose(j_sensitivity(problem, jnp.asarray(theta)), np.abs(central_differences(loss_of, theta)),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match=r"j_sensitivity\(scaling='range'\) needs finite bounds, but parameter 'a' "
+                                         r"has bounds \[-inf, inf\]"):
+        j_sensitivity(problem, jnp.asarray(theta), scaling="range")

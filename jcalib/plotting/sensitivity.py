@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from jcalib.plotting._grid import grid_axes, plt
+from jcalib.sensitivity.identifiability import IdentifiabilityReport
 
 __all__ = [
     "plot_sensitivity_functions", "plot_sigma_min_spectrum", "plot_singular_values", "plot_sobol_over_time",
@@ -143,31 +144,30 @@ def plot_sensitivity_functions(ts, sensitivities, output_names, parameter_names,
     return fig
 
 
-def plot_sigma_min_spectrum(report_or_spectrum, parameter_names=None, *, threshold=None,
-                            relative=True, title="Smallest singular value spectrum"):
+def plot_sigma_min_spectrum(report, *, threshold=None, relative=True, title="Smallest singular value spectrum"):
     """σ_min of the first j selected sensitivity columns against j (Bastogne 2007, Figure 8).
 
     Args:
-        report_or_spectrum: an `IdentifiabilityReport`, a `CorrelationRanking` or the σ_min
-            values themselves.
-        parameter_names: x tick labels when a bare spectrum is given (the ranking's order
-            otherwise).
+        report: an `IdentifiabilityReport` (its correlation ranking is plotted).
         threshold: horizontal line of the subset threshold (default: the report's).
         relative: plot σ_min(j)/σ_min(1) (False: σ_min itself).
         title: axes title.
 
     Returns:
         The figure.
+
+    Raises:
+        ValueError: ``report`` is not an `IdentifiabilityReport`.
     """
-    ranking = getattr(report_or_spectrum, "correlation", report_or_spectrum)
+    if not isinstance(report, IdentifiabilityReport):
+        raise ValueError(
+            f"plot_sigma_min_spectrum: report must be an IdentifiabilityReport (from "
+            f"jcalib.sensitivity.identifiability); got {type(report).__name__}"
+        )
     if threshold is None:
-        threshold = getattr(report_or_spectrum, "sigma_min_threshold", None)
-    if hasattr(ranking, "sigma_min"):
-        spectrum = np.asarray(ranking.sigma_min, dtype=float)
-        names = list(ranking.order)
-    else:
-        spectrum = np.asarray(report_or_spectrum, dtype=float)
-        names = list(parameter_names) if parameter_names is not None else None
+        threshold = report.sigma_min_threshold
+    spectrum = np.asarray(report.correlation.sigma_min, dtype=float)
+    names = list(report.correlation.order)
     values = spectrum / spectrum[0] if relative else spectrum
     x = np.arange(1, values.size + 1)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.38 * values.size + 1.5), 3.8))
@@ -176,8 +176,7 @@ def plot_sigma_min_spectrum(report_or_spectrum, parameter_names=None, *, thresho
     if threshold is not None:
         ax.axhline(threshold, color="gray", ls="--", lw=1, label=f"threshold {threshold:g}")
         ax.legend(fontsize=8)
-    if names is not None:
-        ax.set_xticks(x, names, rotation=60, ha="right", fontsize=8)
+    ax.set_xticks(x, names, rotation=60, ha="right", fontsize=8)
     ax.set(xlabel="parameter added at step j", title=title,
            ylabel="σ_min(Σ_1..j) / σ_min(Σ_1)" if relative else "σ_min(Σ_1..j)")
     ax.grid(alpha=0.3, which="both")

@@ -18,17 +18,19 @@ Two papers, one matrix S (rows: measured (time, output) entries; columns: parame
   Each flat direction is a combination of parameters (a right singular vector) that the
   data barely constrain.
 
-`identifiability` computes all of it from a single forward-mode Jacobian of a model or of
-a `CalibrationProblem`. The results depend on the scaling of the columns (and, for a
-problem, on its weighting): Wulkow et al. note that "even a slight change of the scaling or
-a different weighting can alter these structures". Use scale-free columns (relative or
-log-parameter sensitivities) unless the units are commensurable.
+`identifiability` computes all of it from a single forward-mode Jacobian of a
+`CalibrationProblem` (a model without data: `CalibrationProblem.from_simulation`). The
+results depend on the scaling of the columns and on the problem's weighting: Wulkow et al.
+note that "even a slight change of the scaling or a different weighting can alter these
+structures". Use scale-free columns (relative or log-parameter sensitivities) unless the
+units are commensurable.
 
 Example:
     >>> import jax
     >>> jax.config.update("jax_enable_x64", True)
     >>> import jcalib
-    >>> report = identifiability(jcalib.models.get("four_substance_reactions", observe="A"))
+    >>> model = jcalib.models.get("four_substance_reactions", observe="A")
+    >>> report = identifiability(jcalib.CalibrationProblem.from_simulation(model))
     >>> report.rank, report.jacobian.n_essential  # kac, kad enter A only through their sum
     (2, 2)
     >>> [name for name, _ in report.jacobian.flat_directions[0]["components"][:2]]
@@ -42,18 +44,14 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from jcalib.jsonable import to_jsonable
+from jcalib.problem import CalibrationProblem
 from jcalib.sensitivity.local import (
     J_SCALINGS,
-    SCALINGS,
     _check_choice,
-    _check_theta,
     _scale_problem_jacobian,
-    failure_cause,
     loss_gradient,
-    output_sensitivities,
     problem_point,
     residual_jacobian,
-    sensitivity_matrix,
 )
 
 __all__ = [
@@ -425,17 +423,14 @@ def jacobian_analysis(
 
 # --- everything from one Jacobian -------------------------------------------------------------
 class IdentifiabilityReport(eqx.Module):
-    """Local identifiability of a model or problem at one point (see the module docstring).
+    """Local identifiability of a problem at one point (see the module docstring).
 
     Attributes:
-        parameter_names: the analysed parameters (a problem's free ones).
+        parameter_names: the analysed parameters (the problem's free ones).
         theta: their physical values at the analysed point.
-        source: ``"model"`` or ``"problem"``.
-        scaling: column scaling of the analysed matrix (`SCALINGS` for a model,
-            `J_SCALINGS` for a problem's residual Jacobian).
-        matrix: the analysed matrix ``(n_rows, n_params)`` (not in `to_dict`); for a model
-            ``sensitivity_matrix(...)`` of the scaled output sensitivities, for a problem
-            the scaled residual Jacobian (d r = -d y for absolute weighting).
+        scaling: column scaling of the analysed matrix (`J_SCALINGS`).
+        matrix: the analysed matrix ``(n_rows, n_params)`` (not in `to_dict`): the scaled
+            residual Jacobian (d r = -d y for absolute weighting).
         matrix_shape: ``(n_rows, n_params)`` of the analysed matrix.
         rank: numerical rank (practical identifiability degree, Bastogne §3.1).
         rank_rtol, rank_tolerance: the relative tolerance and the absolute singular-value
@@ -448,14 +443,14 @@ class IdentifiabilityReport(eqx.Module):
         sigma_min_threshold: threshold of ``proposed_subset`` on the relative σ_min.
         proposed_subset: the correlation ranking's parameters before σ_min drops below
             the threshold: a well-conditioned starting subset (Bastogne §3.4).
-        j_sensitivity: |dJ/dθ| per parameter (problems only, else None), in the
-            coordinates of ``j_sensitivity_scaling`` (Bastogne eq. 12: ``"absolute"``).
-        j_sensitivity_order: parameter names by decreasing J-sensitivity (or None).
+        j_sensitivity: |dJ/dθ| per parameter, in the coordinates of
+            ``j_sensitivity_scaling`` (Bastogne eq. 12: ``"absolute"``); 0 for a problem
+            `~jcalib.problem.CalibrationProblem.from_simulation` at its own ``theta``.
+        j_sensitivity_order: parameter names by decreasing J-sensitivity.
     """
 
     parameter_names: tuple[str, ...] = eqx.field(static=True)
     theta: np.ndarray
-    source: str = eqx.field(static=True)
     scaling: str = eqx.field(static=True)
     matrix: np.ndarray
     matrix_shape: tuple[int, int] = eqx.field(static=True)
@@ -468,9 +463,9 @@ class IdentifiabilityReport(eqx.Module):
     correlation: CorrelationRanking
     sigma_min_threshold: float = eqx.field(static=True)
     proposed_subset: tuple[str, ...] = eqx.field(static=True)
-    j_sensitivity: np.ndarray | None
-    j_sensitivity_scaling: str | None = eqx.field(static=True)
-    j_sensitivity_order: tuple[str, ...] | None = eqx.field(static=True)
+    j_sensitivity: np.ndarray
+    j_sensitivity_scaling: str = eqx.field(static=True)
+    j_sensitivity_order: tuple[str, ...] = eqx.field(static=True)
 
     @property
     def identifiable_parameters(self) -> tuple[str, ...]:
@@ -481,7 +476,6 @@ class IdentifiabilityReport(eqx.Module):
         return {
             "parameter_names": list(self.parameter_names),
             "theta": dict(zip(self.parameter_names, np.asarray(self.theta).tolist())),
-            "source": self.source,
             "scaling": self.scaling,
             "matrix_shape": list(self.matrix_shape),
             "rank": self.rank,
@@ -495,22 +489,18 @@ class IdentifiabilityReport(eqx.Module):
             "correlation": self.correlation.to_dict(),
             "sigma_min_threshold": self.sigma_min_threshold,
             "proposed_subset": list(self.proposed_subset),
-            "j_sensitivity": (None if self.j_sensitivity is None else
-                              dict(zip(self.parameter_names,
-                                       np.asarray(self.j_sensitivity).tolist()))),
+            "j_sensitivity": dict(zip(self.parameter_names, np.asarray(self.j_sensitivity).tolist())),
             "j_sensitivity_scaling": self.j_sensitivity_scaling,
-            "j_sensitivity_order": (None if self.j_sensitivity_order is None
-                                    else list(self.j_sensitivity_order)),
+            "j_sensitivity_order": list(self.j_sensitivity_order),
         }
 
 
 def identifiability(
-    model_or_problem,
-    theta: Float[ArrayLike, " n_params"] | None = None,
+    problem: CalibrationProblem,
+    theta: Float[ArrayLike, " n_free"] | None = None,
     *,
-    theta_internal: Float[ArrayLike, " n_free"] | None = None,
-    scaling: str | None = None,
-    output_scale=None,
+    coordinates: str = "physical",
+    scaling: str = "internal",
     rank_rtol: float | None = None,
     flat_ratio: float = FLAT_RATIO,
     gap_ratio: float | None = GAP_RATIO,
@@ -521,28 +511,26 @@ def identifiability(
 ) -> IdentifiabilityReport:
     """Rank, null parameters, rankings and essential directions from one Jacobian.
 
-    For a **model**, the matrix is ``sensitivity_matrix(output_sensitivities(model, theta,
-    scaling=scaling), mask=model.experiment.mask, output_scale=output_scale)``; default
-    scaling ``"relative"`` (d ln y / d ln θ). There is no loss, so no J-sensitivity.
+    The matrix is the problem's residual Jacobian d r / d θ_internal (one forward-mode
+    Jacobian; the problem's weighting scales the rows: ``"relative"`` weighting gives
+    Wulkow's J), with columns rescaled per ``scaling`` in `J_SCALINGS` (default
+    ``"internal"``: as the problem's methods see it). The same Jacobian and the residuals
+    give the J-sensitivity (2/n) Jᵀr.
 
-    For a **problem** (`CalibrationProblem`), the matrix is its residual Jacobian
-    d r / d θ_internal (one forward-mode Jacobian; the problem's weighting scales the rows:
-    ``"relative"`` weighting gives Wulkow's J), with columns rescaled per ``scaling`` in
-    `J_SCALINGS` (default ``"internal"``: as the problem's methods see it). The same
-    Jacobian and the residuals give the J-sensitivity (2/n) Jᵀr.
+    A model without data is analysed through ``CalibrationProblem.from_simulation(model,
+    theta)`` (its own outputs as data, relative weighting): with ``scaling="log"`` the
+    matrix holds the relative sensitivities d ln y / d ln θ of Bastogne et al.
 
     Args:
-        model_or_problem: an `AbstractModel` (or module with ``parameters`` and
-            ``simulate``) or a `CalibrationProblem`.
-        theta: physical parameter values (a problem's free ones); default nominal.
-        theta_internal: for a problem, the point in internal coordinates instead.
-        scaling: column scaling (see above).
-        output_scale: per-output normalisation for a model (`sensitivity_matrix`).
+        problem: a `CalibrationProblem`.
+        theta: the point, the free parameters in ``coordinates``; None: the nominal values.
+        coordinates: ``"physical"`` (default) or ``"internal"``, the coordinates of ``theta``.
+        scaling: column scaling, one of `J_SCALINGS`.
         rank_rtol: relative rank tolerance (`rank_tolerance`; None: NumPy's default).
         flat_ratio, gap_ratio: essential-direction rule (`n_essential_directions`).
         start: first parameter of the correlation ranking: a name, None (the largest
-            column of the analysed matrix) or ``"j_sensitivity"`` (problems only: the most
-            J-sensitive parameter, Bastogne eq. 13).
+            column of the analysed matrix) or ``"j_sensitivity"`` (the most J-sensitive
+            parameter, Bastogne eq. 13).
         normalize_columns: rank unit-norm columns (pure collinearity) instead of the
             scaled ones (`correlation_ranking`'s ``normalize``).
         sigma_min_threshold: relative σ_min, σ_min(j)/σ_min(1), below which the proposed
@@ -553,61 +541,26 @@ def identifiability(
         An `IdentifiabilityReport`.
 
     Raises:
-        ValueError: bad arguments (named in the message) or non-finite sensitivities (a
-            failed solve).
+        ValueError: ``problem`` is not a `CalibrationProblem`; bad arguments (named in the
+            message) or non-finite sensitivities (a failed solve).
     """
-    is_problem = hasattr(model_or_problem, "free_names") and hasattr(model_or_problem,
-                                                                     "jacobian")
-    if is_problem:
-        problem = model_or_problem
-        scaling = "internal" if scaling is None else scaling
-        _check_choice(scaling, J_SCALINGS, "identifiability", "scaling (for a problem)")
-        if output_scale is not None:
-            raise ValueError(
-                "identifiability: output_scale applies to models only; a problem's rows are "
-                "scaled by its weighting ('relative', 'absolute' or 'sigma')"
-            )
-        _check_choice(j_sensitivity_scaling, J_SCALINGS, "identifiability",
-                      "j_sensitivity_scaling")
-        z = problem_point(problem, theta, theta_internal, "identifiability")
-        jac, residuals = residual_jacobian(problem, z)
-        matrix = _scale_problem_jacobian(problem, z, jac, scaling, "identifiability")
-        j_sens = np.abs(loss_gradient(problem, z, jac, residuals, j_sensitivity_scaling))
-        names = problem.free_names
-        theta_phys = np.asarray(problem.to_physical(z))
-        source = "problem"
-    else:
-        model = model_or_problem
-        if theta_internal is not None:
-            raise ValueError(
-                "identifiability: theta_internal is for problems; pass a model's physical "
-                "theta"
-            )
-        scaling = "relative" if scaling is None else scaling
-        _check_choice(scaling, SCALINGS, "identifiability", "scaling (for a model)")
-        if theta is None:
-            theta = getattr(getattr(model, "parameters", None), "nominal", None)
-        theta = _check_theta(model, theta, "identifiability")
-        sens = output_sensitivities(model, theta, scaling=scaling)
-        experiment = getattr(model, "experiment", None)
-        mask = None if experiment is None else experiment.mask
-        matrix = sensitivity_matrix(sens, mask=mask, output_scale=output_scale)
-        if not np.all(np.isfinite(matrix)):
-            raise ValueError(
-                "identifiability: the sensitivities have NaN or inf entries at theta = "
-                f"{model.parameters.to_dict(np.asarray(theta))}: {failure_cause(model, theta)}; "
-                "rank and collinearity need a successful solve (choose another theta or fix the solve)"
-            )
-        j_sens, j_sensitivity_scaling = None, None
-        names = model.parameters.names
-        theta_phys = np.asarray(theta)
-        source = "model"
-    return _report(matrix, names, theta_phys, source, scaling, rank_rtol, flat_ratio, gap_ratio,
-                   start, normalize_columns, sigma_min_threshold, j_sens,
+    if not isinstance(problem, CalibrationProblem):
+        raise ValueError(
+            f"identifiability: problem must be a CalibrationProblem; got {type(problem).__name__}; for a "
+            "model without data pass CalibrationProblem.from_simulation(model, theta)"
+        )
+    _check_choice(scaling, J_SCALINGS, "identifiability", "scaling")
+    _check_choice(j_sensitivity_scaling, J_SCALINGS, "identifiability", "j_sensitivity_scaling")
+    z = problem_point(problem, theta, coordinates, "identifiability")
+    jac, residuals = residual_jacobian(problem, z)
+    matrix = _scale_problem_jacobian(problem, z, jac, scaling, "identifiability")
+    j_sens = np.abs(loss_gradient(problem, z, jac, residuals, j_sensitivity_scaling, "identifiability"))
+    return _report(matrix, problem.free_names, np.asarray(problem.to_physical(z)), scaling, rank_rtol,
+                   flat_ratio, gap_ratio, start, normalize_columns, sigma_min_threshold, j_sens,
                    j_sensitivity_scaling)
 
 
-def _report(matrix, names, theta, source, scaling, rank_rtol, flat_ratio, gap_ratio, start,
+def _report(matrix, names, theta, scaling, rank_rtol, flat_ratio, gap_ratio, start,
             normalize, sigma_min_threshold, j_sens, j_scaling):
     if not sigma_min_threshold >= 0:
         raise ValueError(
@@ -621,11 +574,6 @@ def _report(matrix, names, theta, source, scaling, rank_rtol, flat_ratio, gap_ra
     analysis = jacobian_analysis(matrix, names, flat_ratio=flat_ratio, gap_ratio=gap_ratio)
     keep = [j for j, n in enumerate(names) if n not in null]
     if start == "j_sensitivity":
-        if j_sens is None:
-            raise ValueError(
-                "identifiability: start='j_sensitivity' needs a CalibrationProblem (a model "
-                "has no loss); pass a parameter name or None"
-            )
         start = names[max(keep, key=lambda j: j_sens[j])]
     if start is not None and start not in names:
         raise ValueError(
@@ -641,11 +589,9 @@ def _report(matrix, names, theta, source, scaling, rank_rtol, flat_ratio, gap_ra
     ranking = CorrelationRanking(order=ranking.order, indices=np.array(keep)[ranking.indices],
                                  sigma_min=ranking.sigma_min, normalized=ranking.normalized,
                                  excluded=ranking.excluded + null)
-    j_order = None
-    if j_sens is not None:
-        j_order = tuple(names[i] for i in np.argsort(-j_sens, kind="stable"))
+    j_order = tuple(names[i] for i in np.argsort(-j_sens, kind="stable"))
     return IdentifiabilityReport(
-        parameter_names=tuple(names), theta=np.asarray(theta), source=source, scaling=scaling,
+        parameter_names=tuple(names), theta=np.asarray(theta), scaling=scaling,
         matrix=matrix, matrix_shape=tuple(int(d) for d in matrix.shape), rank=rank, rank_rtol=float(rtol),
         rank_tolerance=tolerance, column_norms=norms, null_parameters=null, jacobian=analysis,
         correlation=ranking, sigma_min_threshold=float(sigma_min_threshold),

@@ -40,6 +40,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -62,6 +64,9 @@ __all__ = [
 
 SCALINGS = ("absolute", "log", "relative", "range")
 """Scalings of `output_sensitivities` (see the module docstring)."""
+
+COORDINATES = ("physical", "internal")
+"""Values of ``coordinates=``: physical values or the problem's internal coordinates."""
 
 J_SCALINGS = ("absolute", "log", "range", "internal")
 """Parameter scalings of `j_sensitivity` and of a problem's Jacobian in `identifiability`:
@@ -95,6 +100,8 @@ def output_sensitivities(
             outside the bounds, as `jcalib.model.AbstractModel.jacobian`.
     """
     _check_choice(scaling, SCALINGS, "output_sensitivities", "scaling")
+    if scaling == "range":
+        model.parameters.check_box("output_sensitivities(scaling='range')")
     theta = _check_theta(model, theta, "output_sensitivities")
     if isinstance(model, AbstractModel):
         model._refuse_bad_theta(theta, "output_sensitivities")  # eager calls only; traced: NaN
@@ -196,7 +203,7 @@ def j_sensitivity(
     problem,
     theta: Float[ArrayLike, " n_free"] | None = None,
     *,
-    theta_internal: Float[ArrayLike, " n_free"] | None = None,
+    coordinates: str = "physical",
     scaling: str = "absolute",
 ) -> Float[np.ndarray, " n_free"]:
     """J-sensitivity L(θ_i) = |dJ/dθ_i| of a problem's loss (Bastogne et al. 2007, eq. 12).
@@ -206,24 +213,26 @@ def j_sensitivity(
 
     Args:
         problem: a `CalibrationProblem`.
-        theta: physical values of the free parameters (ordered as ``problem.free_names``);
-            give this or ``theta_internal``; neither means the nominal values.
-        theta_internal: the same point in internal coordinates.
+        theta: the free parameters (ordered as ``problem.free_names``) in ``coordinates``;
+            None: the nominal values.
+        coordinates: ``"physical"`` (default) or ``"internal"``, the coordinates of ``theta``.
         scaling: ``"absolute"`` (default, Bastogne's definition: dJ/dθ_i in units of J per
             physical unit of θ_i, so the ranking depends on the units), ``"log"``
             (|θ_i dJ/dθ_i| = |dJ/d ln θ_i|, unit-free ranking), ``"range"``
-            (|(upper_i - lower_i) dJ/dθ_i|) or ``"internal"`` (|dJ/dθ_internal,i|).
+            (|(upper_i - lower_i) dJ/dθ_i|, finite bounds only) or ``"internal"``
+            (|dJ/dθ_internal,i|).
 
     Returns:
         Non-negative NumPy array ``(n_free,)``.
 
     Raises:
-        ValueError: both or badly shaped points, unknown ``scaling``, or a failed solve.
+        ValueError: a badly shaped point, unknown ``coordinates`` or ``scaling``, or a
+            failed solve.
     """
     _check_choice(scaling, J_SCALINGS, "j_sensitivity", "scaling")
-    z = problem_point(problem, theta, theta_internal, "j_sensitivity")
+    z = problem_point(problem, theta, coordinates, "j_sensitivity")
     jac, residuals = residual_jacobian(problem, z)
-    return np.abs(loss_gradient(problem, z, jac, residuals, scaling))
+    return np.abs(loss_gradient(problem, z, jac, residuals, scaling, "j_sensitivity"))
 
 
 def residual_jacobian(problem, theta_internal):
@@ -244,27 +253,25 @@ def _residual_jacobian(problem, z):
     return jax.jacfwd(with_value, has_aux=True)(z)
 
 
-def loss_gradient(problem, theta_internal, jacobian, residuals, scaling: str = "absolute"):
+def loss_gradient(problem, theta_internal, jacobian, residuals, scaling: str = "absolute",
+                  where: str = "loss_gradient"):
     """Gradient of ``problem.loss`` = mean(r²) from a residual Jacobian: (2/n) Jᵀr, in the
     coordinates of ``scaling`` (see `j_sensitivity`); NumPy ``(n_free,)``."""
-    jacobian = _scale_problem_jacobian(problem, theta_internal, np.asarray(jacobian), scaling,
-                                       "loss_gradient")
+    jacobian = _scale_problem_jacobian(problem, theta_internal, np.asarray(jacobian), scaling, where)
     residuals = np.asarray(residuals)
     return 2.0 / residuals.size * (jacobian.T @ residuals)
 
 
 # --- helpers shared with identifiability ------------------------------------------------------
-def problem_point(problem, theta, theta_internal, where: str):
-    """Internal coordinates of a problem point given physically, internally or not at all."""
-    if theta is not None and theta_internal is not None:
-        raise ValueError(f"{where}: pass theta (physical) or theta_internal, not both")
-    if theta_internal is not None:
-        z = problem._check(jnp.asarray(theta_internal), "theta_internal")
-    elif theta is not None:
-        z = problem.to_internal(as_float64(theta, where, "theta"))
-    else:
-        z = problem.initial_internal()
-    return z
+def problem_point(problem, theta, coordinates: str, where: str):
+    """Internal coordinates of a problem point ``theta`` given in ``coordinates`` (None: nominal)."""
+    _check_choice(coordinates, COORDINATES, where, "coordinates")
+    if theta is None:
+        return problem.initial_internal()
+    theta = as_float64(theta, where, "theta")
+    if coordinates == "internal":
+        return problem._check(theta, "theta (internal coordinates)")
+    return problem.to_internal(theta)
 
 
 def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
@@ -280,9 +287,12 @@ def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
     if scaling == "internal":
         return jacobian
     space = problem.space
-    theta = np.asarray(problem.to_physical(theta_internal))
-    # dz/dθ = 1/θ on log-scale parameters, 1 elsewhere
-    dz_dtheta = np.where(space.log_scale, 1.0 / theta, 1.0)
+    if scaling == "range":
+        space.check_box(f"{where}(scaling='range')")
+    z = np.asarray(theta_internal, dtype=np.float64)
+    theta = np.asarray(problem.to_physical(z))
+    # dz/dθ = 1 / (dθ/dz) = exp(-log|dθ/dz|) per parameter (1/θ on log-scale parameters)
+    dz_dtheta = np.array([math.exp(-float(p.log_jacobian(z[i]))) for i, p in enumerate(space)])
     factor = {"absolute": dz_dtheta, "log": theta * dz_dtheta,
               "range": (space.upper - space.lower) * dz_dtheta}[scaling]
     return jacobian * factor[None, :]

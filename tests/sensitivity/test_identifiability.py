@@ -4,12 +4,15 @@ winding_process (Bastogne 2007: rank 14, zero dynamometer-gain sensitivities), b
 
 import json
 
+import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jcalib
+from jcalib.model import AbstractModel, Experiment
+from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.sensitivity.identifiability import (
     correlation_ranking,
     identifiability,
@@ -19,7 +22,6 @@ from jcalib.sensitivity.identifiability import (
     numerical_rank,
     rank_tolerance,
 )
-from tests.helpers import LinearModel
 
 # Rank-deficient y = Aθ: 4 times x 2 outputs, 5 parameters; column p2 = p0 + p1,
 # column p4 = 0 (structurally null), so the rank is 3.
@@ -27,6 +29,31 @@ _RNG = np.random.default_rng(0)
 _BASE = _RNG.normal(size=(8, 3))
 A_DEFICIENT = np.stack([_BASE[:, 0], _BASE[:, 1], _BASE[:, 0] + _BASE[:, 1], _BASE[:, 2],
                         np.zeros(8)], axis=1)
+
+
+class MatrixModel(AbstractModel):
+    """y(t_k) = A_k θ at t_k = k + 1 (A = A_DEFICIENT as (4 times, 2 outputs, 5 parameters)):
+    an ODE model (one clock state) whose output sensitivities are exactly A."""
+
+    def vector_field(self, t, y, theta):
+        return jnp.ones_like(y)
+
+    def initial_state(self, theta):
+        return jnp.zeros(1, dtype=theta.dtype)
+
+    def observe(self, t, y, theta):
+        return jnp.asarray(A_DEFICIENT.reshape(4, 2, 5))[jnp.round(t).astype(int) - 1] @ theta
+
+
+@pytest.fixture(scope="module")
+def linear():
+    """A data-free absolute-weighted problem on y = Aθ at θ = 1."""
+    space = ParameterSpace(Parameter(f"p{j}", 1.0, -2.0, 3.0) for j in range(5))
+    model = MatrixModel(parameters=space, output_names=("y0", "y1"), state_names=("clock",),
+                        experiment=Experiment(np.arange(1.0, 5.0), t0=0.0), solver=dfx.Tsit5(),
+                        controller=dfx.PIDController(rtol=1e-10, atol=1e-12),
+                        adjoint=dfx.RecursiveCheckpointAdjoint(), dt0=None, max_steps=64)
+    return jcalib.CalibrationProblem.from_simulation(model, weighting="absolute")
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +75,16 @@ def winding():
     return identifiability(problem, scaling="log", start="j_sensitivity")
 
 
-def test_rank_equals_numpy_matrix_rank_for_rank_deficient_a():
+def test_rank_equals_numpy_matrix_rank_for_rank_deficient_a(linear):
     assert numerical_rank(A_DEFICIENT) == np.linalg.matrix_rank(A_DEFICIENT) == 3
     s = np.linalg.svd(A_DEFICIENT, compute_uv=False)
     assert rank_tolerance(A_DEFICIENT) == pytest.approx(8 * np.finfo(float).eps * s[0])
     assert numerical_rank(A_DEFICIENT, rtol=0.999) == 1
-    # through a model: y = Aθ with A reshaped to (4 times, 2 outputs, 5 parameters)
-    linear = LinearModel(A_DEFICIENT.reshape(4, 2, 5))
+    # through a (data-free) problem: y = Aθ with A reshaped to (4 times, 2 outputs, 5 parameters)
     report = identifiability(linear, jnp.ones(5), scaling="absolute")
     assert report.rank == 3 and report.matrix_shape == (8, 5)
-    np.testing.assert_array_equal(report.matrix, A_DEFICIENT)
+    np.testing.assert_allclose(report.matrix, -A_DEFICIENT, rtol=1e-13, atol=1e-14)  # r = x - y
+    np.testing.assert_array_equal(report.j_sensitivity, np.zeros(5))  # its own data: r = 0
     assert report.null_parameters == ("p4",)
     assert report.identifiable_parameters == ("p0", "p1", "p2", "p3")
     assert report.rank_rtol == 8 * np.finfo(float).eps
@@ -121,7 +148,7 @@ def test_four_substance_a_only_has_two_essential_directions(model_a, theta):
     data = jcalib.synthetic_measurements(jax.random.key(1), model_a, theta, sigma=0.1)
     report = identifiability(jcalib.CalibrationProblem(model_a, data))
     jac = report.jacobian
-    assert report.scaling == "internal" and report.source == "problem"
+    assert report.scaling == "internal"
     assert jac.n_essential == 2 and jac.condition_number > 1e4
     # kac and kad enter A(t) only through kac + kad: the flat direction keeps kac + kad
     # fixed, d ln kac : d ln kad = -kad : kac = -5 : 1, and leaves kab alone.
@@ -136,10 +163,14 @@ def test_four_substance_a_only_has_two_essential_directions(model_a, theta):
 
 
 def test_four_substance_abcd_has_three_essential_directions(model, theta):
-    # model path: relative sensitivities d ln y / d ln θ of A, B, C, D
-    report = identifiability(model, theta)
-    assert report.scaling == "relative" and report.source == "model"
-    assert report.j_sensitivity is None
+    # no data: relative sensitivities d ln y / d ln θ of A, B, C, D
+    problem = jcalib.CalibrationProblem.from_simulation(model, theta)
+    report = identifiability(problem, theta, scaling="log", j_sensitivity_scaling="log")
+    assert report.scaling == "log"
+    # its own outputs as data: r = 0 up to solver round-off, so |dJ/d ln θ| = |(2/n) Jᵀ r| ~ 0
+    assert np.all(report.j_sensitivity < 1e-12)
+    via_internal = identifiability(problem, problem.to_internal(theta), coordinates="internal", scaling="log")
+    np.testing.assert_array_equal(via_internal.matrix, report.matrix)
     assert report.jacobian.n_essential == 3 and report.jacobian.condition_number < 100
     assert report.rank == 3 and report.null_parameters == ()
     assert report.jacobian.flat_directions == []
@@ -174,7 +205,7 @@ def test_report_is_frozen(winding):
         winding.rank = 3
 
 
-def test_bad_inputs_raise(model, theta):
+def test_bad_inputs_raise(model, theta, linear):
     names = ["a", "b", "c", "d", "e"]
     with pytest.raises(ValueError, match="matrix must be a non-empty 2-D array"):
         numerical_rank(np.ones(3))
@@ -202,14 +233,12 @@ def test_bad_inputs_raise(model, theta):
         n_essential_directions([1.0, 0.1], gap_ratio=1.0)
     with pytest.raises(ValueError, match="not all zero"):
         jacobian_analysis(np.zeros((3, 2)))
-    with pytest.raises(ValueError, match=r"scaling \(for a model\) must be one of"):
-        identifiability(model, theta, scaling="internal")
-    with pytest.raises(ValueError, match="theta_internal is for problems"):
-        identifiability(model, theta_internal=theta)
-    with pytest.raises(ValueError, match="start='j_sensitivity' needs a CalibrationProblem"):
-        identifiability(LinearModel(A_DEFICIENT.reshape(4, 2, 5)), jnp.ones(5),
-                        start="j_sensitivity")
-    linear = LinearModel(A_DEFICIENT.reshape(4, 2, 5))
+    with pytest.raises(ValueError, match=r"identifiability: problem must be a CalibrationProblem; got "
+                                         r"FourSubstanceReactions; for a model without data pass "
+                                         r"CalibrationProblem.from_simulation\(model, theta\)"):
+        identifiability(model, theta)
+    with pytest.raises(ValueError, match=r"identifiability: coordinates must be one of \('physical', 'internal'\)"):
+        identifiability(linear, jnp.ones(5), coordinates="log")
     with pytest.raises(ValueError, match="unknown start parameter 'q'"):
         identifiability(linear, jnp.ones(5), start="q")
     with pytest.raises(ValueError, match="start parameter 'p4' has a null sensitivity"):
@@ -218,21 +247,19 @@ def test_bad_inputs_raise(model, theta):
         identifiability(linear, jnp.ones(5), sigma_min_threshold=-1.0)
     with pytest.raises(ValueError, match=r"rank_rtol must be in \[0, 1\)"):
         identifiability(linear, jnp.ones(5), rank_rtol=2.0)
-    data = jcalib.Measurements(model.ts, np.ones((22, 4)), output_names=model.output_names)
-    problem = jcalib.CalibrationProblem(model, data)
-    with pytest.raises(ValueError, match=r"scaling \(for a problem\) must be one of"):
-        identifiability(problem, scaling="relative")
-    with pytest.raises(ValueError, match="output_scale applies to models only"):
-        identifiability(problem, output_scale="rms")
+    with pytest.raises(ValueError, match=r"identifiability: scaling must be one of"):
+        identifiability(linear, scaling="relative")
 
 
 def test_plots(winding):
     from jcalib.plotting import plot_sensitivity_functions, plot_sigma_min_spectrum
 
-    fig = plot_sigma_min_spectrum([2.0, 1.0, 1e-3], ["a", "b", "c"], threshold=1e-2)
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["a", "b", "c"]
     fig = plot_sigma_min_spectrum(winding)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == list(winding.correlation.order)
     assert len(fig.axes[0].get_xticklabels()) == 14
+    with pytest.raises(ValueError, match=r"plot_sigma_min_spectrum: report must be an IdentifiabilityReport "
+                                         r"\(from jcalib.sensitivity.identifiability\); got list"):
+        plot_sigma_min_spectrum([2.0, 1.0, 1e-3])
     s = np.zeros((5, 2, 3))
     fig = plot_sensitivity_functions(np.arange(5.0), s, ["y1", "y2"], ["a", "b", "c"],
                                      parameters=["c", "a"], reference=s)
