@@ -203,7 +203,7 @@ def sbc_summary(samples: np.ndarray, thetas: np.ndarray) -> dict:
     """SBC of the posterior draws ``(n_obs, n_samples, n_params)`` against the true parameters:
     chi-square p-values of the rank histograms, whether each rank ECDF stays in its 95 %
     simultaneous band, and pass (p > 0.01 and in the band) per parameter."""
-    result = sbc_result(sbc_ranks(samples, thetas), samples.shape[1], SPACE.names)
+    result = sbc_result(jax.random.key(0), sbc_ranks(samples, thetas), samples.shape[1], SPACE.names)
     d = {k: v for k, v in result.to_dict().items() if k != "ranks"}
     passed = result.passed(SBC_ALPHA)
     return d | {"alpha": SBC_ALPHA, "passed": dict(zip(SPACE.names, passed.tolist())),

@@ -263,7 +263,7 @@ def main(argv=None):
     y_real2 = np.asarray(real2.simulate(theta_real))
     n_band_draws = 25 if args.quick else 200  # per chain; each is a stiff solve
     draws = posterior.samples_internal[:, :: max(1, posterior.n_draws // n_band_draws)]
-    bands = predictive.predictive_bands(problem, draws, experiment=simple2)
+    bands = predictive.output_bands(problem, draws, coordinates="internal", experiment=simple2)
     misses = recipe2_misses(bands, y_real2, list(real2.output_names))
     bands_s = time.perf_counter() - t
 

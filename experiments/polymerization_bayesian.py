@@ -64,7 +64,7 @@ from experiments.reactions_bayesian import (  # noqa: E402  (shared posterior an
     sampling_problem,
 )
 from jcalib.bayes import Prescaled, mala  # noqa: E402
-from jcalib.bayes.predictive import prediction_bands, predictive_bands  # noqa: E402
+from jcalib.bayes.predictive import output_bands, prediction_bands  # noqa: E402
 from jcalib.bayes.result import PosteriorResult  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
@@ -233,13 +233,14 @@ def main(argv=None):
                        "dropped_chains": result.extra["dropped_chains"],
                        "all_chains": posterior_summary(run)["chains"],
                        **posterior_summary(result), "paper": PAPER[name]}
-        common.save(plot_pair(result, internal=True, title=f"{name}: posterior ({', '.join(spec['outputs'])})"),
+        common.save(plot_pair(result, coordinates="internal",
+                              title=f"{name}: posterior ({', '.join(spec['outputs'])})"),
                     args.out / f"pair_{tag}.png", dpi=110)
-        common.save(plot_trace(run, internal=True, title=f"{name}: prescaled MALA traces (all chains)"),
+        common.save(plot_trace(run, coordinates="internal", title=f"{name}: prescaled MALA traces (all chains)"),
                     args.out / f"trace_{tag}.png", dpi=110)
     for pair in (("Test 1", "Test 2"), ("Test 3", "Test 4")):
         if all(n in results for n in pair):
-            common.save(plot_marginals({n: results[n] for n in pair}, internal=True,
+            common.save(plot_marginals({n: results[n] for n in pair}, coordinates="internal",
                                        title=f"marginal posteriors, {pair[0]} vs {pair[1]}"),
                         args.out / f"marginals_tests{pair[0][-1]}{pair[1][-1]}.png", dpi=110)
 
@@ -256,8 +257,8 @@ def main(argv=None):
         draws = band_draws(result)
         problem = sampling_problem(model, data, OUTPUTS, sigma, free=TESTS[source]["free"],
                                    fixed=TESTS[source]["fixed"])
-        bands = predictive_bands(problem, draws, experiment=recipe2)
-        noisy = prediction_bands(key, problem, draws, experiment=recipe2)
+        bands = output_bands(problem, draws, coordinates="internal", experiment=recipe2)
+        noisy = prediction_bands(key, problem, draws, coordinates="internal", experiment=recipe2)
         recipe[f"sigma={sigma}"] = {
             "posterior_acceptance": result.acceptance, "dropped_chains": result.extra["dropped_chains"],
             "posterior_summary": result.to_dict()["summary"],

@@ -43,7 +43,7 @@ import jcalib  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.reactions_classical import TRUTH, _problem, fit_case  # noqa: E402  (same data, same fits)
 from jcalib.bayes import Prescaled, mala  # noqa: E402
-from jcalib.bayes.predictive import prediction_bands, predictive_bands  # noqa: E402
+from jcalib.bayes.predictive import output_bands, prediction_bands  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
 from jcalib.problem import CalibrationProblem  # noqa: E402
@@ -74,7 +74,7 @@ def sampling_problem(model, data: Measurements, observed, sigma: float, **proble
 def band_draws(result, n: int = N_BAND_DRAWS) -> np.ndarray:
     """``n`` draws (internal coordinates) evenly spaced over all chains: a fixed count, so
     every posterior's bands reuse one compiled batch simulation."""
-    flat = result.flat_samples(internal=True)
+    flat = result.flat_samples(coordinates="internal")
     return flat[np.linspace(0, flat.shape[0] - 1, n).round().astype(int)]
 
 
@@ -82,9 +82,9 @@ def posterior_summary(result, truth=None) -> dict:
     """The numbers the experiments report: acceptance, diagnostics, 90 % intervals
     (physical and internal), sd and correlation in internal coordinates, and each chain's
     mean and mean log density (chains that sit in different modes show there)."""
-    flat = result.flat_samples(internal=True)
+    flat = result.flat_samples(coordinates="internal")
     lo, hi = result.interval(0.9)
-    lo_z, hi_z = result.interval(0.9, internal=True)
+    lo_z, hi_z = result.interval(0.9, coordinates="internal")
     names = result.names
     out = {
         "acceptance": result.acceptance,
@@ -209,21 +209,21 @@ def main(argv=None):
         label = f"{observe}, sigma={sigma}"
         full = sampling_problem(model, data[sigma], "ABCD", sigma)  # the noise of every output
         draws = band_draws(results[label])
-        bands[label] = predictive_bands(full, draws)
-        noisy = prediction_bands(key, full, draws)
+        bands[label] = output_bands(full, draws, coordinates="internal")
+        noisy = prediction_bands(key, full, draws, coordinates="internal")
         cases[label]["band_D"] = {"confidence": band_misses(bands[label], data[sigma], "D"),
                                   "prediction": band_misses(noisy, data[sigma], "D")}
         fig = plot_bands(bands[label], data[sigma], units=["mol/L"] * 4, time_unit="s",
                          title=f"90 % band of the forward simulations, posterior {label}")
         common.save(fig, args.out / f"bands_{observe}_sigma{sigma}.png", dpi=110)
-        common.save(plot_trace(results[label], internal=True, title=f"prescaled MALA traces, {label}"),
+        common.save(plot_trace(results[label], coordinates="internal", title=f"prescaled MALA traces, {label}"),
                     args.out / f"trace_{observe}_sigma{sigma}.png", dpi=110)
 
     common.save(plot_marginals(results, truth=TRUTH, title="marginal posteriors (Figure 6)"),
                 args.out / "marginals.png", dpi=110)
-    common.save(plot_marginals(results, truth=TRUTH, internal=True, title="marginal posteriors, log k"),
+    common.save(plot_marginals(results, truth=TRUTH, coordinates="internal", title="marginal posteriors, log k"),
                 args.out / "marginals_log.png", dpi=110)
-    common.save(plot_pair(results["A, sigma=0.1"], truth=TRUTH, internal=True,
+    common.save(plot_pair(results["A, sigma=0.1"], truth=TRUTH, coordinates="internal",
                           title="posterior pairs, A only, sigma=0.1"),
                 args.out / "pair_A_sigma0.1.png", dpi=110)
 

@@ -1,6 +1,7 @@
 """Figures of amortized inference (jcalib.plotting): SBC rank histograms and ECDF differences,
 recovery scatter with R² / NRMSE, contraction against z-score; bad input."""
 
+import jax
 import matplotlib.figure
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ def _data(n=200, seed=0):
 
 def test_plot_sbc():
     truths, draws = _data()
-    result = sbc_result(sbc_ranks(draws, truths), 49, ("a", "b"))
+    result = sbc_result(jax.random.key(0), sbc_ranks(draws, truths), 49, ("a", "b"))
     fig = plotting.plot_sbc(result)
     assert isinstance(fig, matplotlib.figure.Figure)
     top = fig.axes[0]

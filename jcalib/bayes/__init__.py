@@ -48,7 +48,7 @@ from jcalib.bayes.preconditioning import (
     Prescaled,
     laplace_covariance,
 )
-from jcalib.bayes.predictive import PredictiveBands, expand_draws, prediction_bands, predictive_bands
+from jcalib.bayes.predictive import PredictiveBands, expand_draws, output_bands, prediction_bands
 from jcalib.bayes.recovery import RecoveryResult, recovery_metrics
 from jcalib.bayes.result import PosteriorResult
 from jcalib.bayes.sbc import ECDFBand, SBCResult, ecdf_band, run_sbc, sbc_ranks, sbc_uniformity
@@ -70,8 +70,8 @@ from jcalib.probability import (
 __all__ = [
     "AbsoluteGaussian", "GaussianPrior", "HalfNormal", "LogNormal", "LogUniform", "Normal", "PredictiveBands",
     "PriorTruncationWarning", "truncation_fraction",
-    "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "prediction_bands",
-    "predictive_bands",
+    "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "output_bands",
+    "prediction_bands",
     "AbstractPreconditioner", "DenseMetric", "DualAveragingState", "KERNELS", "Laplace", "Prescaled",
     "dual_averaging_init", "dual_averaging_update", "dual_averaging_warmup", "prior_prescaling",
     "HMCInfo", "hmc_algorithm", "nuts_algorithm", "mala_algorithm",

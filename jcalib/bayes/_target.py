@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from jcalib.bayes.result import is_internal
 from jcalib.parameters import ParameterSpace
 from jcalib.problem import CalibrationProblem
 
@@ -50,9 +51,6 @@ def problem_logdensity(problem: CalibrationProblem):
     return jax.tree_util.Partial(_problem_log_posterior, problem)
 
 
-COORDINATES = ("physical", "internal")
-
-
 def problem_starts(problem: CalibrationProblem, theta0, coordinates: str, n_chains: int | None,
                    where: str) -> Array:
     """The starts in internal coordinates, float64 ``(n_chains, n_free)`` (``(1, n_free)`` or
@@ -60,8 +58,7 @@ def problem_starts(problem: CalibrationProblem, theta0, coordinates: str, n_chai
     ``{name: value}`` mapping, ``(n_free,)`` or ``(n_chains, n_free)`` in ``coordinates``."""
     from jcalib._precision import as_float64
 
-    if coordinates not in COORDINATES:
-        raise ValueError(f"{where}: coordinates must be 'physical' or 'internal'; got {coordinates!r}")
+    internal = is_internal(coordinates, where)
     names, n = problem.free_names, problem.n_free
     if theta0 is None:
         z = problem.initial_internal()[None, :]
@@ -78,7 +75,7 @@ def problem_starts(problem: CalibrationProblem, theta0, coordinates: str, n_chai
             raise ValueError(f"{where}: theta0 must have shape ({n},) or (n_chains, {n}) (free parameters "
                              f"{', '.join(names)}); got shape {values.shape}")
         values = values if values.ndim == 2 else values[None, :]
-        z = values if coordinates == "internal" else problem.space.to_internal(values)
+        z = values if internal else problem.space.to_internal(values)
     if n_chains is not None:
         if z.shape[0] == 1:
             z = jnp.broadcast_to(z, (int(n_chains), n))

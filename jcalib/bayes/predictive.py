@@ -3,23 +3,24 @@
 Wulkow et al. 2021, §2.4 show 90 % bands of the model outputs over the posterior, for the
 fitted recipe and for one that was not fitted. Two kinds:
 
-- **confidence band** (`predictive_bands`): quantiles over draws of the simulated output
-  F(t; θ), the spread the parameter uncertainty causes;
-- **prediction band** (`prediction_bands`): quantiles of F plus observation noise from the
-  problem's likelihood (each draw with its own σ when σ is sampled), where new
-  measurements are expected to fall.
+- **output band** (`output_bands`, ``kind="confidence"``): credible bands of the model
+  output, quantiles over draws of the simulated F(t; θ) without measurement noise, the
+  spread the parameter uncertainty causes;
+- **prediction band** (`prediction_bands`, with a key): quantiles of F plus measurement
+  noise from the problem's likelihood (each draw with its own σ when σ is sampled), where
+  new measurements are expected to fall.
 
-Draws come from a problem (``theta_internal`` draws as samplers return them, ``(n,
-n_free)``, or ``(n_chains, n_draws, n_free)``; noise parameters included) or, with a model,
-as full physical parameter vectors ``(n, n_params)``; `expand_draws` turns the first into
-the second. ``experiment`` predicts for another experiment: an `Experiment` (other times,
-conditions) or another model with the same parameters, e.g.
+Draws are of a problem's free parameters (noise parameters included), ``(n, n_free)`` or
+``(n_chains, n_draws, n_free)``, physical (``PosteriorResult.samples``, the default) or
+internal (``coordinates="internal"``, ``samples_internal``); `expand_draws` turns them into
+full physical parameter vectors. ``experiment`` predicts for another experiment: an
+`Experiment` (other times, conditions) or another model with the same parameters, e.g.
 ``jcalib.models.get("radical_polymerization_simple", recipe=2)``.
 
 Example:
-    >>> bands = predictive_bands(problem, draws)               # doctest: +SKIP
+    >>> bands = output_bands(problem, post.samples)            # doctest: +SKIP
     >>> lo, hi = bands.band()                                  # doctest: +SKIP
-    >>> other = predictive_bands(problem, draws,               # doctest: +SKIP
+    >>> other = output_bands(problem, post.samples,            # doctest: +SKIP
     ...     experiment=jcalib.models.get("radical_polymerization_simple", recipe=2))
 """
 
@@ -33,11 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from jcalib.bayes.result import is_internal
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractModel, Experiment, SolveStatus, simulate_batch
 from jcalib.problem import CalibrationProblem
 
-__all__ = ["PredictiveBands", "expand_draws", "prediction_bands", "predictive_bands"]
+__all__ = ["PredictiveBands", "expand_draws", "output_bands", "prediction_bands"]
 
 DEFAULT_QUANTILES = (0.05, 0.5, 0.95)
 """5 %, 50 % and 95 %: the median and the 90 % band of Wulkow et al. 2021, §2.4."""
@@ -73,7 +75,7 @@ class PredictiveBands(eqx.Module):
         matches = [i for i, p in enumerate(self.quantiles) if abs(p - q) < 1e-12]
         if not matches:
             raise ValueError(f"quantile(): {q} is not among the computed quantiles "
-                             f"{self.quantiles}; pass it to predictive_bands(quantiles=...)")
+                             f"{self.quantiles}; pass it to output_bands(quantiles=...)")
         return self.values[matches[0]]
 
     def band(self) -> tuple[Float[Array, "n_times n_outputs"], Float[Array, "n_times n_outputs"]]:
@@ -101,22 +103,20 @@ class PredictiveBands(eqx.Module):
 
 
 def expand_draws(problem: CalibrationProblem, draws: Float[ArrayLike, "... n_free"],
-                 coordinates: str = "internal") -> np.ndarray:
+                 coordinates: str = "physical") -> np.ndarray:
     """Full physical model parameter vectors ``(n, n_params)`` from draws of the free
     parameters (fixed values filled in, noise parameters dropped).
 
     Args:
         problem: the problem the draws belong to.
         draws: ``(..., n_free)``; leading axes (chains, draws) are flattened.
-        coordinates: ``"internal"`` (``theta_internal``, as samplers return them) or
-            ``"physical"`` (values of the free parameters).
+        coordinates: ``"physical"`` (values of the free parameters, e.g.
+            ``PosteriorResult.samples``) or ``"internal"`` (``samples_internal``).
+
+    Raises:
+        ValueError: bad shapes or non-finite draws; unknown ``coordinates``.
     """
-    z = _flat_draws(draws, problem.n_free, "draws", f"free parameters {problem.free_names}")
-    if coordinates == "physical":
-        z = np.asarray(problem.space.to_internal(jnp.asarray(z)))
-    elif coordinates != "internal":
-        raise ValueError(
-            f"expand_draws: coordinates must be 'internal' or 'physical'; got {coordinates!r}")
+    z = _internal_draws(problem, draws, coordinates, "expand_draws")
     return np.asarray(_theta_full_batch(problem, jnp.asarray(z)))
 
 
@@ -125,27 +125,27 @@ def _theta_full_batch(problem, z):
     return jax.vmap(problem.theta_full)(z)
 
 
-def predictive_bands(
-    model_or_problem: AbstractModel | CalibrationProblem,
-    thetas: Float[ArrayLike, "... n"],
+def output_bands(
+    problem: CalibrationProblem,
+    thetas: Float[ArrayLike, "... n_free"],
     *,
+    coordinates: str = "physical",
     quantiles: Sequence[float] = DEFAULT_QUANTILES,
     experiment: Experiment | AbstractModel | None = None,
-    coordinates: str = "internal",
     chunk_size: int | None = None,
 ) -> PredictiveBands:
-    """Confidence bands: quantiles of the simulated outputs over posterior draws.
+    """Credible bands of the model output (no measurement noise): quantiles of the simulated
+    outputs F(t; θ) over posterior draws, the spread the parameter uncertainty causes.
 
     Args:
-        model_or_problem: a `CalibrationProblem` (``thetas`` are draws of its free
-            parameters, see ``coordinates``) or a model (``thetas`` are full physical
-            parameter vectors ``(n, n_params)``).
-        thetas: the draws; leading axes beyond the last are flattened.
+        problem: the `CalibrationProblem` the draws belong to.
+        thetas: draws of its free parameters, ``(n, n_free)`` or ``(n_chains, n_draws,
+            n_free)`` (leading axes are flattened).
+        coordinates: ``"physical"`` (default; ``PosteriorResult.samples``) or ``"internal"``
+            (``samples_internal``).
         quantiles: probabilities in (0, 1), increasing (default 5 %, 50 %, 95 %).
-        experiment: None (the problem's measurement times, or the model's experiment),
-            an `Experiment` of the same model, or another model with the same parameter
-            names (another recipe).
-        coordinates: with a problem, ``"internal"`` or ``"physical"`` draws.
+        experiment: None (the measurement times), an `Experiment` of the same model, or
+            another model with the same parameter names (another recipe).
         chunk_size: passed to `simulate_batch`.
 
     Returns:
@@ -154,11 +154,11 @@ def predictive_bands(
         anyway (an untruncated prior may put them there).
 
     Raises:
-        ValueError: bad shapes, quantiles or experiment; every simulation failed.
+        ValueError: ``problem`` not a `CalibrationProblem`; bad shapes, quantiles,
+            ``coordinates`` or experiment; every simulation failed.
     """
     q = _check_quantiles(quantiles)
-    model, full = _model_and_thetas(model_or_problem, thetas, experiment, coordinates)
-    values, ok = _simulate(model, full, chunk_size)
+    model, _, values, ok = _simulated_draws(problem, thetas, coordinates, experiment, chunk_size, "output_bands")
     return _bands(model, values[ok], q, "confidence", int((~ok).sum()))
 
 
@@ -167,13 +167,14 @@ def prediction_bands(
     problem: CalibrationProblem,
     thetas: Float[ArrayLike, "... n_free"],
     *,
+    coordinates: str = "physical",
     quantiles: Sequence[float] = DEFAULT_QUANTILES,
     experiment: Experiment | AbstractModel | None = None,
-    coordinates: str = "internal",
     chunk_size: int | None = None,
 ) -> PredictiveBands:
-    """Prediction bands: like `predictive_bands`, plus one draw of observation noise per
-    posterior draw and entry from ``problem.likelihood`` (`AbstractLikelihood.add_noise`).
+    """Prediction bands, where new measurements are expected: like `output_bands`, plus one
+    draw of measurement noise per posterior draw and entry from ``problem.likelihood``
+    (`AbstractLikelihood.add_noise`).
 
     σ per output comes from each draw's noise parameters when sampled, else from
     ``likelihood.sigma`` or ``measurements.sigma`` (per entry only for the fitted
@@ -181,30 +182,22 @@ def prediction_bands(
 
     Args:
         key: a ``jax.random`` key; the same key gives the same bands.
-        problem, thetas, quantiles, experiment, coordinates, chunk_size: as in
-            `predictive_bands` (a problem is required: it holds the noise model).
+        problem, thetas, coordinates, quantiles, experiment, chunk_size: as in `output_bands`.
 
     Raises:
-        ValueError: as `predictive_bands`; no noise level known for some output;
-            per-entry ``measurements.sigma`` with another experiment.
+        ValueError: as `output_bands`; no noise level known for some output; per-entry
+            ``measurements.sigma`` with another experiment.
     """
-    if not isinstance(problem, CalibrationProblem):
-        raise ValueError(
-            f"prediction_bands: problem must be a CalibrationProblem (it holds the noise model); "
-            f"got {type(problem).__name__}"
-        )
-    problem._check_sigma("prediction_bands")
+    if isinstance(problem, CalibrationProblem):
+        problem._check_sigma("prediction_bands")
     q = _check_quantiles(quantiles)
-    model, full = _model_and_thetas(problem, thetas, experiment, coordinates)
+    model, z, values, ok = _simulated_draws(problem, thetas, coordinates, experiment, chunk_size,
+                                            "prediction_bands")
     if tuple(model.output_names) != tuple(problem.model.output_names):
         raise ValueError(
             f"prediction_bands: the experiment's outputs {tuple(model.output_names)} differ from "
             f"the problem's {tuple(problem.model.output_names)}; the noise model is per output"
         )
-    values, ok = _simulate(model, full, chunk_size)
-    z = _flat_draws(thetas, problem.n_free, "thetas", "")
-    if coordinates == "physical":
-        z = np.asarray(problem.space.to_internal(jnp.asarray(z)))
     sigma = _noise_levels(problem, z, values.shape[1:], experiment is None)
     noisy = problem.likelihood.add_noise(key, jnp.asarray(values), jnp.asarray(sigma))
     return _bands(model, np.asarray(noisy)[ok], q, "prediction", int((~ok).sum()))
@@ -235,23 +228,28 @@ def _flat_draws(draws, n: int, what: str, names: str) -> np.ndarray:
     return arr
 
 
-def _model_and_thetas(source, thetas, experiment, coordinates):
-    if isinstance(source, CalibrationProblem):
-        model = source.model
-        full = expand_draws(source, thetas, coordinates)
-    elif isinstance(source, AbstractModel):
-        model = source
-        full = _flat_draws(thetas, model.parameters.n_params, "thetas",
-                           f"physical parameters {model.parameters.names}")
-    else:
-        raise ValueError(
-            f"predictive_bands: model_or_problem must be an AbstractModel or a "
-            f"CalibrationProblem; got {type(source).__name__}"
-        )
+def _internal_draws(problem, draws, coordinates: str, where: str) -> np.ndarray:
+    """The draws of the free parameters as internal coordinates, ``(n, n_free)``."""
+    if not isinstance(problem, CalibrationProblem):
+        raise ValueError(f"{where}: problem must be a CalibrationProblem; got {type(problem).__name__}")
+    internal = is_internal(coordinates, where)
+    z = _flat_draws(draws, problem.n_free, "thetas", f"free parameters {problem.free_names}")
+    return z if internal else np.asarray(problem.space.to_internal(jnp.asarray(z)))
+
+
+def _simulated_draws(problem, thetas, coordinates, experiment, chunk_size, where):
+    """(model of the experiment, internal draws, simulated outputs, success flags)."""
+    z = _internal_draws(problem, thetas, coordinates, where)
+    model = _experiment_model(problem.model, experiment)
+    values, ok = _simulate(model, np.asarray(_theta_full_batch(problem, jnp.asarray(z))), chunk_size)
+    return model, z, values, ok
+
+
+def _experiment_model(model, experiment):
     if experiment is None:
-        return model, full
+        return model
     if isinstance(experiment, Experiment):
-        return model.with_experiment(experiment), full
+        return model.with_experiment(experiment)
     if isinstance(experiment, AbstractModel):
         if experiment.parameters.names != model.parameters.names:
             raise ValueError(
@@ -259,7 +257,7 @@ def _model_and_thetas(source, thetas, experiment, coordinates):
                 f"from the fitted model's {model.parameters.names}; pass a model of the same "
                 "family (e.g. another recipe) or an Experiment"
             )
-        return experiment, full
+        return experiment
     raise ValueError(
         f"experiment must be None, an Experiment or a model; got {type(experiment).__name__}"
     )
@@ -271,7 +269,7 @@ def _simulate(model, full, chunk_size):
     ok = status == SolveStatus.SUCCESS
     if not ok.any():
         raise ValueError(
-            f"predictive_bands: all {ok.size} simulations failed (first: "
+            f"output_bands: all {ok.size} simulations failed (first: "
             f"{SolveStatus.describe(int(status[0]))}); check the draws and the solver settings"
         )
     return values, ok

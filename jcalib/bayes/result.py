@@ -20,7 +20,20 @@ from jcalib._warnings import warn_user
 from jcalib.bayes import diagnostics
 from jcalib.jsonable import to_jsonable
 
-__all__ = ["QUANTILE_LEVELS", "PosteriorResult"]
+__all__ = ["COORDINATES", "QUANTILE_LEVELS", "PosteriorResult", "is_internal"]
+
+COORDINATES = ("physical", "internal")
+
+
+def is_internal(coordinates: str, where: str) -> bool:
+    """Whether ``coordinates`` is ``"internal"`` (``"physical"``: False).
+
+    Raises:
+        ValueError: anything else, naming ``where``.
+    """
+    if coordinates not in COORDINATES:
+        raise ValueError(f"{where}: coordinates must be 'physical' or 'internal'; got {coordinates!r}")
+    return coordinates == "internal"
 
 QUANTILE_LEVELS = (0.05, 0.5, 0.95)  # the 90 % central interval and the median
 _ARRAYS = ("samples", "samples_internal", "logdensity", "acceptance_rate", "step_sizes", "mean", "sd",
@@ -168,9 +181,14 @@ class PosteriorResult(eqx.Module):
     def n_params(self) -> int:
         return int(self.samples.shape[2])
 
-    def flat_samples(self, internal: bool = False) -> np.ndarray:
-        """All chains pooled, ``(n_chains n_draws, n_params)``."""
-        arr = self.samples_internal if internal else self.samples
+    def flat_samples(self, coordinates: str = "physical") -> np.ndarray:
+        """All chains pooled, ``(n_chains n_draws, n_params)``, in ``coordinates``
+        (``"physical"`` or ``"internal"``).
+
+        Raises:
+            ValueError: unknown ``coordinates``.
+        """
+        arr = self.samples_internal if is_internal(coordinates, "flat_samples") else self.samples
         return arr.reshape(-1, self.n_params)
 
     @property
@@ -190,15 +208,17 @@ class PosteriorResult(eqx.Module):
         """Bulk ESS per wall-clock second (compilation included), ``(n_params,)``."""
         return self.ess_bulk / self.wall_time_s
 
-    def interval(self, prob: float = 0.9, internal: bool = False) -> np.ndarray:
-        """Central ``prob`` credible interval per parameter, ``(2, n_params)``.
+    def interval(self, prob: float = 0.9, coordinates: str = "physical") -> np.ndarray:
+        """Central ``prob`` credible interval per parameter, ``(2, n_params)``, in
+        ``coordinates`` (``"physical"`` or ``"internal"``).
 
         Raises:
-            ValueError: ``prob`` not in (0, 1).
+            ValueError: ``prob`` not in (0, 1); unknown ``coordinates``.
         """
         if not 0.0 < prob < 1.0:
             raise ValueError(f"interval: prob must lie in (0, 1); got {prob!r}")
-        return np.quantile(self.flat_samples(internal), [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        is_internal(coordinates, "interval")
+        return np.quantile(self.flat_samples(coordinates), [(1 - prob) / 2, (1 + prob) / 2], axis=0)
 
     def summary(self) -> dict[str, dict[str, float]]:
         """``{name: {mean, sd, q5, q50, q95, mcse_mean, ess_bulk, ess_tail, rhat}}``."""
@@ -224,11 +244,17 @@ class PosteriorResult(eqx.Module):
             "log_scale": list(self.log_scale), "warnings": list(self.warnings), "extra": self.extra,
         })
 
-    def to_inference_data(self, internal: bool = False):
-        """The draws as an ``arviz.InferenceData`` (posterior by name, ``sample_stats.lp``)."""
+    def to_inference_data(self, coordinates: str = "physical"):
+        """The draws in ``coordinates`` (``"physical"`` or ``"internal"``) as an
+        ``arviz.InferenceData`` (posterior by name, ``sample_stats.lp``).
+
+        Raises:
+            ValueError: unknown ``coordinates``.
+        """
+        internal = is_internal(coordinates, "to_inference_data")
         return diagnostics.to_inference_data(self.samples_internal if internal else self.samples, self.names,
                                              logdensity=self.logdensity,
-                                             attrs={"method": self.method, "internal": int(internal)})
+                                             attrs={"method": self.method, "coordinates": coordinates})
 
     # --- files -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:

@@ -110,21 +110,24 @@ def rank_histogram(ranks: ArrayLike, n_draws: int, n_bins: int | None = None) ->
     return counts, expected
 
 
-def sbc_uniformity(ranks: ArrayLike, n_draws: int, *, n_bins: int | None = None, method: str = "chi2",
-                   key: PRNGKeyArray | None = None) -> np.ndarray:
+def sbc_uniformity(key: PRNGKeyArray | None, ranks: ArrayLike, n_draws: int, *, n_bins: int | None = None,
+                   method: str = "chi2") -> np.ndarray:
     """p-values of the hypothesis "the ranks are uniform on 0..n_draws", per parameter.
 
     Args:
+        key: randomises the fractional ranks of ``method="ks"`` (needed there; None for
+            ``"chi2"``, which draws nothing).
         ranks: ``(n_sims, n_params)`` from `sbc_ranks` (or ``(n_sims,)``).
         n_draws: posterior draws per simulation (``L``).
         n_bins: histogram bins of the chi-square test (default `default_bins`).
         method: ``"chi2"`` (Pearson's chi-square on the histogram) or ``"ks"``
-            (Kolmogorov-Smirnov on the randomised fractional ranks; uses ``key``, default
-            ``jax.random.key(0)``).
-        key: randomises the fractional ranks of ``method="ks"``.
+            (Kolmogorov-Smirnov on the randomised fractional ranks; uses ``key``).
 
     Returns:
         ``(n_params,)`` p-values.
+
+    Raises:
+        ValueError: bad ranks; an unknown ``method``; ``method="ks"`` without a key.
     """
     ranks = _check_ranks(ranks, n_draws, "sbc_uniformity")
     if method == "chi2":
@@ -132,7 +135,9 @@ def sbc_uniformity(ranks: ArrayLike, n_draws: int, *, n_bins: int | None = None,
         stat = np.sum((counts - expected[:, None]) ** 2 / expected[:, None], axis=0)
         return scipy.stats.chi2.sf(stat, df=counts.shape[0] - 1)
     if method == "ks":
-        key = jax.random.key(0) if key is None else key
+        if key is None:
+            raise ValueError("sbc_uniformity: method='ks' randomises the ranks; pass a jax.random key as the first "
+                             "argument")
         u = (ranks + np.asarray(jax.random.uniform(key, ranks.shape), np.float64)) / (n_draws + 1)
         return np.array([scipy.stats.kstest(u[:, j], "uniform").pvalue for j in range(ranks.shape[1])])
     raise ValueError(f"sbc_uniformity: method must be one of {METHODS}; got {method!r}")
@@ -174,8 +179,8 @@ def _grid(n_sims: int, n_draws: int | None, n_eval: int | None) -> np.ndarray:
     return np.arange(1, k) / k
 
 
-def ecdf_band(n_sims: int, n_draws: int | None = None, confidence: float = 0.95, *, n_eval: int | None = None,
-              n_simulations: int = 2000, seed: int = 0) -> ECDFBand:
+def ecdf_band(key: PRNGKeyArray, n_sims: int, n_draws: int | None = None, confidence: float = 0.95, *,
+              n_eval: int | None = None, n_simulations: int = 2000) -> ECDFBand:
     """Simultaneous ``confidence`` band of the ECDF of ``n_sims`` uniform ranks (Säilynoja
     et al. 2022, simulation method).
 
@@ -186,6 +191,7 @@ def ecdf_band(n_sims: int, n_draws: int | None = None, confidence: float = 0.95,
     ``1 - γ/2`` quantiles divided by ``n_sims``.
 
     Args:
+        key: a ``jax.random`` key for the simulations (the same key, the same band).
         n_sims: number of ranks (simulations).
         n_draws: posterior draws per simulation (``L``): the grid is ``k / (L + 1)``,
             ``k = 1..L``, where the discrete ranks' ECDF is exact. None: continuous fractional
@@ -193,7 +199,6 @@ def ecdf_band(n_sims: int, n_draws: int | None = None, confidence: float = 0.95,
         confidence: simultaneous coverage in (0, 1).
         n_eval: cells of the continuous grid (default ``min(n_sims, 100)``).
         n_simulations: uniform samples simulated to adjust ``γ``.
-        seed: seeds those simulations (the same seed, the same band).
 
     Returns:
         `ECDFBand`.
@@ -206,7 +211,7 @@ def ecdf_band(n_sims: int, n_draws: int | None = None, confidence: float = 0.95,
                                 or n_draws < 1):
         raise ValueError(f"ecdf_band: n_draws must be None or a positive integer; got {n_draws!r}")
     z = _grid(n_sims, n_draws, n_eval)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([int(x) for x in np.asarray(jax.random.key_data(key)).ravel()])
     cells = np.diff(np.concatenate([[0.0], z, [1.0]]))
     counts = np.cumsum(rng.multinomial(n_sims, cells, size=n_simulations), axis=1)[:, :-1]  # (n_sim, len(z))
     tails = np.minimum(scipy.stats.binom.cdf(counts, n_sims, z), scipy.stats.binom.sf(counts - 1, n_sims, z))
@@ -265,16 +270,18 @@ class SBCResult(eqx.Module):
                             "band_confidence": self.band.confidence, "ranks": self.ranks})
 
 
-def sbc_result(ranks: ArrayLike, n_draws: int, names: Sequence[str] | None = None, *, method: str = "chi2",
-               n_bins: int | None = None, confidence: float = 0.95, seed: int = 0) -> SBCResult:
-    """`SBCResult` of ranks from `sbc_ranks` (tests, ECDF and band)."""
+def sbc_result(key: PRNGKeyArray, ranks: ArrayLike, n_draws: int, names: Sequence[str] | None = None, *,
+               method: str = "chi2", n_bins: int | None = None, confidence: float = 0.95) -> SBCResult:
+    """`SBCResult` of ranks from `sbc_ranks` (tests, ECDF and band); ``key`` draws the
+    band's simulations and the randomised ranks of ``method="ks"``."""
     ranks = _check_ranks(ranks, n_draws, "sbc_result")
     names = tuple(f"theta{j}" for j in range(ranks.shape[1])) if names is None else tuple(names)
     if len(names) != ranks.shape[1]:
         raise ValueError(f"sbc_result: {len(names)} names for {ranks.shape[1]} parameters")
     n_bins = default_bins(ranks.shape[0], n_draws) if n_bins is None else int(n_bins)
-    p_values = sbc_uniformity(ranks, n_draws, n_bins=n_bins, method=method, key=jax.random.key(seed))
-    band = ecdf_band(ranks.shape[0], n_draws, confidence, seed=seed)
+    key_test, key_band = jax.random.split(key)
+    p_values = sbc_uniformity(key_test, ranks, n_draws, n_bins=n_bins, method=method)
+    band = ecdf_band(key_band, ranks.shape[0], n_draws, confidence)
     _, ecdf = rank_ecdf(ranks, n_draws)
     return SBCResult(names=names, ranks=ranks, n_draws=int(n_draws), p_values=p_values, method=method,
                      n_bins=n_bins, band=band, ecdf=ecdf, in_band=band.contains(ecdf))
@@ -285,13 +292,14 @@ def run_sbc(key: PRNGKeyArray, posterior, thetas: ArrayLike, xs: ArrayLike, n_dr
     """SBC of an amortized posterior on simulations ``(thetas, xs)`` drawn from its prior.
 
     Args:
-        key: draws the posterior samples.
+        key: draws the posterior samples (and the band's simulations, `sbc_result`).
         posterior: anything with ``sample(key, xs, n) -> (n_sims, n, n_params)`` and
             ``names`` (e.g. `jcalib.nn.bayesflow.AmortizedPosterior`).
         thetas: ``(n_sims, n_params)`` true parameters, drawn from the training prior.
         xs: ``(n_sims, n_times, n_outputs)`` their simulated (noisy) data.
         n_draws: posterior draws per simulation.
-        **kwargs: `sbc_result` options (``method``, ``n_bins``, ``confidence``, ``seed``).
+        **kwargs: `sbc_result` options (``method``, ``n_bins``, ``confidence``).
     """
-    draws = np.asarray(posterior.sample(key, xs, n_draws))
-    return sbc_result(sbc_ranks(draws, thetas), n_draws, getattr(posterior, "names", None), **kwargs)
+    key_draws, key_result = jax.random.split(key)
+    draws = np.asarray(posterior.sample(key_draws, xs, n_draws))
+    return sbc_result(key_result, sbc_ranks(draws, thetas), n_draws, getattr(posterior, "names", None), **kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jcalib.bayes.result import is_internal
 from jcalib.plotting._grid import grid_axes, plt
 
 __all__ = [
@@ -75,7 +76,7 @@ def _truth_vector(result, truth, internal: bool):
     return vector
 
 
-def plot_marginals(results, *, truth=None, internal=False, rule="paper", n_grid=200, title=""):
+def plot_marginals(results, *, truth=None, coordinates="physical", rule="paper", n_grid=200, title=""):
     """Marginal posterior densities by Gaussian KDE (Wulkow et al. 2021, Figure 6), one
     panel per parameter (at most 4 per row).
 
@@ -83,8 +84,8 @@ def plot_marginals(results, *, truth=None, internal=False, rule="paper", n_grid=
         results: a `jcalib.bayes.PosteriorResult`, a list of them, or ``{label: result}``
             (overlaid, e.g. σ = 0.1 against σ = 0.03; same parameter names).
         truth: true values, ``{name: physical value}`` or an array (vertical lines).
-        internal: KDE of the internal coordinates (log for log-scale parameters, often
-            smoother) instead of the physical values.
+        coordinates: ``"physical"`` (default) or ``"internal"``: KDE of the internal
+            coordinates (log for log-scale parameters, often smoother).
         rule: bandwidth rule of `jcalib.bayes.kde` (``"paper"``: eq. A28; ``"scott"``, ...).
         n_grid: grid points per panel.
         title: figure title.
@@ -100,6 +101,7 @@ def plot_marginals(results, *, truth=None, internal=False, rule="paper", n_grid=
     else:
         items = [("", results)]
     first = items[0][1]
+    internal = is_internal(coordinates, "plot_marginals")
     fig, axes = grid_axes(len(first.names), width=3.6, height=3.0, extra_width=0.6)
     true = _truth_vector(first, truth, internal)
     for k, (label, result) in enumerate(items):
@@ -124,14 +126,14 @@ def plot_marginals(results, *, truth=None, internal=False, rule="paper", n_grid=
     return fig
 
 
-def plot_pair(result, *, truth=None, internal=False, rule="paper", n_grid=60, max_points=2000, title=""):
+def plot_pair(result, *, truth=None, coordinates="physical", rule="paper", n_grid=60, max_points=2000, title=""):
     """Pair plot of a `jcalib.bayes.PosteriorResult`: 1-D KDE marginals on the diagonal,
     draws (at most ``max_points``, evenly thinned) with 2-D KDE contours below it.
 
     Args:
         result: the posterior.
         truth: true values, ``{name: physical value}`` or an array (marked in red).
-        internal: plot internal coordinates (log for log-scale parameters).
+        coordinates: ``"physical"`` (default) or ``"internal"`` (log for log-scale parameters).
         rule: bandwidth rule of `jcalib.bayes.kde`.
         n_grid: grid points per axis of the 2-D KDE.
         max_points: draws shown as dots.
@@ -141,6 +143,7 @@ def plot_pair(result, *, truth=None, internal=False, rule="paper", n_grid=60, ma
     """
     from jcalib.bayes.kde import kde_1d, kde_2d
 
+    internal = is_internal(coordinates, "plot_pair")
     values, labels = _posterior_values(result, internal)
     flat = values.reshape(-1, values.shape[-1])
     n = flat.shape[1]
@@ -174,11 +177,11 @@ def plot_pair(result, *, truth=None, internal=False, rule="paper", n_grid=60, ma
     return fig
 
 
-def plot_trace(result, *, internal=False, title=""):
-    """Trace plot of a `jcalib.bayes.PosteriorResult`: one row per parameter and a last
-    row with the log density, one line per chain (acceptance and R-hat in the legend and
-    titles). Returns the figure."""
-    values, labels = _posterior_values(result, internal)
+def plot_trace(result, *, coordinates="physical", title=""):
+    """Trace plot of a `jcalib.bayes.PosteriorResult`: one row per parameter (in ``coordinates``,
+    ``"physical"`` or ``"internal"``) and a last row with the log density, one line per chain
+    (acceptance and R-hat in the legend and titles). Returns the figure."""
+    values, labels = _posterior_values(result, is_internal(coordinates, "plot_trace"))
     n = values.shape[-1]
     fig, axes = plt.subplots(n + 1, 1, figsize=(8.0, 1.9 * (n + 1) + 0.5), sharex=True, squeeze=False)
     draws = np.arange(values.shape[1]) * result.thin
@@ -200,13 +203,13 @@ def plot_trace(result, *, internal=False, title=""):
     return fig
 
 
-def plot_autocorrelation(result, *, max_lag=50, internal=False, title=""):
+def plot_autocorrelation(result, *, max_lag=50, coordinates="physical", title=""):
     """Autocorrelation of each parameter's draws against the lag (in kept draws), one
     panel per parameter, one line per chain (`jcalib.bayes.diagnostics.autocorrelation`).
     Returns the figure."""
     from jcalib.bayes.diagnostics import autocorrelation
 
-    values, labels = _posterior_values(result, internal)
+    values, labels = _posterior_values(result, is_internal(coordinates, "plot_autocorrelation"))
     max_lag = min(int(max_lag), values.shape[1] - 1)
     rho = autocorrelation(values, max_lag)
     fig, axes = grid_axes(values.shape[-1], width=3.4, height=2.8, extra_width=0.6)

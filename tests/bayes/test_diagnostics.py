@@ -97,8 +97,8 @@ def posterior():
 def test_posterior_plots(posterior):
     truth = {"k": 0.14, "c": 0.0}
     for fig in (plotting.plot_marginals(posterior, truth=truth),
-                plotting.plot_marginals({"a": posterior, "b": posterior}, internal=True, rule="scott"),
-                plotting.plot_pair(posterior, truth=truth, internal=True, n_grid=30),
+                plotting.plot_marginals({"a": posterior, "b": posterior}, coordinates="internal", rule="scott"),
+                plotting.plot_pair(posterior, truth=truth, coordinates="internal", n_grid=30),
                 plotting.plot_trace(posterior),
                 plotting.plot_autocorrelation(posterior, max_lag=20)):
         assert len(fig.axes) > 0

@@ -46,8 +46,8 @@ def test_intervals_cover_the_truth_and_narrow_with_sigma(runs):
     _, noisy = runs[("ABCD", 0.1)]
     lo, hi = precise.interval(0.9)
     assert np.all((lo <= truth) & (truth <= hi)), (lo, truth, hi)
-    width_precise = np.diff(precise.interval(0.9, internal=True), axis=0)[0]
-    width_noisy = np.diff(noisy.interval(0.9, internal=True), axis=0)[0]
+    width_precise = np.diff(precise.interval(0.9, coordinates="internal"), axis=0)[0]
+    width_noisy = np.diff(noisy.interval(0.9, coordinates="internal"), axis=0)[0]
     assert np.all(width_precise < width_noisy), (width_precise, width_noisy)
     # the posterior sd scales roughly like σ (ratio 0.3), well below 1
     assert np.all(np.std(precise.flat_samples(True), 0) < 0.6 * np.std(noisy.flat_samples(True), 0))
@@ -57,8 +57,8 @@ def test_intervals_cover_the_truth_and_narrow_with_sigma(runs):
 def test_observing_a_only_leaves_kac_poorly_determined(runs):
     _, full = runs[("ABCD", 0.1)]
     _, a_only = runs[("A", 0.1)]
-    sd_full = np.std(full.flat_samples(internal=True), axis=0)
-    sd_a = np.std(a_only.flat_samples(internal=True), axis=0)
+    sd_full = np.std(full.flat_samples(coordinates="internal"), axis=0)
+    sd_a = np.std(a_only.flat_samples(coordinates="internal"), axis=0)
     assert sd_a[1] >= 5 * sd_full[1], (sd_a, sd_full)
     assert a_only.sd[1] >= 5 * full.sd[1]  # also in physical units
 

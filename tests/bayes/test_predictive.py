@@ -14,8 +14,8 @@ import jcalib
 from jcalib.bayes.predictive import (
     PredictiveBands,
     expand_draws,
+    output_bands,
     prediction_bands,
-    predictive_bands,
 )
 from jcalib.probability.likelihoods import LogNormalLikelihood
 from jcalib.problem import CalibrationProblem, initial_state_from_parameters
@@ -71,8 +71,8 @@ def _analytic(q, ts=TS):
     return mean + sd * stats.norm.ppf(q), sd
 
 
-def test_linear_model_matches_analytic_quantiles(linear, draws):
-    bands = predictive_bands(linear, draws)
+def test_linear_model_matches_analytic_quantiles(problem, draws):
+    bands = output_bands(problem, draws)  # physical draws (the default)
     assert isinstance(bands, PredictiveBands) and bands.kind == "confidence"
     assert bands.values.shape == (3, 4, 1) and bands.n_draws == N_DRAWS and bands.n_failed == 0
     for k, q in enumerate((0.05, 0.5, 0.95)):
@@ -90,23 +90,23 @@ def test_linear_model_matches_analytic_quantiles(linear, draws):
 
 def test_equal_draws_collapse_onto_simulate(problem):
     z = problem.to_internal(jnp.asarray([0.7, 4.0]))
-    bands = predictive_bands(problem, np.tile(np.asarray(z), (2, 4, 1)))  # (chains, draws, n_free)
+    bands = output_bands(problem, np.tile(np.asarray(z), (2, 4, 1)), coordinates="internal")  # (chains, draws, n)
     assert bands.n_draws == 8
     expected = np.asarray(problem.simulate(z))
     for k in range(3):
         np.testing.assert_allclose(np.asarray(bands.values[k]), expected, rtol=1e-12)
     np.testing.assert_allclose(expected[:, 0], 4.0 + 0.7 * TS, rtol=1e-9)
     # physical draws of the free parameters give the same
-    physical = predictive_bands(problem, np.tile([0.7, 4.0], (8, 1)), coordinates="physical")
+    physical = output_bands(problem, np.tile([0.7, 4.0], (8, 1)), coordinates="physical")
     np.testing.assert_allclose(np.asarray(physical.values), np.asarray(bands.values), rtol=1e-12)
-    full = expand_draws(problem, np.tile(np.asarray(z), (8, 1)))
+    full = expand_draws(problem, np.tile(np.asarray(z), (8, 1)), coordinates="internal")
     np.testing.assert_allclose(full, np.tile([0.7, 4.0], (8, 1)), rtol=1e-14)
 
 
 def test_other_experiment(problem, linear, model, theta):
     later = jcalib.Experiment([1.0, 3.0, 6.0], t0=0.0, name="later")
     z = problem.to_internal(jnp.asarray([0.7, 4.0]))
-    bands = predictive_bands(problem, np.tile(np.asarray(z), (8, 1)), experiment=later)
+    bands = output_bands(problem, np.tile(np.asarray(z), (8, 1)), coordinates="internal", experiment=later)
     assert bands.experiment == "later"
     np.testing.assert_allclose(np.asarray(bands.ts), [1.0, 3.0, 6.0])
     np.testing.assert_allclose(np.asarray(bands.values[1, :, 0]), 4.0 + 0.7 * np.array([1, 3, 6]),
@@ -114,7 +114,8 @@ def test_other_experiment(problem, linear, model, theta):
     # another model of the same family (here another initial concentration; for the
     # polymerization paper: jcalib.models.get("radical_polymerization_simple", recipe=2))
     other = jcalib.models.get("four_substance_reactions", a0=5.0)
-    bands = predictive_bands(model, np.tile(np.asarray(theta), (3, 1)), experiment=other)
+    reactions = CalibrationProblem(model, jcalib.synthetic_measurements(jax.random.key(0), model, theta, sigma=0.05))
+    bands = output_bands(reactions, np.tile(np.asarray(theta), (3, 1)), experiment=other)
     np.testing.assert_allclose(np.asarray(bands.values[2]), np.asarray(other.simulate(theta)),
                                rtol=1e-10)
     assert bands.output_names == ("A", "B", "C", "D")
@@ -125,19 +126,19 @@ def test_prediction_band_adds_noise(problem, linear):
     z = problem.to_internal(jnp.asarray([0.7, 4.0]))
     f = 4.0 + 0.7 * TS
     thetas = np.tile(np.asarray(z), (N_DRAWS, 1))
-    bands = prediction_bands(jax.random.key(0), problem, thetas)
+    bands = prediction_bands(jax.random.key(0), problem, thetas, coordinates="internal")
     assert bands.kind == "prediction"
     for k, q in enumerate((0.05, 0.5, 0.95)):
         se = 0.1 * np.sqrt(q * (1 - q) / N_DRAWS) / stats.norm.pdf(stats.norm.ppf(q))
         log_ratio = np.log(np.asarray(bands.values[k, :, 0]) / f)
         np.testing.assert_array_less(np.abs(log_ratio - 0.1 * stats.norm.ppf(q)), 5 * se)
-    again = prediction_bands(jax.random.key(0), problem, thetas)
+    again = prediction_bands(jax.random.key(0), problem, thetas, coordinates="internal")
     np.testing.assert_array_equal(np.asarray(again.values), np.asarray(bands.values))
     # sampled σ: each draw's own noise level
     sampled = CalibrationProblem(linear, problem.measurements, weighting="absolute",
                                  likelihood="lognormal", noise_parameters=True)
     zs = np.tile(np.append(np.asarray(z), np.log(0.2)), (N_DRAWS, 1))
-    wide = prediction_bands(jax.random.key(1), sampled, zs, quantiles=(0.05, 0.95))
+    wide = prediction_bands(jax.random.key(1), sampled, zs, coordinates="internal", quantiles=(0.05, 0.95))
     for k, q in enumerate((0.05, 0.95)):
         se = 0.2 * np.sqrt(q * (1 - q) / N_DRAWS) / stats.norm.pdf(stats.norm.ppf(q))
         log_ratio = np.log(np.asarray(wide.values[k, :, 0]) / f)
@@ -147,7 +148,7 @@ def test_prediction_band_adds_noise(problem, linear):
 
 
 def test_to_dict_and_plot(problem, draws):
-    bands = predictive_bands(problem, draws[:8], coordinates="physical", quantiles=(0.1, 0.9))
+    bands = output_bands(problem, draws[:8], quantiles=(0.1, 0.9))
     d = bands.to_dict()
     json.dumps(d)
     assert d["kind"] == "confidence" and d["quantiles"] == [0.1, 0.9] and d["n_draws"] == 8
@@ -163,30 +164,33 @@ def test_to_dict_and_plot(problem, draws):
 
 def test_errors(problem, linear, model, draws):
     with pytest.raises(ValueError, match=r"quantiles must be increasing probabilities in \(0, 1\)"):
-        predictive_bands(linear, draws, quantiles=(0.5, 0.05))
+        output_bands(problem, draws, quantiles=(0.5, 0.05))
     with pytest.raises(ValueError, match=r"quantiles must be increasing probabilities"):
-        predictive_bands(linear, draws, quantiles=(0.0, 0.5))
+        output_bands(problem, draws, quantiles=(0.0, 0.5))
     with pytest.raises(ValueError, match=r"thetas must have shape \(n_draws, 2\)"):
-        predictive_bands(linear, draws[:, :1])
-    with pytest.raises(ValueError, match=r"draws must have shape \(n_draws, 2\)"):
-        predictive_bands(problem, draws[0])
+        output_bands(problem, draws[:, :1])
+    with pytest.raises(ValueError, match=r"thetas must have shape \(n_draws, 2\)"):
+        output_bands(problem, draws[0])
     with pytest.raises(ValueError, match="thetas has NaN or inf in draws"):
-        predictive_bands(linear, np.array([[1.0, np.nan]]))
-    with pytest.raises(ValueError, match="coordinates must be 'internal' or 'physical'"):
-        predictive_bands(problem, draws, coordinates="unit")
+        output_bands(problem, np.array([[1.0, np.nan]]))
+    with pytest.raises(ValueError, match="output_bands: coordinates must be 'physical' or 'internal'; got 'unit'"):
+        output_bands(problem, draws, coordinates="unit")
+    with pytest.raises(ValueError, match="expand_draws: coordinates must be 'physical' or 'internal'"):
+        expand_draws(problem, draws, coordinates="log")
     with pytest.raises(ValueError, match=r"experiment: the other model's parameters \('kab', 'kac', "
                                          r"'kad'\) differ"):
-        predictive_bands(linear, draws, experiment=model)
+        output_bands(problem, draws, experiment=model)
     with pytest.raises(ValueError, match="experiment must be None, an Experiment or a model"):
-        predictive_bands(linear, draws, experiment="recipe 2")
-    with pytest.raises(ValueError, match="model_or_problem must be an AbstractModel or a "
-                                         "CalibrationProblem; got ndarray"):
-        predictive_bands(draws, draws)
+        output_bands(problem, draws, experiment="recipe 2")
+    with pytest.raises(ValueError, match="output_bands: problem must be a CalibrationProblem; got ndarray"):
+        output_bands(draws, draws)
+    with pytest.raises(ValueError, match="output_bands: problem must be a CalibrationProblem; got Drift"):
+        output_bands(linear, draws)
     with pytest.raises(ValueError, match="prediction_bands: problem must be a CalibrationProblem"):
         prediction_bands(jax.random.key(0), linear, draws)
     no_sigma = CalibrationProblem(linear, problem.measurements, weighting="absolute")
     with pytest.raises(ValueError, match="prediction_bands: measurements.sigma is None"):
         prediction_bands(jax.random.key(0), no_sigma, draws)
-    bands = predictive_bands(linear, draws[:8])
+    bands = output_bands(problem, draws[:8])
     with pytest.raises(ValueError, match=r"quantile\(\): 0.25 is not among the computed quantiles"):
         bands.quantile(0.25)
