@@ -10,8 +10,10 @@ internal coordinates ``theta_internal`` (log for log-scale parameters) with the 
   the residuals from forward-mode autodiff through the ODE solve (`CalibrationProblem.jacobian`).
   Iterates stay inside the box (the reflective strategy). One start, a Python loop run by
   scipy; every simulation and every Jacobian is counted.
-- `levenberg_marquardt_batch`: optimistix's Levenberg-Marquardt, fully jitted and vmapped
-  over many starts (one compiled program for the whole batch). Optimistix has no bounds, so
+- `levenberg_marquardt_batch`: optimistix's Levenberg-Marquardt as a `jcalib.algorithm.Algorithm`
+  (`levenberg_marquardt_algorithm`: the solver's own ``init``/``step``/``terminate``), vmapped
+  over many starts and driven by `jcalib.algorithm.run` (one compiled step for the whole batch,
+  cached across calls). Optimistix has no bounds, so
   it iterates on an unconstrained ``u`` with the bounded transform of MINUIT (James & Roos
   1975): ``theta_internal = mid + half * sin(u)``, ``mid, half`` the centre and half-width of
   the internal box. Every ``u`` maps inside the box, so no iterate ever leaves it; a bound is
@@ -39,9 +41,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -49,14 +53,16 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 import scipy.optimize
-from jaxtyping import ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
 from jcalib.problem import CalibrationProblem
 
-__all__ = ["MultistartResult", "least_squares_trf", "levenberg_marquardt_batch"]
+__all__ = ["LevenbergMarquardtInfo", "LevenbergMarquardtState", "MultistartResult", "least_squares_trf",
+           "levenberg_marquardt_algorithm", "levenberg_marquardt_batch"]
 
 _TRF_JACOBIANS = ("autodiff", "2-point", "3-point")
 _BOUND_NUDGE = 1e-10  # fraction of the half-width a start is moved off a bound (LM transform)
@@ -327,6 +333,108 @@ def least_squares_trf(
 
 
 # --- Levenberg-Marquardt, jitted and vmapped (optimistix) -----------------------------------
+class LevenbergMarquardtState(NamedTuple):
+    """Iterate of `levenberg_marquardt_algorithm` (one start; vmapped for a batch).
+
+    Attributes:
+        u: the unconstrained iterate, ``(n,)``.
+        solver_state: the array part of optimistix's Levenberg-Marquardt state (its static
+            part is rebuilt by the step).
+        n_steps: steps taken while the start was active.
+        terminate: optimistix's Cauchy termination holds.
+        result: optimistix's `optimistix.RESULTS` (``successful`` while running).
+    """
+
+    u: Float[Array, " n"]
+    solver_state: Any
+    n_steps: Int[Array, ""]
+    terminate: Bool[Array, ""]
+    result: optx.RESULTS
+
+    @property
+    def done(self) -> Bool[Array, ""]:
+        """The start has stopped: terminated or failed (e.g. a non-finite iterate)."""
+        return self.terminate | (self.result != optx.RESULTS.successful)
+
+
+class LevenbergMarquardtInfo(NamedTuple):
+    """Diagnostics of one step.
+
+    Attributes:
+        loss: mean squared residual at the last accepted point.
+        active: whether the start was still iterating (False once ``done``: frozen).
+    """
+
+    loss: Float[Array, ""]
+    active: Bool[Array, ""]
+
+
+def levenberg_marquardt_algorithm(
+    residual_fn: Callable[[Float[Array, " n"]], Float[Array, " m"]],
+    n: int,
+    *,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+) -> Algorithm:
+    """optimistix's Levenberg-Marquardt as a deterministic `jcalib.algorithm.Algorithm`.
+
+    The same iteration as ``optx.least_squares(residual_fn, optx.LevenbergMarquardt(rtol,
+    atol), u0)``: ``init(u0)`` runs the solver's ``init`` and termination test, each
+    ``step`` one solver step followed by the test (optimistix's ``_iterate``); once the
+    state is ``done`` the step leaves it unchanged, so a vmapped batch (`vmap_chains`)
+    stops start by start as optimistix's vmapped while loop does.
+
+    Args:
+        residual_fn: JAX function ``(n,) -> (m,)``, unconstrained.
+        n: the length of ``u``.
+        rtol, atol: optimistix's Cauchy termination tolerances.
+
+    Returns:
+        ``Algorithm(init, step)`` with `LevenbergMarquardtState` and `LevenbergMarquardtInfo`;
+        run it with ``stop=lambda s: s.done`` (``jnp.all(s.done)`` for a batch).
+    """
+    solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
+    tags: frozenset = frozenset()
+
+    def fn(u, args):
+        return jnp.asarray(residual_fn(u)), None
+
+    u_struct = jax.ShapeDtypeStruct((int(n),), jnp.float64)
+    f_struct = jax.eval_shape(lambda u: fn(u, None)[0], u_struct)
+
+    def full_init(u0):
+        return solver.init(fn, u0, None, {}, f_struct, None, tags)
+
+    def dynamic(tree):
+        return eqx.filter(tree, eqx.is_array)
+
+    static = eqx.filter(eqx.filter_eval_shape(full_init, u_struct),
+                        lambda x: not isinstance(x, jax.ShapeDtypeStruct))
+
+    def terminate_and_result(u, solver_state):
+        terminate, result = solver.terminate(fn, u, None, {}, solver_state, tags)
+        finite = jnp.all(jnp.isfinite(u))
+        return terminate, optx.RESULTS.where(finite, result, optx.RESULTS.nonfinite)
+
+    def init(u0) -> LevenbergMarquardtState:
+        u0 = jnp.asarray(u0, dtype=jnp.float64)
+        solver_state = full_init(u0)
+        terminate, result = terminate_and_result(u0, solver_state)
+        return LevenbergMarquardtState(u0, dynamic(solver_state), jnp.array(0), terminate, result)
+
+    def step(state: LevenbergMarquardtState) -> tuple[LevenbergMarquardtState, LevenbergMarquardtInfo]:
+        solver_state = eqx.combine(static, state.solver_state)
+        new_u, new_solver_state, _ = solver.step(fn, state.u, None, {}, solver_state, tags)
+        terminate, result = terminate_and_result(state.u, new_solver_state)
+        new = LevenbergMarquardtState(new_u, dynamic(new_solver_state), state.n_steps + 1, terminate, result)
+        active = jnp.logical_not(state.done)
+        new = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, state)
+        loss = jnp.mean(eqx.combine(static, new.solver_state).f_info.residual ** 2)
+        return new, LevenbergMarquardtInfo(loss, active)
+
+    return Algorithm(init, step)
+
+
 def levenberg_marquardt_batch(
     problem: CalibrationProblem,
     theta0: Float[ArrayLike, "n_starts n_free"],
@@ -337,13 +445,15 @@ def levenberg_marquardt_batch(
     chunk_size: int | None = None,
     start_distribution: str = "given",
 ) -> MultistartResult:
-    """Levenberg-Marquardt from many starts at once: one jitted, vmapped optimistix solve.
+    """Levenberg-Marquardt from many starts at once: optimistix's solver, vmapped, driven by `run`.
 
-    Runs ``optx.least_squares(..., optx.LevenbergMarquardt(rtol, atol))`` on the bounded
-    transform ``theta_internal = mid + half * sin(u)`` (see the module docstring), vmapped
-    over the starts; the vmapped loop runs until the slowest start stops, so per-start step
-    counts are those of the start, while the batch costs ``n_starts`` times the largest
-    (``extra["max_steps_taken"]``).
+    Runs `levenberg_marquardt_algorithm` (the iteration of ``optx.least_squares(...,
+    optx.LevenbergMarquardt(rtol, atol))``) on the bounded transform ``theta_internal = mid +
+    half * sin(u)`` (see the module docstring), vmapped over the starts (`vmap_chains`) and
+    driven by ``jcalib.algorithm.run`` until every start has stopped; a stopped start is
+    frozen, so per-start step counts are those of the start, while the batch costs
+    ``n_starts`` times the largest (``extra["max_steps_taken"]``). The vmapped step is one
+    jitted call, compiled once per problem structure and batch size.
 
     Args:
         problem: the calibration problem.
@@ -404,9 +514,11 @@ def levenberg_marquardt_batch(
         n_real = block.shape[0]
         if n_real < chunk:
             block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
-        out = _lm_vmapped(forward, jnp.asarray(block), jnp.asarray(mid), jnp.asarray(half),
-                          float(rtol), float(atol), int(max_steps))
-        outputs.append([np.asarray(o)[:n_real] for o in out])
+        settings = (forward, jnp.asarray(mid), jnp.asarray(half), float(rtol), float(atol))
+        algorithm = Algorithm(functools.partial(_lm_init, *settings), functools.partial(_lm_step, *settings))
+        out = run(None, algorithm, algorithm.init(jnp.asarray(block)), int(max_steps), compiled=False,
+                  stop=lambda s: jnp.all(s.done), trace_fn=lambda s, info: None)
+        outputs.append([np.asarray(o)[:n_real] for o in jax.vmap(_lm_outcome, (0, None, None))(out.state, mid, half)])
     z_final, losses, success, max_reached, n_steps, n_accepted = (
         np.concatenate([o[k] for o in outputs]) for k in range(6))
     wall = time.perf_counter() - start
@@ -447,24 +559,33 @@ def _lm_failure(problem: CalibrationProblem, z0: np.ndarray, what: str) -> str:
                    "where the loss is not finite (a failed solve, an overflow or a NaN Jacobian)")
 
 
-@eqx.filter_jit
-def _lm_vmapped(problem: CalibrationProblem, u0s, mid, half, rtol: float, atol: float,
-                max_steps: int):
-    """Vmapped optimistix LM from ``u0s``; returns final z, loss, flags and step counts."""
-    solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
-
-    def residual_fn(u, args):
+def _lm_problem_algorithm(problem, mid, half, rtol, atol) -> Algorithm:
+    """`levenberg_marquardt_algorithm` on ``u -> problem.residuals(mid + half sin(u))``, vmapped."""
+    def residual_fn(u):
         return problem.residuals(mid + half * jnp.sin(u))
 
-    def one(u0):
-        sol = optx.least_squares(residual_fn, solver, u0, max_steps=max_steps, throw=False)
-        residual = sol.state.f_info.residual  # at the last accepted point, i.e. sol.value
-        return (mid + half * jnp.sin(sol.value), jnp.mean(residual**2),
-                sol.result == optx.RESULTS.successful,
-                sol.result == optx.RESULTS.nonlinear_max_steps_reached,
-                sol.stats["num_steps"], sol.state.num_accepted_steps)
+    return vmap_chains(levenberg_marquardt_algorithm(residual_fn, problem.n_free, rtol=rtol, atol=atol))
 
-    return jax.vmap(one)(u0s)
+
+@eqx.filter_jit
+def _lm_init(problem, mid, half, rtol, atol, u0s):
+    return _lm_problem_algorithm(problem, mid, half, rtol, atol).init(u0s)
+
+
+@eqx.filter_jit
+def _lm_step(problem, mid, half, rtol, atol, states):
+    """One vmapped step, compiled once per problem structure (cached across calls)."""
+    return _lm_problem_algorithm(problem, mid, half, rtol, atol).step(states)
+
+
+def _lm_outcome(state: LevenbergMarquardtState, mid, half):
+    """Final z, loss, flags and step counts of one start, as optimistix's ``least_squares`` reports them."""
+    running = (state.result == optx.RESULTS.successful) & jnp.logical_not(state.terminate)
+    result = optx.RESULTS.where(running, optx.RESULTS.nonlinear_max_steps_reached, state.result)
+    residual = state.solver_state.f_info.residual  # at the last accepted point, i.e. at u
+    return (mid + half * jnp.sin(state.u), jnp.mean(residual**2),
+            result == optx.RESULTS.successful, result == optx.RESULTS.nonlinear_max_steps_reached,
+            state.n_steps, state.solver_state.num_accepted_steps)
 
 
 # --- shared helpers (also used by global_search) ---------------------------------------------

@@ -5,12 +5,15 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 import pytest
 
 import jcalib
+from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.estimation.least_squares import (
     MultistartResult,
     least_squares_trf,
+    levenberg_marquardt_algorithm,
     levenberg_marquardt_batch,
 )
 from jcalib.estimation.result import EstimationResult
@@ -214,3 +217,26 @@ def test_lm_batch_failed_solves_get_infinite_loss(problem, starts):
     result = levenberg_marquardt_batch(failing, starts[:2])
     for r in result.results:
         assert r.loss == np.inf and not r.converged and "failed (MAX_STEPS" in r.reason
+
+
+def test_lm_algorithm_driven_by_run_is_optimistix_least_squares():
+    """`levenberg_marquardt_algorithm` driven by `jcalib.algorithm.run` takes optimistix's own
+    iterates: Rosenbrock's residuals from (-1.2, 1), the same point, step count and residual
+    as ``optx.least_squares``; vmapped over two starts, each start stops on its own."""
+    def residual_fn(u):
+        return jnp.stack([1.0 - u[0], 10.0 * (u[1] - u[0] ** 2)])
+
+    algorithm = levenberg_marquardt_algorithm(residual_fn, 2, rtol=1e-8, atol=1e-10)
+    assert isinstance(algorithm, Algorithm) and not algorithm.stochastic
+    starts = jnp.array([[-1.2, 1.0], [0.5, 0.5]])
+    batch = vmap_chains(algorithm)
+    out = run(None, batch, batch.init(starts), 200, stop=lambda s: jnp.all(s.done))
+    assert out.status == "converged" and out.n_steps == int(jnp.max(out.state.n_steps))
+    solver = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-10)
+    for i in range(2):
+        sol = optx.least_squares(lambda u, args: residual_fn(u), solver, starts[i], max_steps=200)
+        np.testing.assert_allclose(out.state.u[i], sol.value, rtol=1e-14, atol=1e-15)
+        assert int(out.state.n_steps[i]) == int(sol.stats["num_steps"])
+        np.testing.assert_allclose(out.state.solver_state.f_info.residual[i], sol.state.f_info.residual, atol=1e-15)
+    assert int(out.state.n_steps[0]) != int(out.state.n_steps[1])  # the faster start was frozen
+    np.testing.assert_allclose(out.state.u, 1.0, rtol=1e-8)
