@@ -420,8 +420,8 @@ def calibrate(
         typer.echo(f"  {pname:24s} {value:14.6g}  {m.parameters[pname].unit}")
     cond = result.condition_number
     typer.echo(f"loss {result.loss:.6g}; condition {cond:.4g}; essential directions "
-               f"{result.n_essential_directions} of {len(result.names)}; {result.n_simulations} "
-               f"simulations + {result.n_jacobians} Jacobians; {result.reason}")
+               f"{result.n_essential_directions} of {len(result.names)}; {result.n_steps} steps, "
+               f"{result.n_simulations} simulations + {result.n_jacobians} Jacobians; {result.reason}")
     typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
 
 

@@ -232,6 +232,10 @@ class ParameterSpace:
     def __getitem__(self, name: str) -> Parameter:
         return self.parameters[self.index(name)]
 
+    def _per_parameter(self, field: str) -> np.ndarray:
+        """One float64 entry per parameter: its ``field``."""
+        return np.array([getattr(p, field) for p in self.parameters], dtype=np.float64)
+
     @property
     def n_params(self) -> int:
         return len(self.parameters)
@@ -247,15 +251,15 @@ class ParameterSpace:
     @property
     def nominal(self) -> np.ndarray:
         """Nominal values, shape ``(n_params,)``, float64 NumPy."""
-        return np.array([p.nominal for p in self.parameters], dtype=np.float64)
+        return self._per_parameter("nominal")
 
     @property
     def lower(self) -> np.ndarray:
-        return np.array([p.lower for p in self.parameters], dtype=np.float64)
+        return self._per_parameter("lower")
 
     @property
     def upper(self) -> np.ndarray:
-        return np.array([p.upper for p in self.parameters], dtype=np.float64)
+        return self._per_parameter("upper")
 
     @property
     def log_scale(self) -> np.ndarray:
@@ -340,17 +344,17 @@ class ParameterSpace:
     @property
     def lower_internal(self) -> np.ndarray:
         """Lower bounds in internal coordinates, ``-inf`` where unbounded."""
-        return np.array([p.lower_internal for p in self.parameters], dtype=np.float64)
+        return self._per_parameter("lower_internal")
 
     @property
     def upper_internal(self) -> np.ndarray:
         """Upper bounds in internal coordinates, ``inf`` where unbounded."""
-        return np.array([p.upper_internal for p in self.parameters], dtype=np.float64)
+        return self._per_parameter("upper_internal")
 
     @property
     def nominal_internal(self) -> np.ndarray:
         """Nominal values in internal coordinates, shape ``(n_params,)``, float64 NumPy."""
-        return np.array([p.nominal_internal for p in self.parameters], dtype=np.float64)
+        return self._per_parameter("nominal_internal")
 
     @property
     def has_box(self) -> bool:

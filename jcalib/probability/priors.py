@@ -117,6 +117,19 @@ class AbstractPrior(eqx.Module):
         return type(self).__name__
 
 
+def _normal_log_pdf(x, mean: float, std: float):
+    """log N(x; mean, std²), elementwise."""
+    z = (x - mean) / std
+    return -0.5 * z**2 - math.log(std) - _LOG_SQRT_2PI
+
+
+def _location_scale(prior: str, **values: float) -> tuple[float, float]:
+    """The (finite location, positive finite scale) pair of a normal-type prior, checked; the
+    keyword names are the prior's argument names (for the messages)."""
+    (location_name, location), (scale_name, scale) = values.items()
+    return _finite(location, location_name, prior), _positive(scale, scale_name, prior)
+
+
 def _positive(value, what: str, prior: str) -> float:
     value = float(value)
     if not (math.isfinite(value) and value > 0):
@@ -146,16 +159,11 @@ class Uniform(AbstractPrior):
     high: float | None
 
     def __init__(self, low: float | None = None, high: float | None = None):
-        self.low = None if low is None else _finite(low, "low", "Uniform")
-        self.high = None if high is None else _finite(high, "high", "Uniform")
-        if self.low is not None and self.high is not None and not self.low < self.high:
-            raise ValueError(f"Uniform: low < high required; got low={self.low}, high={self.high}")
+        self.low, self.high = _interval("Uniform", low, high, _finite)
 
     def log_prob(self, theta):
         theta = jnp.asarray(theta)
-        if self.low is None or self.high is None:
-            raise ValueError("Uniform.log_prob: low and high are unset; bind the prior to a "
-                             "parameter (bind_priors) or pass them")
+        _check_set(self)
         return jnp.where(_inside(theta, self.low, self.high), -math.log(self.high - self.low),
                          -jnp.inf)
 
@@ -176,17 +184,11 @@ class LogUniform(AbstractPrior):
     high: float | None
 
     def __init__(self, low: float | None = None, high: float | None = None):
-        self.low = None if low is None else _positive(low, "low", "LogUniform")
-        self.high = None if high is None else _positive(high, "high", "LogUniform")
-        if self.low is not None and self.high is not None and not self.low < self.high:
-            raise ValueError(
-                f"LogUniform: low < high required; got low={self.low}, high={self.high}")
+        self.low, self.high = _interval("LogUniform", low, high, _positive)
 
     def log_prob(self, theta):
         theta = jnp.asarray(theta)
-        if self.low is None or self.high is None:
-            raise ValueError("LogUniform.log_prob: low and high are unset; bind the prior to a "
-                             "parameter (bind_priors) or pass them")
+        _check_set(self)
         inside = _inside(theta, self.low, self.high)
         safe = jnp.where(inside, theta, 1.0)
         return jnp.where(inside, -jnp.log(safe) - math.log(math.log(self.high / self.low)),
@@ -213,12 +215,10 @@ class Normal(AbstractPrior):
     std: float
 
     def __init__(self, mean: float, std: float):
-        self.mean = _finite(mean, "mean", "Normal")
-        self.std = _positive(std, "std", "Normal")
+        self.mean, self.std = _location_scale("Normal", mean=mean, std=std)
 
     def log_prob(self, theta):
-        z = (jnp.asarray(theta) - self.mean) / self.std
-        return -0.5 * z**2 - math.log(self.std) - _LOG_SQRT_2PI
+        return _normal_log_pdf(jnp.asarray(theta), self.mean, self.std)
 
     def _scipy(self):
         return stats.norm(self.mean, self.std)
@@ -235,21 +235,17 @@ class LogNormal(AbstractPrior):
     sigma: float
 
     def __init__(self, mu: float, sigma: float):
-        self.mu = _finite(mu, "mu", "LogNormal")
-        self.sigma = _positive(sigma, "sigma", "LogNormal")
+        self.mu, self.sigma = _location_scale("LogNormal", mu=mu, sigma=sigma)
 
     def log_prob(self, theta):
         theta = jnp.asarray(theta)
         positive = theta > 0
         log_theta = jnp.log(jnp.where(positive, theta, 1.0))
-        z = (log_theta - self.mu) / self.sigma
-        value = -0.5 * z**2 - math.log(self.sigma) - _LOG_SQRT_2PI - log_theta
-        return jnp.where(positive, value, -jnp.inf)
+        return jnp.where(positive, _normal_log_pdf(log_theta, self.mu, self.sigma) - log_theta, -jnp.inf)
 
     def log_prob_internal(self, theta_internal, parameter):
         if parameter.transform == "log":  # exactly Normal(mu, sigma) in z = log θ, without exp/log round-off
-            z = (jnp.asarray(theta_internal) - self.mu) / self.sigma
-            return -0.5 * z**2 - math.log(self.sigma) - _LOG_SQRT_2PI
+            return _normal_log_pdf(jnp.asarray(theta_internal), self.mu, self.sigma)
         return super().log_prob_internal(theta_internal, parameter)
 
     def _scipy(self):
@@ -271,9 +267,7 @@ class HalfNormal(AbstractPrior):
 
     def log_prob(self, theta):
         theta = jnp.asarray(theta)
-        z = theta / self.scale
-        value = -0.5 * z**2 - math.log(self.scale) - _LOG_SQRT_2PI + math.log(2.0)
-        return jnp.where(theta >= 0, value, -jnp.inf)
+        return jnp.where(theta >= 0, _normal_log_pdf(theta, 0.0, self.scale) + math.log(2.0), -jnp.inf)
 
     def _scipy(self):
         return stats.halfnorm(scale=self.scale)
@@ -281,6 +275,21 @@ class HalfNormal(AbstractPrior):
     def _bind(self, parameter):
         _check_nonnegative(self._name(), parameter)
         return self
+
+
+def _interval(prior: str, low, high, check) -> tuple[float | None, float | None]:
+    """``(low, high)`` of a uniform-type prior, each None or passing ``check``, ``low < high``."""
+    low = None if low is None else check(low, "low", prior)
+    high = None if high is None else check(high, "high", prior)
+    if low is not None and high is not None and not low < high:
+        raise ValueError(f"{prior}: low < high required; got low={low}, high={high}")
+    return low, high
+
+
+def _check_set(prior: Uniform | LogUniform) -> None:
+    if prior.low is None or prior.high is None:
+        raise ValueError(f"{prior._name()}.log_prob: low and high are unset; bind the prior to a "
+                         "parameter (bind_priors) or pass them")
 
 
 def _limits(prior: Uniform | LogUniform, parameter: Parameter) -> tuple[float, float]:
