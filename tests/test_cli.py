@@ -133,6 +133,7 @@ def test_calibrate_recovers_nominal_from_noise_free_data(tmp_path, reactions_csv
     for name in ("kab", "kac"):
         np.testing.assert_allclose(metrics["result"]["estimate"][name], nominal[name].nominal, rtol=1e-6)
     assert set(metrics["result"]["estimate"]) == {"kab", "kac"}  # kad stayed at its nominal value
+    assert f"; {metrics['result']['n_steps']} steps, {metrics['result']['n_simulations']} simulations" in result.output
     for name in ("fit.png", "residuals.png"):
         assert (tmp_path / name).stat().st_size > 10_000
 
