@@ -289,7 +289,9 @@ def noise_parameter_space(
     Args:
         spec: ``True`` (every output), an output name or a list of them (default bounds,
             see `AbstractLikelihood.default_noise_bounds`), or ``{output: (lower, upper)}``
-            / ``{output: (nominal, lower, upper)}`` (physical σ).
+            / ``{output: (nominal, lower, upper)}`` (physical σ, ``0 <= lower < upper <=
+            inf``; open bounds, ``0`` or ``inf``, need the nominal σ, and a proper prior in
+            ``CalibrationProblem(prior=...)``, e.g. ``HalfNormal``).
         output_names: the model's outputs.
         likelihood: gives the default bounds.
         x_by_output: measured values of each output.
@@ -332,6 +334,12 @@ def noise_parameter_space(
             values = [float(v) for v in np.atleast_1d(np.asarray(bounds, dtype=np.float64))]
             if len(values) == 2:
                 lower, upper = values
+                if lower == 0.0 or math.isinf(upper):
+                    raise ValueError(
+                        f"noise_parameters: bounds of {name!r} are open ([{lower}, {upper}]), so their "
+                        f"geometric mean cannot be the nominal σ; pass {{{name!r}: (nominal, {lower}, "
+                        f"{upper})}} with a nominal σ inside"
+                    )
                 nominal = math.sqrt(lower * upper) if lower > 0 and upper > 0 else lower
             elif len(values) == 3:
                 nominal, lower, upper = values
@@ -340,10 +348,11 @@ def noise_parameter_space(
                     f"noise_parameters: bounds of {name!r} must be (lower, upper) or (nominal, "
                     f"lower, upper); got {bounds!r}"
                 )
-            if not (lower > 0 and upper > lower):
+            if not (lower >= 0 and upper > lower):
                 raise ValueError(
-                    f"noise_parameters: bounds of {name!r} must satisfy 0 < lower < upper (σ is "
-                    f"sampled in log coordinates); got lower={lower}, upper={upper}"
+                    f"noise_parameters: bounds of {name!r} must satisfy 0 <= lower < upper <= inf (σ is "
+                    f"sampled in log coordinates; 0 and inf leave it unbounded); got lower={lower}, "
+                    f"upper={upper}"
                 )
         params.append(Parameter(f"sigma_{_identifier(name)}", nominal, lower, upper,
                                 unit="", log_scale=True))

@@ -175,6 +175,21 @@ def test_partial_noise_parameters(model, lognormal_data, z_model):
         no_sigma.log_posterior(z)
 
 
+def test_noise_level_without_bounds(model, lognormal_data, z_model):
+    """σ on (0, inf) (issue 18 §6): log σ unbounded, a proper prior needed, none invented."""
+    with pytest.raises(ValueError, match=r"prior: 'sigma_A' has no prior and its default .* is improper"):
+        CalibrationProblem(model, lognormal_data, likelihood="lognormal", noise_parameters={"A": (0.1, 0.0, np.inf)})
+    p = CalibrationProblem(model, lognormal_data, likelihood=LogNormalLikelihood(sigma=SIGMA),
+                           noise_parameters={"A": (0.1, 0.0, np.inf)}, prior={"sigma_A": HalfNormal(0.1)})
+    assert p.space["sigma_A"].transform == "log" and p.space.upper_internal[-1] == np.inf
+    z = jnp.concatenate([z_model, jnp.log(jnp.asarray([0.05]))])
+    prior_z = float(p.log_prior(z)) - float(p.log_prior(jnp.concatenate([z_model, jnp.log(jnp.asarray([0.1]))])))
+    # only sigma_A's term changes: log halfnorm(σ; 0.1) + log σ (the Jacobian), untruncated
+    expected = (stats.halfnorm(scale=0.1).logpdf(0.05) + np.log(0.05)
+                - stats.halfnorm(scale=0.1).logpdf(0.1) - np.log(0.1))
+    np.testing.assert_allclose(prior_z, expected, rtol=1e-12)
+
+
 def test_likelihood_errors(model, lognormal_data, clean):
     zero = clean.copy()
     zero[3, 2] = 0.0
@@ -190,9 +205,14 @@ def test_likelihood_errors(model, lognormal_data, clean):
         CalibrationProblem(model, lognormal_data, likelihood=LogNormalLikelihood(sigma=[0.1, 0.2]))
     with pytest.raises(ValueError, match="noise_parameters: unknown output 'E'; outputs: 'A'"):
         CalibrationProblem(model, lognormal_data, noise_parameters=["A", "E"])
-    with pytest.raises(ValueError, match=r"noise_parameters: bounds of 'A' must satisfy 0 < lower "
-                                         r"< upper"):
-        CalibrationProblem(model, lognormal_data, noise_parameters={"A": (0.0, 1.0)})
+    with pytest.raises(ValueError, match=r"noise_parameters: bounds of 'A' must satisfy 0 <= lower "
+                                         r"< upper <= inf \(σ is sampled in log coordinates; 0 and inf leave "
+                                         r"it unbounded\); got lower=-1.0"):
+        CalibrationProblem(model, lognormal_data, noise_parameters={"A": (1.0, -1.0, 2.0)})
+    with pytest.raises(ValueError, match=r"noise_parameters: bounds of 'A' are open \(\[0.0, inf\]\), so their "
+                                         r"geometric mean cannot be the nominal σ; pass \{'A': \(nominal, 0.0, "
+                                         r"inf\)\}"):
+        CalibrationProblem(model, lognormal_data, noise_parameters={"A": (0.0, np.inf)})
     with pytest.raises(ValueError, match=r"noise_parameters: bounds of 'A' must be \(lower, upper\)"):
         CalibrationProblem(model, lognormal_data, noise_parameters={"A": (0.1,)})
     with pytest.raises(ValueError, match="noise_parameters: duplicate outputs"):
