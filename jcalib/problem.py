@@ -1,7 +1,8 @@
 """CalibrationProblem: a model, measurements, which parameters are free, and how to weigh misfit.
 
 Every method of a problem works on ``theta_internal``, the *internal* coordinates of the
-free parameters (``log`` for log-scale parameters, see `jcalib.parameters`), ordered as
+free parameters (``log`` for log-scale parameters, a log map for half-open ones, unbounded
+where a parameter has an infinite bound; see `jcalib.parameters`), ordered as
 ``problem.free_names``; fixed parameters keep their physical values. Residuals are taken
 over the measured entries only (``measurements.mask``), in row-major (time, output) order.
 
