@@ -39,7 +39,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from jcalib._precision import as_float64
 from jcalib.algorithm import Algorithm, run
-from jcalib.bayes._target import _evaluate_batch, _positive, _resolve_bounds, problem_logdensity, problem_starts
+from jcalib.bayes._target import _evaluate_batch, _positive, _resolve_bounds, problem_logdensity
 from jcalib.parameters import ParameterSpace
 from jcalib.problem import CalibrationProblem
 
@@ -70,8 +70,8 @@ class Prescaling(NamedTuple):
         draws: the points θ_k, ``(n_draws, n_params)``.
         weights: their normalised posterior weights π(θ_k)/Σπ (0 where invalid).
         n_valid: draws with a finite log density and gradient.
-        scale_from: per parameter, what set its scale: ``"box"`` (the paper's box width),
-            ``"prior"`` (the prior's spread) or ``"curvature"`` (`prior_prescaling`).
+        scale_from: per parameter, what set its range: ``"box"`` (the paper's box width) or
+            ``"prior"`` (the prior's spread, `prior_prescaling`).
     """
 
     step_sizes: Float[Array, " n_params"]
@@ -159,37 +159,30 @@ def prescaling(
 def prior_prescaling(
     key: PRNGKeyArray,
     problem: CalibrationProblem,
-    theta0: Float[ArrayLike, " n_free"] | Float[ArrayLike, "n_chains n_free"] | None = None,
     *,
-    coordinates: str = "physical",
     fraction: float | Float[ArrayLike, " n_free"] = 0.02,
     n_draws: int = _N_PRESCALING_DRAWS,
 ) -> Prescaling:
-    """The prescaled MALA's step sizes for a problem, with the ranges and draws from its prior.
+    """The prescaled MALA's step sizes for a problem, with the ranges and draws from its prior,
+    so that they do not depend on an arbitrary box (issue 18 §6).
 
     Appendix A.2 takes τ_i as a fraction of each parameter's prior range and draws the n = 100
     points "randomly from the parameter space". Per parameter (``Prescaling.scale_from``):
 
-    - ``"box"``: the default uniform prior on finite bounds: the paper's recipe as in
-      `prescaling` (range = box width in internal coordinates, uniform draws);
-    - ``"prior"``: any other proper prior (`Normal`, `LogNormal`, ..., `GaussianPrior`, also on
-      infinite bounds): draws from the prior truncated to the bounds (inverse CDF, in internal
-      coordinates) and range = √12 × the prior's internal standard deviation (the width of a
-      uniform prior with the same spread, so a uniform prior gives its width);
-    - ``"curvature"``: no proper prior (the flat default on an infinite bound): no range
-      exists, so P_ii = h / H_ii from the curvature H = -∇²log π at the (mean) start
-      (`laplace_covariance`), h = 1.65²/(2 n^(1/3)) the optimal MALA scale (Roberts & Rosenthal
-      1998) for a Gaussian of conditional variances 1/H_ii; the draws of such a parameter are
-      N(start_i, 1/H_ii).
+    - ``"box"``: the default uniform prior on finite bounds: the paper's recipe, exactly as
+      `prescaling` on the internal box (range = box width, uniform draws);
+    - ``"prior"``: any other (proper) prior, e.g. `Normal` or `LogNormal` on infinite bounds, or
+      a `GaussianPrior`: draws from the prior truncated to the bounds (inverse CDF, mapped to
+      internal coordinates) and range = 2 × the interquartile range of the prior in internal
+      coordinates, the width of the uniform prior with the same quartiles (a uniform prior in
+      internal coordinates gives its width).
 
-    Draws whose log posterior or gradient is not finite (a failed solve) get weight 0 in eq. A22
-    and never enter a range (the prior spreads need no solve).
+    A draw whose log posterior or gradient is not finite (a failed solve) gets weight 0 in eq.
+    A22; the ranges come from the prior alone (no solve).
 
     Args:
         key: a ``jax.random`` key for the draws.
         problem: the problem (its ``log_posterior``, ``space`` and priors).
-        theta0: the start(s) (None: the nominal values), used by ``"curvature"`` parameters.
-        coordinates: ``"physical"`` (default) or ``"internal"``: the system of ``theta0``.
         fraction: τ_i as a fraction of the range (scalar or per parameter, > 0).
         n_draws: number of draws (the paper: 100).
 
@@ -197,90 +190,60 @@ def prior_prescaling(
         `Prescaling`.
 
     Raises:
-        ValueError: bad ``fraction``, ``n_draws`` or start; no draw with a finite log
-            density and gradient; a non-finite curvature at the start.
+        ValueError: ``problem`` not a `CalibrationProblem`; bad ``fraction`` or ``n_draws``; a
+            parameter with infinite bounds and no proper prior; no draw with a finite log
+            posterior and gradient.
     """
     if not isinstance(problem, CalibrationProblem):
         raise ValueError(f"prior_prescaling: problem must be a CalibrationProblem; got {type(problem).__name__} "
                          "(for a log density function use prescaling)")
     _check_draw_settings(n_draws, 0.1)
-    starts = problem_starts(problem, theta0, coordinates, None, "prior_prescaling")
-    logdensity_fn = problem_logdensity(problem)
     space = problem.space
     n = space.n_params
     frac = _positive(fraction, n, "prior_prescaling", "fraction")
     u = np.asarray(jax.random.uniform(key, (int(n_draws), n), dtype=jnp.float64))
-    draws, ranges, sources = np.empty((int(n_draws), n)), np.full(n, np.nan), []
-    lower, upper = np.asarray(space.lower_internal), np.asarray(space.upper_internal)
+    draws, ranges, sources = np.empty((int(n_draws), n)), np.empty(n), []
     for i, parameter in enumerate(space):
-        kind, quantile_fn = _prior_column(problem, i, parameter)
-        sources.append(kind)
-        if kind == "box":
-            draws[:, i] = lower[i] + u[:, i] * (upper[i] - lower[i])
-            ranges[i] = upper[i] - lower[i]
-        elif kind == "prior":
+        quantile_fn = _prior_quantiles(problem, i, parameter)
+        if quantile_fn is None:  # the default uniform prior on a finite box: the paper's recipe
+            lower, upper = parameter.lower_internal, parameter.upper_internal
+            draws[:, i], ranges[i] = lower + u[:, i] * (upper - lower), upper - lower
+            sources.append("box")
+        else:
             draws[:, i] = quantile_fn(u[:, i])
-            grid = quantile_fn((np.arange(_N_SPREAD_GRID) + 0.5) / _N_SPREAD_GRID)
-            ranges[i] = math.sqrt(12.0) * float(np.std(grid))
-    curvature = [i for i, s in enumerate(sources) if s == "curvature"]
-    p_curvature = None
-    if curvature:
-        center = np.asarray(jnp.mean(starts, axis=0))
-        precision = np.linalg.inv(laplace_covariance(logdensity_fn, center))
-        conditional_var = 1.0 / np.diagonal(precision)
-        normal = np.asarray(jax.random.normal(jax.random.fold_in(key, 1), (int(n_draws), n), dtype=jnp.float64))
-        for i in curvature:
-            draws[:, i] = center[i] + np.sqrt(conditional_var[i]) * normal[:, i]
-        p_curvature = _DENSE_STEP * n ** (-1.0 / 3.0) * conditional_var
-    tau = np.where(np.isfinite(ranges), frac * np.nan_to_num(ranges, nan=1.0), 1.0)
-    where = "draws from the prior (box, prior and curvature draws, Prescaling.scale_from)"
-    pre = _prescale(logdensity_fn, jnp.asarray(draws), tau, where, tuple(sources))
-    if p_curvature is None:
-        return pre
-    idx = np.asarray(curvature)
-    p = np.asarray(pre.step_sizes).copy()
-    p[idx] = p_curvature[idx]
-    g = np.asarray(pre.mean_abs_grad)
-    implied_tau = np.asarray(pre.tau).copy()
-    implied_tau[idx] = p[idx] * g[idx] + 2.0 * np.sqrt(p[idx] / math.pi)  # eq. A23 with this P_ii
-    return pre._replace(step_sizes=jnp.asarray(p), tau=jnp.asarray(implied_tau))
+            q1, q3 = quantile_fn(np.array([0.25, 0.75]))
+            ranges[i] = 2.0 * (q3 - q1)
+            sources.append("prior")
+    where = f"draws from the prior ({', '.join(f'{p.name}: {k}' for p, k in zip(space, sources))})"
+    return _prescale(problem_logdensity(problem), jnp.asarray(draws), frac * ranges, where, tuple(sources))
 
 
-_N_SPREAD_GRID = 4001  # quantiles for a prior's internal standard deviation (midpoint rule)
-_DENSE_STEP = 1.65**2 / 2  # h n^(1/3): √(2h) = 1.65 n^(-1/6), optimal MALA scale (Roberts & Rosenthal 1998)
+def _prior_quantiles(problem: CalibrationProblem, i: int, parameter):
+    """The internal quantile function of free parameter ``i``'s prior (truncated to its bounds),
+    or None for the default uniform prior on a finite box."""
+    from jcalib.probability.priors import GaussianPrior, default_prior
 
-
-def _prior_column(problem: CalibrationProblem, i: int, parameter):
-    """(``"box"`` | ``"prior"`` | ``"curvature"``, the internal quantile function or None) of
-    free parameter ``i``: the default uniform prior on a finite box, a proper prior, or none."""
-    from jcalib.probability.priors import GaussianPrior
-
-    n_model = problem.n_model_free
-    priors = problem.prior if i < n_model else problem.noise_prior
+    priors = problem.prior if i < problem.n_model_free else problem.noise_prior
     finite = bool(np.isfinite(parameter.lower_internal) and np.isfinite(parameter.upper_internal))
     if isinstance(priors, GaussianPrior):
         mean, std = float(priors.mean[i]), float(priors.std[i])
-        return "prior", lambda q: mean + std * _ndtri(q)
+        return lambda q: mean + std * np.asarray(jax.scipy.special.ndtri(jnp.asarray(q, dtype=jnp.float64)))
     prior = None if priors is None else priors.as_dict().get(parameter.name)
+    if finite and (prior is None or prior == default_prior(parameter)):
+        return None
     if prior is None:
-        return ("box", None) if finite else ("curvature", None)
-    try:
-        dist = prior._scipy()
-        a, b = float(dist.cdf(parameter.lower)), float(dist.cdf(parameter.upper))
-    except (TypeError, ValueError, AttributeError, NotImplementedError):
-        return ("box", None) if finite else ("curvature", None)
-    if not (np.isfinite(a) and np.isfinite(b) and b > a) or not np.isfinite(dist.std()):
-        return ("box", None) if finite else ("curvature", None)
+        raise ValueError(
+            f"prior_prescaling: {parameter.name!r} has infinite bounds [{parameter.lower}, {parameter.upper}] and "
+            "no proper prior, so there is no prior range for its step size; give it a proper prior (e.g. Normal) "
+            "or pass explicit step_sizes")
+    dist = prior._scipy()
+    a, b = float(dist.cdf(parameter.lower)), float(dist.cdf(parameter.upper))
 
     def quantile(q):
         theta = np.clip(dist.ppf(a + np.asarray(q) * (b - a)), parameter.lower, parameter.upper)
         return np.asarray(parameter.to_internal(jnp.asarray(theta, dtype=jnp.float64)))
 
-    return "prior", quantile
-
-
-def _ndtri(q):
-    return np.asarray(jax.scipy.special.ndtri(jnp.asarray(q, dtype=jnp.float64)))
+    return quantile
 
 
 def _check_draw_settings(n_draws, spread) -> None:

@@ -22,8 +22,7 @@ For target mean step lengths τ_i (a fraction of each parameter's prior range, e
 in the paper's reaction example, 1/200 in its polymerization tests), n = 100 points θ_k
 are drawn (uniformly from the prior box, the paper's step 2, or around a given centre;
 for a problem, `jcalib.bayes.adaptation.prior_prescaling` takes ranges and draws from the
-prior where it is not the default uniform one on finite bounds, and the curvature at the start
-where no proper prior exists),
+prior where it is not the default uniform one on finite bounds, e.g. on infinite bounds),
 the gradients of S_X = -log π are weighted by the posterior, mean |∂S/∂θ_i| = Σ_k π(θ_k)
 |∂_i S(θ_k)| / Σ_k π(θ_k) (eq. A22), and P_ii solves the bound on the mean step length
 P_ii mean|∂_i S| + 2 √(P_ii/π) = τ_i (eq. A23), whose positive root is eq. A26.
@@ -99,7 +98,6 @@ from jcalib.bayes._target import (
     problem_starts,
 )
 from jcalib.bayes.adaptation import (
-    _DENSE_STEP,
     Prescaling,
     dual_averaging_warmup,
     prescaling,
@@ -131,6 +129,7 @@ __all__ = [
 ]
 
 BACKENDS = ("jcalib", "blackjax")
+_DENSE_STEP = 1.65**2 / 2  # h n^(1/3): √(2h) = 1.65 n^(-1/6), optimal MALA scale (Roberts & Rosenthal 1998)
 
 
 class MALAState(NamedTuple):
@@ -498,7 +497,7 @@ def _adapt(key, kernel: str, backend: str, problem, theta0, preconditioner, step
         elif kernel == "mala" and not (isinstance(step_sizes, str) and step_sizes == "prescaled"):
             diagonal = _explicit_step_sizes(step_sizes, n)
         else:  # the paper's prescaling (HMC/NUTS: as the diagonal inverse mass matrix)
-            pre = preconditioner.prescaling(key, problem, theta0)
+            pre = preconditioner.prescaling(key, problem)
             n_evaluations += int(pre.draws.shape[0])
         if pre is not None:
             diagonal = np.asarray(pre.step_sizes)

@@ -4,7 +4,7 @@
 - `Prescaled(fraction)`: the paper's diagonal prescaling (Wulkow et al. 2021, Appendix A.2):
   step sizes P_ii from target mean step lengths, ``fraction`` of each parameter's prior range
   (`jcalib.bayes.adaptation.prior_prescaling`: the box for the default uniform prior, the
-  prior's spread otherwise, the curvature at the start without a proper prior). MALA's default.
+  prior's spread otherwise, so infinite bounds work). MALA's default.
 - `DenseMetric(cov)`: a fixed symmetric positive definite covariance C in internal
   coordinates (e.g. the Gauss-Newton covariance at the estimate): MALA proposes
   θ + h C ∇log π + √(2h) L r (C = L Lᵀ); HMC/NUTS use C as the inverse mass matrix.
@@ -58,11 +58,11 @@ class Prescaled(AbstractPreconditioner):
             raise ValueError(f"Prescaled: fraction must be positive and finite (a number or one per parameter); "
                              f"got {self.fraction!r}")
 
-    def prescaling(self, key: PRNGKeyArray, problem, theta0_internal: Float[ArrayLike, "n_chains n"]) -> Prescaling:
+    def prescaling(self, key: PRNGKeyArray, problem) -> Prescaling:
         """`jcalib.bayes.adaptation.prior_prescaling` with this fraction: the paper's 100
         uniform box draws for the default uniform prior on finite bounds, the prior's draws and
-        spread otherwise, the curvature at the start where no proper prior exists."""
-        return prior_prescaling(key, problem, theta0_internal, coordinates="internal", fraction=self.fraction)
+        spread otherwise."""
+        return prior_prescaling(key, problem, fraction=self.fraction)
 
 
 class DenseMetric(AbstractPreconditioner):
