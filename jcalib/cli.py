@@ -517,7 +517,8 @@ def sample(
                              target_acceptance=target_acceptance, progress=kernel == "mala", kernel=kernel)
     sampler_warnings = _sampler_warnings(result, caught)
     result.save(out / "posterior.npz")
-    bands = predictive.predictive_bands(problem, result.samples_internal[:, :: max(1, result.n_draws // 250)])
+    bands = predictive.output_bands(problem, result.samples_internal[:, :: max(1, result.n_draws // 250)],
+                                    coordinates="internal")
     metrics = {"model": name, "data": str(data), "likelihood": likelihood, "sigma": sigma,
                "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
                "gauss_newton": None if fit is None else fit.to_dict(), "posterior": result.to_dict(),
@@ -563,7 +564,7 @@ GENERATORS = ("surrogate", "model")
 
 
 def _bayesflow_config(summary: str, epochs: int, batch_size: int, learning_rate: float, n_blocks: int,
-                      hidden: int, seed: int):
+                      hidden: int):
     """A BayesFlowConfig from the CLI options (the exponential decay of zhang2023's BayesFlow)."""
     from jcalib.nn.bayesflow import BayesFlowConfig
     from jcalib.nn.training import TrainingConfig
@@ -575,18 +576,17 @@ def _bayesflow_config(summary: str, epochs: int, batch_size: int, learning_rate:
         if value < 1:
             raise ValueError(f"{option} must be a positive integer; got {value}")
     training = TrainingConfig(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                              schedule="exponential", decay=0.99, seed=seed)
-    return BayesFlowConfig(summary=summary, n_blocks=n_blocks, coupling_hidden=(hidden, hidden), training=training,
-                           seed=seed)
+                              schedule="exponential", decay=0.99)
+    return BayesFlowConfig(summary=summary, n_blocks=n_blocks, coupling_hidden=(hidden, hidden), training=training)
 
 
 def _simulated_pairs(key, m, n: int, what: str):
-    from jcalib.model import simulate_batch
+    """`jcalib.nn.simulate_training_set`: ``n`` uniform draws over the bounds, simulated."""
+    from jcalib.nn.data import simulate_training_set
 
     if n < 2:
         raise ValueError(f"{what} must be at least 2; got {n}")
-    thetas = np.asarray(m.parameters.sample(key, n, "uniform"))
-    return thetas, simulate_batch(m, thetas, progress=True)
+    return simulate_training_set(key, m, n, progress=True)
 
 
 @app.command()
@@ -615,8 +615,8 @@ def amortize(
 
     m = _build(name, option)
     key = jax.random.key(seed)
-    k_train, k_val, k_draw = jax.random.split(key, 3)
-    config = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden, seed)
+    k_train, k_val, k_draw, k_fit = jax.random.split(key, 4)
+    config = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden)
     for flag, value in (("--n-samples", n_samples), ("--n-train", n_train), ("--n-val", n_val)):
         if value < 2:
             raise ValueError(f"{flag} must be at least 2; got {value}")
@@ -626,7 +626,7 @@ def amortize(
     val = _simulated_pairs(k_val, m, n_val, "--n-val")
     simulate_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    posterior = AmortizedPosterior(config).fit(m.parameters, *train, val=val)
+    posterior = AmortizedPosterior(m, config).fit(k_fit, *train, val=val)
     train_s = time.perf_counter() - t0
     posterior.save(out / "posterior.msgpack")
     recovery = _recovery(k_draw, posterior, m.parameters, *val, n_samples)
@@ -691,7 +691,6 @@ def identify(
     """Sensitivity-guided iterative identification (zhang2023, Algorithm 3) of all parameters from
     measured data; writes metrics.json, estimates.csv, identification.png, recovery.png, fit.png."""
     import csv as csv_module
-    import dataclasses
     import io
 
     from jcalib import plotting
@@ -700,16 +699,16 @@ def identify(
     m = _build(name, option)
     if generator not in GENERATORS:
         raise ValueError(f"--generator must be one of {', '.join(GENERATORS)}; got {generator!r}")
-    posterior = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden, seed)
+    posterior = _bayesflow_config(summary, epochs, batch_size, learning_rate, n_blocks, hidden)
     config = IdentificationConfig(posterior=posterior, trial_epochs=trial_epochs, r2_threshold=r2_threshold,
                                   delta=delta, n_sobol=n_sobol, max_steps=max_steps, generator=generator,
                                   noise_sigma=noise_sigma, allow_outside_training_range=allow_outside_training_range)
-    config = dataclasses.replace(config, surrogate=dataclasses.replace(
-        config.surrogate, training=dataclasses.replace(config.surrogate.training, seed=seed)))
     measurements = _data_file(data)
     out = _output_dir(out, pathlib.Path("results") / "identify" / name)
-    result = iterative_identification(jax.random.key(seed), m, measurements, n_train=n_train, n_val=n_val,
-                                      config=config)
+    k_run, k_train, k_val = jax.random.split(jax.random.key(seed), 3)
+    train = _simulated_pairs(k_train, m, n_train, "--n-train")
+    val = _simulated_pairs(k_val, m, n_val, "--n-val")
+    result = iterative_identification(k_run, m, measurements, train, val, config=config)
     result.save(out / "metrics.json")
     table = io.StringIO(newline="")
     writer = csv_module.writer(table)

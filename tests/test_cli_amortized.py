@@ -29,11 +29,10 @@ def test_amortize_writes_posterior_and_metrics(tmp_path):
     posterior = AmortizedPosterior.load(out / "posterior.msgpack")
     assert posterior.names == ("kab", "kac", "kad")
     # the written recovery metrics are those of the saved posterior on the validation set the seed
-    # gives (uniform draws with the second of three keys; posterior draws with the third)
+    # gives (simulate_training_set with the second of four keys; posterior draws with the third)
     model = jcalib.models.get("four_substance_reactions")
-    _, k_val, k_draw = jax.random.split(jax.random.key(0), 3)
-    thetas = np.asarray(model.parameters.sample(k_val, 16, "uniform"))
-    xs = jcalib.simulate_batch(model, thetas, progress=False)
+    _, k_val, k_draw, _ = jax.random.split(jax.random.key(0), 4)
+    thetas, xs = jcalib.nn.simulate_training_set(k_val, model, 16)
     draws = np.asarray(posterior.sample(k_draw, jnp.asarray(xs), 10), np.float64).reshape(16, 10, 3)
     expected = recovery_metrics(thetas, draws, space=model.parameters).to_dict()
     for key in ("coverage", "rmse", "r2", "nrmse", "relative_error", "sd_normalised", "contraction"):

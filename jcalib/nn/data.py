@@ -348,8 +348,9 @@ class AbstractNetwork(Frozen):
     """The lifecycle every jcalib network shares (module docstring): `fit` checks the arrays and
     hands them to the subclass's ``_fit``, which returns a new trained, frozen network.
 
-    Subclasses set ``training`` (the `TrainingResult` of the fit, None before and after
-    ``load``) and ``n_train``, and implement ``_check_data(thetas, trajectories, where)`` and
+    Subclasses set ``simulator`` (the one the network was described with; None after
+    ``load``), ``training`` (the `TrainingResult` of the fit, None before and after ``load``)
+    and ``n_train``, and implement ``_check_data(thetas, trajectories, where)`` and
     ``_fit(key, thetas, trajectories, val, checkpoint, fresh_start)``.
     """
 

@@ -249,9 +249,9 @@ class InverseMapping(AbstractNetwork):
             raise ValueError(f"InverseMapping: the simulator's ts must be 1-D with at least 3 times; got shape "
                              f"{ts.shape}")
         options = _feature_defaults(simulator, config) | dict(config.feature_options)
-        self._set(config=config, space=simulator.parameters, ts=ts, output_names=tuple(simulator.output_names),
-                  _options=options, extractor=None, feature_scaler=None, theta_scaler=None, network=None,
-                  training=None, n_train=None, timings={}, _cache={})
+        self._set(config=config, simulator=simulator, space=simulator.parameters, ts=ts,
+                  output_names=tuple(simulator.output_names), _options=options, extractor=None, feature_scaler=None,
+                  theta_scaler=None, network=None, training=None, n_train=None, timings={}, _cache={})
         self._freeze()
 
     # --- properties ----------------------------------------------------------------------------------
@@ -415,7 +415,7 @@ class InverseMapping(AbstractNetwork):
         network = MLP(extractor.n_features, config.hidden, space.n_params, rngs=nnx.Rngs(0))
         load_model(path, network)
         impu = object.__new__(cls)
-        impu._set(config=config, space=space, ts=np.asarray(extra["ts"], np.float64),
+        impu._set(config=config, simulator=None, space=space, ts=np.asarray(extra["ts"], np.float64),
                   output_names=tuple(extra["output_names"]), _options=dict(extra.get("feature_options") or {}),
                   extractor=extractor, feature_scaler=MinMaxScaler.from_dict(extra["feature_scaler"]),
                   theta_scaler=MinMaxScaler.from_dict(extra["theta_scaler"]), network=network, training=None,

@@ -416,7 +416,8 @@ class PELSVAE(AbstractNetwork):
         if not isinstance(config, PELSVAEConfig):
             raise ValueError(f"PELSVAE: config must be a PELSVAEConfig; got {type(config).__name__}")
         space, experiment, names = _describe(simulator)
-        self._set(config=config, parameters=space, experiment=experiment, output_names=names, network=None,
+        self._set(config=config, simulator=simulator, parameters=space, experiment=experiment, output_names=names,
+                  network=None,
                   _surrogate=None, training=None, n_train=None)
         self._freeze()
 
@@ -450,7 +451,8 @@ class PELSVAE(AbstractNetwork):
 
     def _trained(self, network, surrogate, training, n_train) -> PELSVAE:
         trained = object.__new__(type(self))
-        trained._set(config=self.config, parameters=surrogate.parameters, experiment=surrogate.experiment,
+        trained._set(config=self.config, simulator=getattr(self, "simulator", None),
+                     parameters=surrogate.parameters, experiment=surrogate.experiment,
                      output_names=surrogate.output_names, network=network, _surrogate=surrogate, training=training,
                      n_train=n_train)
         return trained._freeze()

@@ -43,10 +43,13 @@ simulation). Both give the same history for the same measurements.
 
 Example:
     >>> import jax, jcalib                                                      # doctest: +SKIP
-    >>> from jcalib.nn.impu import InverseMapping                               # doctest: +SKIP
+    >>> from jcalib.nn import InverseMapping, paper_noise, simulate_training_set  # doctest: +SKIP
     >>> jax.config.update("jax_enable_x64", True)                                # doctest: +SKIP
     >>> beam = jcalib.models.get("rigid_double_beam")                            # doctest: +SKIP
-    >>> impu = InverseMapping(beam, "RI-FBoI").fit(jax.random.key(0), 1000, 1000)  # doctest: +SKIP
+    >>> noise = paper_noise(beam)[0]           # additive on rigid_double_beam   # doctest: +SKIP
+    >>> train = simulate_training_set(jax.random.key(0), beam, 1000, sampler="lhs", noise=noise)  # doctest: +SKIP
+    >>> val = simulate_training_set(jax.random.key(1), beam, 1000, noise=noise)  # doctest: +SKIP
+    >>> impu = InverseMapping(beam).fit(jax.random.key(2), *train, val=val)      # doctest: +SKIP
     >>> twin = DigitalTwin(impu)               # starts at the centre p_c        # doctest: +SKIP
     >>> step = twin.update(measured)           # measured: (256, 2)              # doctest: +SKIP
     >>> step.rmse_before, step.rmse_after, step.outside_training_range         # doctest: +SKIP
@@ -312,7 +315,7 @@ class DigitalTwin:
         theta: the twin's initial parameters ``(n_params,)`` in physical units (default: the
             nominal values, the reference model's p_c).
         model: the model the twin simulates for the prediction errors (default: the
-            mapping's model).
+            mapping's simulator; a loaded mapping has none).
         policy: what to do with estimates flagged outside the training range: ``"keep"``,
             ``"accept"`` or ``"clip"`` (module docstring).
         chunk_size: `simulate_batch` chunk size (default `TWIN_CHUNK`): batches are padded
@@ -430,7 +433,7 @@ def impu_updating(
             ``(n_times, n_outputs)`` arrays or `jcalib.data.Measurements` without missing
             entries, in time order.
         theta: the twin's initial parameters (default: nominal, p_c).
-        model: the model the twin simulates (default: the mapping's).
+        model: the model the twin simulates (default: the mapping's simulator).
         policy: ``"keep"``, ``"accept"`` or ``"clip"`` for flagged estimates (module docstring).
         theta_true: the true parameters per experiment ``(n_steps, n_params)``, when known.
         chunk_size: `simulate_batch` chunk size (default `TWIN_CHUNK`).
@@ -519,12 +522,12 @@ def _check_setup(mapping, model, policy: str, where: str):
         raise ValueError(f"{where}: unknown policy {policy!r}; use one of {POLICIES} (what to do with an estimate "
                          "flagged outside the training range)")
     if not getattr(mapping, "is_trained", True) or not hasattr(mapping, "infer"):
-        raise ValueError(f"{where}: mapping must be a trained InverseMapping; call fit(...) or InverseMapping.load("
-                         "path, model=...) first")
-    model = getattr(mapping, "model", None) if model is None else model
+        raise ValueError(f"{where}: mapping must be a trained InverseMapping; call InverseMapping(simulator, "
+                         "config).fit(key, thetas, trajectories) or InverseMapping.load(path) first")
+    model = getattr(mapping, "simulator", None) if model is None else model
     if model is None:
-        raise ValueError(f"{where}: the twin needs a model to simulate; pass model=... (a mapping loaded without "
-                         "one has none)")
+        raise ValueError(f"{where}: the twin needs a model to simulate; pass model=... (a loaded mapping keeps no "
+                         "simulator)")
     names = tuple(mapping.names)
     if tuple(model.parameters.names) != names:
         raise ValueError(f"{where}: the model's parameters {tuple(model.parameters.names)} are not the mapping's "
@@ -577,7 +580,5 @@ def _measurements(mapping, measurements, where: str) -> np.ndarray:
 
 
 def _n_outputs(mapping) -> int:
-    model = getattr(mapping, "model", None)
-    if model is not None:
-        return len(model.output_names)
-    return int(mapping.extractor.n_outputs)
+    names = getattr(mapping, "output_names", None) or getattr(getattr(mapping, "simulator", None), "output_names", None)
+    return len(names) if names is not None else int(mapping.extractor.n_outputs)

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import jcalib
-from jcalib.nn.impu import InverseMapping, add_noise
+from jcalib.nn.data import simulate_training_set
+from jcalib.nn.impu import InverseMapping, InverseMappingConfig, paper_noise
 from jcalib.nn.training import TrainingConfig
+from jcalib.probability import add_noise
 from jcalib.workflows.impu_updating import DigitalTwin, TwinUpdatingResult, impu_updating, rmse_per_output
 
 CHUNK = 16  # the twin's default chunk (TWIN_CHUNK): one compiled solve for the whole module
@@ -29,8 +31,11 @@ def beam():
 def mapping(beam):
     """RI (FBoI), 400 Latin-hypercube training samples with the paper's noise (~10 s)."""
     config = TrainingConfig(epochs=100, batch_size=32, learning_rate=3e-3, patience=20, progress=False)
-    return InverseMapping(beam, "RI-FBoI", hidden=(64, 64), training=config).fit(
-        jax.random.key(0), 400, 200, chunk_size=CHUNK)
+    noise = paper_noise(beam)[0]  # additive
+    train = simulate_training_set(jax.random.key(0), beam, 400, sampler="lhs", noise=noise, chunk_size=CHUNK)
+    val = simulate_training_set(jax.random.key(1), beam, 200, noise=noise, chunk_size=CHUNK)
+    return InverseMapping(beam, InverseMappingConfig(hidden=(64, 64), training=config)).fit(jax.random.key(2), *train,
+                                                                                           val=val)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +123,7 @@ class StubMapping:
     is_trained = True
 
     def __init__(self, model, table):
-        self.model, self.space, self.names, self.ts = model, model.parameters, model.parameters.names, model.ts
+        self.simulator, self.space, self.names, self.ts = model, model.parameters, model.parameters.names, model.ts
         self.table = {np.asarray(x, np.float64).tobytes(): (np.asarray(t, np.float64), f) for x, t, f in table}
 
     def infer(self, x):

@@ -85,8 +85,8 @@ def case(office):
     data = jcalib.synthetic_measurements(k_data, office, jnp.asarray(truth), sigma=SIGMA, noise="additive")
     problem = jcalib.CalibrationProblem(office, data, weighting="absolute")  # loss = MSE (Aka 2023, eq. 1)
     reference = multistart(k_starts, problem, N_STARTS, method="trf")
-    thetas = np.asarray(space.sample(k_samples, N_TRAIN, "lhs"))
-    vae = PELSVAE(small_config(N_TRAIN)).fit(office, thetas, jcalib.simulate_batch(office, thetas))
+    train = jcalib.nn.simulate_training_set(k_samples, office, N_TRAIN, sampler="lhs")
+    vae = PELSVAE(office, small_config(N_TRAIN)).fit(jax.random.key(1), *train)
     result = surrogate_calibration(k_screen, problem, vae, screening_options={"max_steps": MAX_GENERATIONS})
     truth_loss = float(problem.loss(problem.to_internal(jnp.asarray(truth))))
     return {"problem": problem, "reference": reference, "result": result, "truth_loss": truth_loss, "vae": vae}
@@ -199,4 +199,4 @@ def test_noise_parameters_and_options(case):
                                          r"jcalib.AbstractSimulator\); got object"):
         surrogate_calibration(jax.random.key(0), problem, object())
     with pytest.raises(ValueError, match="not trained yet"):
-        surrogate_calibration(jax.random.key(0), problem, PELSVAE())
+        surrogate_calibration(jax.random.key(0), problem, PELSVAE(problem.model))
