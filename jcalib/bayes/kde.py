@@ -129,11 +129,8 @@ def kde_1d(samples: Float[ArrayLike, " n"], grid: Float[ArrayLike, " m"] | None 
     Raises:
         ValueError: bad samples or rule.
     """
-    arr = _samples_2d(samples, "kde_1d")
-    if arr.shape[1] != 1:
-        raise ValueError(f"kde_1d: samples must be 1-D; got shape {np.shape(samples)} (use kde_2d for pairs)")
-    cov = kernel_covariance(arr, rule)
-    g = default_grid(arr[:, 0], math.sqrt(cov[0, 0]), n_grid) if grid is None else np.asarray(grid, np.float64)
+    arr, cov = _samples_and_kernel(samples, rule, 1, "kde_1d", "be 1-D", " (use kde_2d for pairs)")
+    g = _axis(arr, cov, 0, grid, n_grid)
     return g, np.asarray(gaussian_kde(arr, g[:, None], cov))
 
 
@@ -155,12 +152,21 @@ def kde_2d(samples: Float[ArrayLike, "n 2"], grid_x: Float[ArrayLike, " mx"] | N
     Raises:
         ValueError: bad samples or rule.
     """
-    arr = _samples_2d(samples, "kde_2d")
-    if arr.shape[1] != 2:
-        raise ValueError(f"kde_2d: samples must have shape (n, 2); got shape {np.shape(samples)}")
-    cov = kernel_covariance(arr, rule)
-    gx = default_grid(arr[:, 0], math.sqrt(cov[0, 0]), n_grid) if grid_x is None else np.asarray(grid_x, np.float64)
-    gy = default_grid(arr[:, 1], math.sqrt(cov[1, 1]), n_grid) if grid_y is None else np.asarray(grid_y, np.float64)
+    arr, cov = _samples_and_kernel(samples, rule, 2, "kde_2d", "have shape (n, 2)", "")
+    gx, gy = _axis(arr, cov, 0, grid_x, n_grid), _axis(arr, cov, 1, grid_y, n_grid)
     xx, yy = np.meshgrid(gx, gy, indexing="ij")
     points = np.stack([xx.ravel(), yy.ravel()], axis=1)
     return gx, gy, np.asarray(gaussian_kde(arr, points, cov)).reshape(gx.size, gy.size)
+
+
+def _samples_and_kernel(samples, rule, n_dims: int, where: str, expected: str, hint: str):
+    """The draws as ``(n, n_dims)`` float64 and their kernel covariance."""
+    arr = _samples_2d(samples, where)
+    if arr.shape[1] != n_dims:
+        raise ValueError(f"{where}: samples must {expected}; got shape {np.shape(samples)}{hint}")
+    return arr, kernel_covariance(arr, rule)
+
+
+def _axis(arr: np.ndarray, cov: np.ndarray, j: int, grid, n_grid: int) -> np.ndarray:
+    """``grid`` as float64, or `default_grid` of coordinate ``j`` (bandwidth √cov_jj)."""
+    return default_grid(arr[:, j], math.sqrt(cov[j, j]), n_grid) if grid is None else np.asarray(grid, np.float64)
