@@ -337,7 +337,7 @@ def gauss_newton(
                                        damping_growth=damping_growth, xtol=xtol, ftol=ftol)
     z0 = start_internal(problem, theta0, coordinates=coordinates, where="gauss_newton")
     state = algorithm.init(z0)
-    out_init_loss = state.loss
+    loss0 = state.loss
     failure = (point_failure(problem, z0, state.residuals, "gauss_newton", fix="choose another theta0")
                or jacobian_failure(problem, z0, state.jacobian, "gauss_newton",
                                    fix="choose another theta0"))
@@ -350,7 +350,7 @@ def gauss_newton(
     z_trace, info = jax.tree_util.tree_map(np.asarray, out.trace)
     names = problem.free_names
     history: dict[str, list] = {
-        "loss": [float(out_init_loss)] + info.loss.tolist(),
+        "loss": [float(loss0)] + info.loss.tolist(),
         "theta": [_physical(problem, z0).tolist()] + [_physical(problem, z).tolist() for z in z_trace],
         "damping": info.damping.tolist(),
         "accepted": info.accepted.tolist(),
@@ -361,7 +361,9 @@ def gauss_newton(
         "held": [[n for n, h in zip(names, row) if h] for row in info.held],
     }
     outcome = None if out.n_steps == 0 else _outcome(GaussNewtonInfo(*(a[-1] for a in info)), xtol, ftol)
-    if outcome is None:
+    if out.status == "interrupted":
+        converged, reason = False, f"interrupted (KeyboardInterrupt) after {out.n_steps} steps"
+    elif outcome is None:
         converged, reason = False, f"max_steps={max_steps} reached"
     else:
         converged, reason = outcome

@@ -460,7 +460,8 @@ def differential_evolution(
     history = _de_history(jax.tree_util.tree_map(np.asarray, out.trace), lower, upper, problem)
     converged = bool(state.converged)
     reason = (f"converged: std(losses) <= {atol} + {tol} |mean(losses)|" if converged
-              else f"stopped: max_steps={max_steps} reached")
+              else f"stopped: interrupted (KeyboardInterrupt) after {generations} generations"
+              if out.status == "interrupted" else f"stopped: max_steps={max_steps} reached")
     n_failed = int(np.sum(~np.isfinite(losses)))
     extra = {"population_size": int(n_pop), "strategy": strategy, "n_failed_final_population": n_failed}
     z_int, theta = _inside(problem, z)
