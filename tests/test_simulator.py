@@ -120,15 +120,15 @@ def test_sobol_refuses_a_non_simulator():
         sobol_indices(jax.random.key(0), SPACE, None, 16)
 
 
-def test_fit_online_and_pelsvae_refuse_non_simulators():
-    from jcalib.nn.bayesflow import AmortizedPosterior
-    from jcalib.nn.pelsvae import PELSVAE
+def test_the_networks_refuse_non_simulators():
+    from jcalib.nn import PELSVAE, AmortizedPosterior, InverseMapping, simulate_training_set
 
-    with pytest.raises(ValueError, match=r"AmortizedPosterior.fit_online: simulator must be a jcalib simulator .*"
-                                         r"got function"):
-        AmortizedPosterior().fit_online(jax.random.key(0), decay, n_per_epoch=8, n_val=0)
-    with pytest.raises(ValueError, match=r"PELSVAE.fit: model_or_space must be a jcalib simulator .*got function"):
-        PELSVAE().fit(decay, np.ones((4, 2)), np.ones((4, 5, 1)))
+    for network in (AmortizedPosterior, PELSVAE, InverseMapping):
+        with pytest.raises(ValueError, match=rf"{network.__name__}: simulator must be a jcalib simulator .*got "
+                                             r"function"):
+            network(decay)
+    with pytest.raises(ValueError, match=r"simulate_training_set: simulator must be a jcalib simulator .*got function"):
+        simulate_training_set(jax.random.key(0), decay, 4)
 
 
 def test_pelsvae_fits_a_function_simulator():
@@ -140,7 +140,8 @@ def test_pelsvae_fits_a_function_simulator():
     thetas = np.asarray(SPACE.sample(jax.random.key(1), 16))
     config = PELSVAEConfig(latent_size=2, hidden_size=4, n_dense_layers=1, n_passes=0,
                            training=TrainingConfig(epochs=1, batch_size=8, progress=False))
-    surrogate = PELSVAE(config).fit(simulator, thetas, jcalib.simulate_batch(simulator, thetas)).surrogate
+    surrogate = PELSVAE(simulator, config).fit(jax.random.key(0), thetas,
+                                               jcalib.simulate_batch(simulator, thetas)).surrogate
     assert surrogate.output_names == ("x",)
     np.testing.assert_array_equal(np.asarray(surrogate.ts), TS)
     assert surrogate.simulate(jnp.asarray(thetas[0])).shape == (5, 1)

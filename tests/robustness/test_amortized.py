@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jcalib.model import AbstractModel, Experiment
+from jcalib.model import AbstractModel, Experiment, FunctionSimulator
 from jcalib.nn import training
 from jcalib.nn.bayesflow import (
     AmortizedPosterior,
@@ -22,6 +22,7 @@ from jcalib.nn.bayesflow import (
     PosteriorLeakageWarning,
     outside_training_range,
 )
+from jcalib.nn.data import simulate_training_set
 from jcalib.nn.training import TrainingConfig
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.workflows.iterative_identification import (
@@ -31,6 +32,7 @@ from jcalib.workflows.iterative_identification import (
 )
 
 SPACE = ParameterSpace([Parameter("a", 0.0, -3.0, 3.0)])
+DESCRIPTION = FunctionSimulator(lambda theta: jnp.broadcast_to(theta, (4, 1)), SPACE, ts=jnp.arange(4.0))
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +46,20 @@ def data():
 def posterior(data):
     config = BayesFlowConfig(summary="mlp", summary_size=4, summary_hidden=16, n_blocks=2, coupling_hidden=(16,),
                              training=TrainingConfig(epochs=2, progress=False))
-    return AmortizedPosterior(config).fit(SPACE, *data)
+    return AmortizedPosterior(DESCRIPTION, config).fit(jax.random.key(2), *data)
+
+
+def pools(model):
+    """Tiny step-1 training and validation sets of ``model``."""
+    return simulate_training_set(jax.random.key(3), model, 8), simulate_training_set(jax.random.key(4), model, 4)
 
 
 def faked(posterior, scale):
     """A copy of ``posterior`` whose network draws N(0, scale²) (known leakage outside [-3, 3])."""
-    fake = AmortizedPosterior(posterior.config)
-    fake.network, fake._space, fake._stats = posterior.network, posterior._space, posterior._stats
-    fake._fns = {"sample": lambda key, x, n: scale * jax.random.normal(key, (*x.shape[:-2], n, 1), jnp.float64)}
-    return fake
+    fake = object.__new__(AmortizedPosterior)  # the trained network's state, another sampler
+    fake._set(**{k: v for k, v in vars(posterior).items() if k != "_frozen"})
+    fake._set(_fns={"sample": lambda key, x, n: scale * jax.random.normal(key, (*x.shape[:-2], n, 1), jnp.float64)})
+    return fake._freeze()
 
 
 def record(fn):
@@ -93,7 +100,7 @@ def test_the_warning_counts_all_draws_and_info_gives_each_observation(posterior,
 
 def test_no_draws_inside_the_bounds_is_an_error(posterior, data):
     fake = faked(posterior, 1.0)
-    fake._fns = {"sample": lambda key, x, n: 5.0 + jnp.zeros((n, 1), jnp.float64)}
+    fake._fns["sample"] = lambda key, x, n: 5.0 + jnp.zeros((n, 1), jnp.float64)  # the cache, not an attribute
     with pytest.raises(ValueError, match=r"only 0 of 10 draws fell inside the parameter bounds after 50 rounds "
                                          r"\(acceptance 0.00%\); the network is under-trained"):
         fake.sample(jax.random.key(0), data[1][0], 10)
@@ -159,7 +166,8 @@ def test_a_file_without_the_training_range_is_refused(posterior, tmp_path):
     path = tmp_path / "old.msgpack"
     extra = {k: v for k, v in posterior._extra().items() if k not in ("x_min", "x_max")}
     training.save_model(path, posterior.network, extra)
-    with pytest.raises(ValueError, match=r"old.msgpack: a BayesFlow posterior file without the training data's range"):
+    with pytest.raises(ValueError, match=r"old.msgpack: a BayesFlow posterior file of an older jcalib \(without the "
+                                         r"training data's range or the flow's permutation\); train the network again"):
         AmortizedPosterior.load(path)
 
 
@@ -195,7 +203,7 @@ def test_identification_refuses_data_outside_the_training_range(scale, entry):
     for workflow in (iterative_identification, one_shot_identification):
         with pytest.raises(ValueError, match=r"the observation lies outside the range of the training trajectories: "
                                              r"output 'y' has values in .*allow_outside_training_range=True"):
-            workflow(jax.random.key(0), model, observation, n_train=8, n_val=4, config=config)
+            workflow(jax.random.key(0), model, observation, *pools(model), config=config)
 
 
 def test_identification_runs_on_data_outside_the_range_when_allowed():
@@ -204,7 +212,7 @@ def test_identification_runs_on_data_outside_the_range_when_allowed():
     config = IdentificationConfig(generator="model", progress=False, allow_outside_training_range=True)
     # past the range check: the next check (a surrogate with generator='model') is the one that fires
     with pytest.raises(ValueError, match="a surrogate was passed but config.generator is 'model'"):
-        iterative_identification(jax.random.key(0), model, observation, n_train=8, n_val=4, surrogate=object(),
+        iterative_identification(jax.random.key(0), model, observation, *pools(model), surrogate=object(),
                                  config=config)
     with pytest.raises(ValueError, match="allow_outside_training_range must be True or False; got 'yes'"):
         IdentificationConfig(allow_outside_training_range="yes")
@@ -215,5 +223,5 @@ def test_identification_accepts_data_inside_the_range():
     observation = np.asarray(model.simulate(jnp.asarray([1.5])))
     config = IdentificationConfig(generator="model", progress=False)
     with pytest.raises(ValueError, match="a surrogate was passed but config.generator is 'model'"):
-        iterative_identification(jax.random.key(0), model, observation, n_train=8, n_val=4, surrogate=object(),
+        iterative_identification(jax.random.key(0), model, observation, *pools(model), surrogate=object(),
                                  config=config)

@@ -19,9 +19,10 @@ from flax import nnx
 
 from jcalib.bayes.result import PosteriorResult
 from jcalib.data import Measurements
+from jcalib.model import FunctionSimulator
 from jcalib.nn import MLP
 from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig
-from jcalib.nn.impu import InverseMapping
+from jcalib.nn.impu import InverseMapping, InverseMappingConfig
 from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig
 from jcalib.nn.training import TrainingConfig, fit
 from jcalib.parameters import Parameter, ParameterSpace
@@ -31,6 +32,8 @@ SPACE = ParameterSpace([Parameter("a", 1.0, 0.5, 2.0), Parameter("k", 1.0, 0.1, 
 TS = np.linspace(0.0, 1.0, 8)
 TINY = TrainingConfig(epochs=2, batch_size=8, progress=False)
 X = np.linspace(-1.0, 1.0, 32, dtype=np.float32)[:, None]
+DECAY = FunctionSimulator(lambda th: (th[0] * jnp.exp(-th[1] * TS))[:, None], SPACE, ("y",), ts=TS)
+KEY = jax.random.key(0)
 
 
 def _decay(seed, n=16):
@@ -39,15 +42,15 @@ def _decay(seed, n=16):
 
 
 def _vae():
-    return PELSVAE(PELSVAEConfig(latent_size=2, hidden_size=4, n_dense_layers=1, n_passes=0, training=TINY))
+    return PELSVAE(DECAY, PELSVAEConfig(latent_size=2, hidden_size=4, n_dense_layers=1, n_passes=0, training=TINY))
 
 
-def _mse(model, batch, key):
+def _mse(key, model, batch):
     return jnp.mean((model(batch["x"]) - batch["y"]) ** 2)
 
 
 def _fit_mlp(train, checkpoint, **kwargs):
-    return fit(MLP(1, (4,), 1, rngs=nnx.Rngs(0)), _mse, train, config=TINY, checkpoint=checkpoint, **kwargs)
+    return fit(KEY, MLP(1, (4,), 1, rngs=nnx.Rngs(0)), _mse, train, config=TINY, checkpoint=checkpoint, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +62,12 @@ def files(tmp_path_factory):
         ("pelsvae", "vae.msgpack"), ("bayesflow", "flow.msgpack"), ("impu", "impu.msgpack"),
         ("checkpoint", "run.ckpt"), ("posterior", "posterior.npz"), ("measurements", "data.npz"),
         ("twin", "twin.json"))}
-    _vae().fit(SPACE, thetas, xs, ts=TS).save(paths["pelsvae"])
-    AmortizedPosterior(BayesFlowConfig(summary="mlp", summary_size=2, summary_hidden=4, n_blocks=1,
-                                       coupling_hidden=(4,), training=TINY)).fit(SPACE, thetas, xs).save(
+    _vae().fit(KEY, thetas, xs).save(paths["pelsvae"])
+    AmortizedPosterior(DECAY, BayesFlowConfig(summary="mlp", summary_size=2, summary_hidden=4, n_blocks=1,
+                                              coupling_hidden=(4,), training=TINY)).fit(KEY, thetas, xs).save(
         paths["bayesflow"])
-    InverseMapping(None, "TS-dense", hidden=(4,), training=TINY, noise=None, space=SPACE, ts=TS,
-                   output_names=["y"]).fit_data(thetas, xs).save(paths["impu"])
+    InverseMapping(DECAY, InverseMappingConfig(feature="TS-dense", hidden=(4,), training=TINY)).fit(
+        KEY, thetas, xs).save(paths["impu"])
     _fit_mlp({"x": X, "y": np.sin(X)}, paths["checkpoint"])
     rng = np.random.default_rng(0)
     PosteriorResult.from_chains(rng.normal(size=(2, 200, 2)), rng.normal(size=(2, 200)), np.full(2, 0.5),
@@ -172,12 +175,12 @@ def vae_run(tmp_path_factory):
     """A finished PELS-VAE run with a checkpoint, and the same run without one."""
     path = tmp_path_factory.mktemp("checkpoints") / "vae.ckpt"
     thetas, xs = _decay(0)
-    return path, _vae().fit(SPACE, thetas, xs, ts=TS, checkpoint=path), _vae().fit(SPACE, thetas, xs, ts=TS)
+    return path, _vae().fit(KEY, thetas, xs, checkpoint=path), _vae().fit(KEY, thetas, xs)
 
 
 def _same_predictions(a, b):
     thetas = _decay(5, 4)[0]
-    np.testing.assert_array_equal(np.asarray(a.generate(thetas)), np.asarray(b.generate(thetas)))
+    np.testing.assert_array_equal(np.asarray(a.generate(None, thetas)), np.asarray(b.generate(None, thetas)))
 
 
 @pytest.mark.parametrize("change", ["other thetas and trajectories", "other output statistics",
@@ -193,24 +196,25 @@ def test_a_refit_on_other_data_is_refused(vae_run, change):
               "other validation data": {"thetas": thetas, "trajectories": xs, "val": _decay(2, 8)}}[change]
     with pytest.raises(ValueError, match=re.escape(f"the checkpoint {path} was written for other training data")
                        + ".*fresh_start=True"):
-        _vae().fit(SPACE, **kwargs, ts=TS, checkpoint=path)
+        _vae().fit(KEY, **kwargs, checkpoint=path)
     assert path.exists()  # the old run is not touched
 
 
-@pytest.mark.parametrize("change", [{"beta": 1.0}, {"seed": 5}, {"hidden_size": 8}])
+@pytest.mark.parametrize("change", [{"beta": 1.0}, {"hidden_size": 8}, "key"])
 def test_a_refit_with_another_network_configuration_is_refused(vae_run, change):
-    """A tester's find: other beta or seed resumed the finished run (0 epochs, the old network), and another
-    hidden size failed on weight shapes; the network configuration is part of the fingerprint."""
+    """A tester's find: other beta or seed (now: key) resumed the finished run (0 epochs, the old network), and
+    another hidden size failed on weight shapes; the network configuration and the key are in the fingerprint."""
     path, _, _ = vae_run
-    other = PELSVAE(dataclasses.replace(_vae().config, **change))
+    other = _vae() if change == "key" else PELSVAE(DECAY, dataclasses.replace(_vae().config, **change))
+    key = jax.random.key(5) if change == "key" else KEY
     with pytest.raises(ValueError, match="written for other training data.*network configuration.*fresh_start=True"):
-        other.fit(SPACE, *_decay(0), ts=TS, checkpoint=path)
+        other.fit(key, *_decay(0), checkpoint=path)
 
 
 def test_the_same_data_resumes_the_finished_run(vae_run):
     path, first, _ = vae_run
     assert first.training.n_epochs_run == TINY.epochs and first.training.resumed_from is None
-    again = _vae().fit(SPACE, *_decay(0), ts=TS, checkpoint=path)
+    again = _vae().fit(KEY, *_decay(0), checkpoint=path)
     assert again.training.n_epochs_run == 0 and again.training.resumed_from == TINY.epochs
     assert again.to_dict()["training"]["n_epochs_run"] == 0
     _same_predictions(again, first)
@@ -221,10 +225,10 @@ def test_fresh_start_trains_every_epoch_and_overwrites(vae_run, tmp_path):
     copy = tmp_path / "vae.ckpt"
     copy.write_bytes(path.read_bytes())
     thetas, xs = _decay(1)
-    fresh = _vae().fit(SPACE, thetas, xs, ts=TS, checkpoint=copy, fresh_start=True)
+    fresh = _vae().fit(KEY, thetas, xs, checkpoint=copy, fresh_start=True)
     assert fresh.training.n_epochs_run == TINY.epochs and fresh.training.resumed_from is None
-    _same_predictions(fresh, _vae().fit(SPACE, thetas, xs, ts=TS))  # exactly a run without checkpoint
-    resumed = _vae().fit(SPACE, thetas, xs, ts=TS, checkpoint=copy)  # the checkpoint is now the new run's
+    _same_predictions(fresh, _vae().fit(KEY, thetas, xs))  # exactly a run without checkpoint
+    resumed = _vae().fit(KEY, thetas, xs, checkpoint=copy)  # the checkpoint is now the new run's
     assert resumed.training.n_epochs_run == 0
     _same_predictions(resumed, fresh)
 
