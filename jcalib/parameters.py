@@ -331,6 +331,14 @@ class ParameterSpace:
             return z
         return jnp.stack([p.to_physical(z[..., i]) for i, p in enumerate(self.parameters)], axis=-1)
 
+    def jacobian_diagonal(self, theta_internal: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
+        """``d theta_j / d theta_internal_j`` per parameter (the map is elementwise and
+        increasing): ``theta`` for log-scale parameters, ``theta - a`` / ``b - theta`` for
+        half-open ones, 1 otherwise; e.g. the delta method's factor from internal to physical
+        standard errors."""
+        z = jnp.asarray(theta_internal)
+        return jnp.stack([jnp.exp(p.log_jacobian(z[..., i])) for i, p in enumerate(self.parameters)], axis=-1)
+
     def log_jacobian(self, theta_internal: Float[ArrayLike, "... n_params"]) -> Float[Array, "..."]:
         """``log |det d theta / d theta_internal|``, shape ``theta_internal.shape[:-1]``: what a
         density in physical units gains when it is written in internal coordinates

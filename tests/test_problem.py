@@ -357,3 +357,18 @@ def test_infinite_bounds_sensitivity_scalings(open_problem):
     with pytest.raises(ValueError, match=r"j_sensitivity\(scaling='range'\) needs finite bounds, but parameter 'a' "
                                          r"has bounds \[-inf, inf\]"):
         j_sensitivity(problem, jnp.asarray(theta), scaling="range")
+
+
+def test_infinite_bounds_covariance_is_the_linear_one(open_problem):
+    # y = Aθ: σ² (AᵀA)⁻¹ in physical units, whatever the internal maps (log θ_b, log(θ_c + 1));
+    # the delta method uses each map's dθ/dz, and the Wald intervals stay inside the open bounds
+    from jcalib.estimation import parameter_covariance
+    from tests.estimation.linear_case import design
+
+    problem, _, least_squares = open_problem
+    cov = parameter_covariance(problem, jnp.asarray(least_squares), sigma=0.05)
+    np.testing.assert_allclose(cov.covariance, 0.05**2 * np.linalg.inv(design().T @ design()), rtol=1e-6)
+    intervals = cov.confidence_intervals(0.999999)
+    assert intervals["b"][0] > 0 and intervals["c"][0] > -1
+    np.testing.assert_allclose(np.log(intervals["c"][1] + 1) - np.log(least_squares[2] + 1),
+                               np.log(least_squares[2] + 1) - np.log(intervals["c"][0] + 1), rtol=1e-12)

@@ -40,6 +40,7 @@ from jcalib.estimation.failures import FailedStartError, jacobian_failure, point
 from jcalib.estimation.gauss_newton import gauss_newton, start_internal
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
+from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.problem import CalibrationProblem
 
 __all__ = ["ParameterCovariance", "ProfileLikelihood", "parameter_covariance",
@@ -56,7 +57,7 @@ class ParameterCovariance(eqx.Module):
         names: free parameter names.
         theta: estimate, physical units, ``(n_free,)``.
         theta_internal: the same in internal coordinates.
-        log_scale: per parameter, whether its internal coordinate is log.
+        space: the free parameters (their coordinate maps, `jcalib.parameters`).
         covariance_internal: ``(n_free, n_free)`` in internal coordinates.
         covariance: in physical units (delta method).
         std_internal, std: standard errors, internal and physical.
@@ -74,7 +75,7 @@ class ParameterCovariance(eqx.Module):
     names: tuple[str, ...]
     theta: np.ndarray
     theta_internal: np.ndarray
-    log_scale: np.ndarray
+    space: ParameterSpace = eqx.field(static=True)
     covariance_internal: np.ndarray
     covariance: np.ndarray
     std_internal: np.ndarray
@@ -90,20 +91,24 @@ class ParameterCovariance(eqx.Module):
     note: str
 
     @property
+    def log_scale(self) -> np.ndarray:
+        """Per parameter, whether its internal coordinate is log."""
+        return self.space.log_scale
+
+    @property
     def standard_errors(self) -> dict[str, float]:
         """``{name: physical standard error}``."""
         return {n: float(s) for n, s in zip(self.names, np.asarray(self.std))}
 
     def confidence_intervals(self, level: float = 0.95) -> dict[str, tuple[float, float]]:
         """Wald intervals ẑ ± q sd(z) in internal coordinates, mapped to physical values
-        (asymmetric for log-scale parameters, which keeps them positive)."""
+        (asymmetric for log-scale and half-open parameters, which keeps them inside)."""
         if not 0 < level < 1:
             raise ValueError(f"confidence_intervals: level must be in (0, 1); got {level}")
         q = float(stats.norm.ppf(0.5 + level / 2))
         z, sd = np.asarray(self.theta_internal), np.asarray(self.std_internal)
         lo, hi = z - q * sd, z + q * sd
-        log = np.asarray(self.log_scale)
-        lo, hi = np.where(log, np.exp(lo), lo), np.where(log, np.exp(hi), hi)
+        lo, hi = np.asarray(self.space.to_physical(lo)), np.asarray(self.space.to_physical(hi))
         return {n: (float(a), float(b)) for n, a, b in zip(self.names, lo, hi)}
 
     def to_dict(self) -> dict:
@@ -194,8 +199,7 @@ def parameter_covariance(
     v = vt[:p].T
     cov_z = sigma_value**2 * (v / s[:p] ** 2) @ v.T
     theta = np.asarray(problem.to_physical(z))
-    log = np.asarray(problem.space.log_scale)
-    scale = np.where(log, theta, 1.0)  # dθ/dz
+    scale = np.asarray(problem.space.jacobian_diagonal(z))  # dθ/dz
     cov = cov_z * np.outer(scale, scale)
     sd_z = np.sqrt(np.clip(np.diag(cov_z), 0, None))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -210,7 +214,7 @@ def parameter_covariance(
     else:
         note = "sigma^2 (J^T J)^-1 at the estimate (internal coordinates), delta method to physical"
     return ParameterCovariance(
-        names=names, theta=theta, theta_internal=z, log_scale=log, covariance_internal=cov_z,
+        names=names, theta=theta, theta_internal=z, space=problem.space, covariance_internal=cov_z,
         covariance=cov, std_internal=sd_z, std=np.abs(scale) * sd_z, correlation=corr,
         sigma=sigma_value, sigma_source=source, n_observed=n_obs, n_directions=p,
         singular=p < d, singular_values=s, dropped_directions=dropped, note=note,
@@ -222,7 +226,7 @@ class ProfileLikelihood(eqx.Module):
 
     Attributes:
         name: the profiled parameter.
-        log_scale: whether its internal coordinate is log.
+        parameter: the profiled `Parameter` (its coordinate map).
         values: grid of its physical values, increasing, ``(n_points,)``.
         loss: re-optimised loss at each grid value.
         theta: the free parameters' physical values at each grid point, ``(n_points, n_free)``
@@ -242,7 +246,7 @@ class ProfileLikelihood(eqx.Module):
     """
 
     name: str
-    log_scale: bool
+    parameter: Parameter = eqx.field(static=True)
     values: np.ndarray
     loss: np.ndarray
     theta: np.ndarray
@@ -267,8 +271,13 @@ class ProfileLikelihood(eqx.Module):
         z = self._internal(np.asarray(self.values))
         return ((z - self._internal(np.array(self.estimate))) / self.std_internal) ** 2
 
+    @property
+    def log_scale(self) -> bool:
+        """Whether its internal coordinate is log."""
+        return self.parameter.log_scale
+
     def _internal(self, x):
-        return np.log(x) if self.log_scale else x
+        return np.asarray(self.parameter.to_internal(x))
 
     def confidence_interval(self, level: float = 0.95) -> tuple[float, float]:
         """Where `delta_chi2` crosses the χ²₁ ``level`` quantile (linear interpolation in
@@ -288,7 +297,7 @@ class ProfileLikelihood(eqx.Module):
                     t = (threshold - y[a]) / (y[b] - y[a])
                     value = float(x[a] + t * (x[b] - x[a]))
                     break
-            bounds.append(math.exp(value) if self.log_scale and math.isfinite(value) else value)
+            bounds.append(float(self.parameter.to_physical(value)) if math.isfinite(value) else value)
         return bounds[0], bounds[1]
 
     def to_dict(self) -> dict:
@@ -346,7 +355,7 @@ def profile_likelihood(
     z_hat = _estimate_internal(problem, result, "physical", "profile_likelihood")
     i = names.index(name)
     space = problem.space
-    log = bool(space.log_scale[i])
+    parameter = space.parameters[i]
     cov = parameter_covariance(problem, z_hat, coordinates="internal", sigma=sigma)
     sd = float(cov.std_internal[i])
     lo, hi = float(space.lower_internal[i]), float(space.upper_internal[i])
@@ -357,8 +366,11 @@ def profile_likelihood(
         if not (isinstance(span, (int, float)) and span > 0):
             raise ValueError(f"profile_likelihood: span must be positive; got {span!r}")
         half = span * sd if math.isfinite(sd) and sd > 0 else (hi - lo) / 2
+        if not math.isfinite(half):
+            raise ValueError(f"profile_likelihood: {name!r} has no finite standard error and no finite bounds to "
+                             "span; pass the grid as values=[...]")
         grid_z = np.linspace(max(lo, z_hat[i] - half), min(hi, z_hat[i] + half), int(n_points))
-        grid = np.exp(grid_z) if log else grid_z
+        grid = np.asarray(parameter.to_physical(grid_z))
         grid = np.clip(grid, space.lower[i], space.upper[i])
     else:
         grid = np.sort(np.asarray(values, dtype=np.float64).reshape(-1))
@@ -408,7 +420,7 @@ def profile_likelihood(
             n_jac += fit.n_jacobians
             start = np.asarray(fit.theta)
     return ProfileLikelihood(
-        name=name, log_scale=log, values=grid, loss=losses, theta=thetas, names=names,
+        name=name, parameter=parameter, values=grid, loss=losses, theta=thetas, names=names,
         estimate=float(theta_hat[i]), loss_min=loss_min, n_observed=problem.n_observed,
         sigma=float(cov.sigma), std_internal=sd, converged=converged, n_simulations=n_sim,
         n_jacobians=n_jac, wall_time_s=time.perf_counter() - t_start,
