@@ -40,8 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -291,8 +289,7 @@ def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
         space.check_box(f"{where}(scaling='range')")
     z = np.asarray(theta_internal, dtype=np.float64)
     theta = np.asarray(problem.to_physical(z))
-    # dz/dθ = 1 / (dθ/dz) = exp(-log|dθ/dz|) per parameter (1/θ on log-scale parameters)
-    dz_dtheta = np.array([math.exp(-float(p.log_jacobian(z[i]))) for i, p in enumerate(space)])
+    dz_dtheta = 1.0 / np.asarray(space.jacobian_diagonal(z))  # 1/θ on log-scale parameters
     factor = {"absolute": dz_dtheta, "log": theta * dz_dtheta,
               "range": (space.upper - space.lower) * dz_dtheta}[scaling]
     return jacobian * factor[None, :]
