@@ -53,10 +53,12 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from jcalib.bayes.sbc import rank_histogram, sbc_ranks, sbc_result  # noqa: E402
+from jcalib.model import FunctionSimulator  # noqa: E402
 from jcalib.nn import training as _training_module  # noqa: E402
 from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
@@ -267,11 +269,15 @@ def main(argv=None):
     # --- jcalib ---------------------------------------------------------------------------
     config = BayesFlowConfig(
         summary="lstm", summary_size=s["summary_size"], summary_hidden=s["summary_hidden"], n_blocks=s["n_blocks"],
-        coupling_hidden=tuple(s["coupling_hidden"]), actnorm=False, seed=args.seed,
+        coupling_hidden=tuple(s["coupling_hidden"]), actnorm=False,
         training=TrainingConfig(epochs=s["epochs"], batch_size=s["batch_size"], learning_rate=LEARNING_RATE,
-                                schedule="constant", seed=args.seed, progress=True))  # the CPU clock, silent
+                                schedule="constant", progress=True))  # the CPU clock, silent
+    # the data come from NumPy: a FunctionSimulator only describes their space and shape
+    description = FunctionSimulator(lambda theta: jnp.zeros((s["n_times"], 2)), SPACE, ("x", "v"),
+                                    ts=np.linspace(0.0, T_END, s["n_times"]))
     t = time.perf_counter()
-    posterior = fit_with_cpu_clock(AmortizedPosterior(config), SPACE, theta_train, x_train)
+    posterior = fit_with_cpu_clock(AmortizedPosterior(description, config), jax.random.key(args.seed), theta_train,
+                                   x_train)
     train_wall_s = time.perf_counter() - t
     tr = posterior.training
     epoch_times = list(tr.history["epoch_time_s"])

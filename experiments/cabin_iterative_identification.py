@@ -267,12 +267,12 @@ def main(argv=None):
     truth, observation = thetas[-1], xs[-1]
 
     print(f"iterative identification ({mode}, generator {config.generator}) ...", flush=True)
-    iterative = iterative_identification(k_iter, model, observation, data=train, val=val, truth=truth, config=config)
+    iterative = iterative_identification(k_iter, model, observation, train, val, truth=truth, config=config)
     print(iterative.summary(), flush=True)
     results = {"iterative": iterative}
     if not args.no_baseline:
         print("one-shot baseline (all 19 parameters, one network) ...", flush=True)
-        results["one-shot"] = one_shot_identification(k_one, model, observation, data=train, val=val, truth=truth,
+        results["one-shot"] = one_shot_identification(k_one, model, observation, train, val, truth=truth,
                                                       config=config)
         print(results["one-shot"].summary(), flush=True)
 

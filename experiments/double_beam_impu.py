@@ -77,8 +77,10 @@ import numpy as np  # noqa: E402
 import jcalib  # noqa: E402
 from experiments import common  # noqa: E402
 from jcalib import plotting  # noqa: E402
+from jcalib.nn.data import network_metrics  # noqa: E402
 from jcalib.nn.features import FEATURE_TYPES  # noqa: E402
-from jcalib.nn.impu import InverseMapping, add_noise, paper_noise, paper_training, relative_error_metrics  # noqa: E402
+from jcalib.nn.impu import InverseMapping, InverseMappingConfig, paper_noise, paper_training  # noqa: E402
+from jcalib.probability import add_noise  # noqa: E402
 from jcalib.workflows.impu_updating import impu_updating  # noqa: E402
 
 SIZES = (100, 200, 500, 1000, 2000)  # Fig. 15 (the paper: ~10 to ~5,000)
@@ -164,9 +166,9 @@ def noisy(key, model, thetas, std):
     return add_noise(key, clean, std)
 
 
-def train(model, feature, thetas, signals, val, config, hidden):
-    impu = InverseMapping(model, feature, training=config, hidden=hidden)
-    return impu.fit_data(thetas, signals, val=val)
+def train(key, model, feature, thetas, signals, val, config, hidden):
+    impu = InverseMapping(model, InverseMappingConfig(feature=feature, training=config, hidden=hidden))
+    return impu.fit(key, thetas, signals, val=val)
 
 
 def summary(metrics, impu) -> dict:
@@ -342,6 +344,7 @@ def main(argv=None):
     std, _ = paper_noise(model)
     key = jax.random.key(args.seed)
     k_val, k_test, k_train, k_zone, k_twin = jax.random.split(key, 5)
+    k_fit = jax.random.fold_in(key, 99)  # the networks' initial weights and shuffling
 
     def split(k):
         return jax.random.split(k)
@@ -370,8 +373,8 @@ def main(argv=None):
         thetas, signals = training_set(n)
         for f in features:
             t = time.perf_counter()
-            impu = train(model, f, thetas, signals, val, config, hidden)
-            metrics = impu.evaluate_data(test_thetas, test_signals)
+            impu = train(k_fit, model, f, thetas, signals, val, config, hidden)
+            metrics = impu.evaluate(test_thetas, test_signals)
             row = summary(metrics, impu)
             sweep[f].append(row["mare"])
             print(f"n_s = {n:5d} {f:9s}: μ|ε| % " + ", ".join(f"{k} {v:.2f}" for k, v in row["mare"].items())
@@ -389,8 +392,8 @@ def main(argv=None):
 
     def per_zone_metrics(impu):
         est = impu.infer(zone_signals)
-        all_metrics = relative_error_metrics(zone_thetas, est.theta, names, est.outside_training_range)
-        err = np.abs(np.asarray(all_metrics.errors))
+        all_metrics = network_metrics(zone_thetas, est.theta, names, outside=est.outside_training_range)
+        err = np.abs(all_metrics.relative_errors)
         mare = [(100 * err[zone_ids == z].mean(0)).tolist() for z in range(1, 7)]
         median = [(100 * np.median(err[zone_ids == z], axis=0)).tolist() for z in range(1, 7)]
         outside = [float(np.mean(np.asarray(est.outside_training_range)[zone_ids == z])) for z in range(1, 7)]
@@ -406,7 +409,7 @@ def main(argv=None):
         zones["retained"].append(int(keep.sum()))
         feats = features if n == table5_size else tuple(zones["mare"])
         for f in feats:
-            impu = train(model, f, thetas[keep], signals[keep], val_kept, config, hidden)
+            impu = train(k_fit, model, f, thetas[keep], signals[keep], val_kept, config, hidden)
             mare, median, outside, all_metrics = per_zone_metrics(impu)
             if f in zones["mare"]:
                 zones["mare"][f].append(mare)

@@ -55,8 +55,9 @@ import jcalib  # noqa: E402
 from experiments import common  # noqa: E402
 from jcalib.filters.ekf import RelativeMeasurementNoise, run_ekf  # noqa: E402
 from jcalib.models.roll_plane import NOISE_FLOOR, NOISE_RELATIVE, P_REF  # noqa: E402
-from jcalib.nn.impu import InverseMapping, add_noise, paper_noise, paper_training  # noqa: E402
+from jcalib.nn.impu import InverseMapping, InverseMappingConfig, paper_noise, paper_training  # noqa: E402
 from jcalib.nn.training import TrainingConfig  # noqa: E402
+from jcalib.probability import add_noise  # noqa: E402
 
 FEATURES = ("TS-dense", "MP", "RI")  # Fig. 19's TS, MP and RI (all 10 samples of all 4 outputs)
 HIDDEN = (64, 64)
@@ -168,6 +169,8 @@ def main(argv=None):
     test_signals = signals[offsets[-1]:]
     k_noise_val, k_noise_test, k_noise_train = jax.random.split(k_noise, 3)
     val_noisy = add_noise(k_noise_val, val_signals, noise_std, noise_model)
+    test_noisy = add_noise(k_noise_test, test_signals, noise_std, noise_model)  # noisy test data, as in the paper
+    k_fit = jax.random.fold_in(key, 99)  # the networks' initial weights and shuffling
 
     # --- IMPU for every feature type and n_s ------------------------------------------------------
     training = quick_training() if args.quick else paper_training()
@@ -177,10 +180,9 @@ def main(argv=None):
     for i, (n, thetas, clean) in enumerate(zip(sizes, train_sets, train_signals)):
         noisy = add_noise(jax.random.fold_in(k_noise_train, i), clean, noise_std, noise_model)
         for feature in FEATURES:
-            mapping = InverseMapping(model, feature, hidden=HIDDEN, training=training, noise="paper",
-                                     seed=args.seed)
-            mapping.fit_data(thetas, noisy, val=(val_thetas, val_noisy), progress=False)
-            metrics = mapping.evaluate_data(test_thetas, test_signals, key=k_noise_test)
+            config = InverseMappingConfig(feature=feature, hidden=HIDDEN, training=training)
+            mapping = InverseMapping(model, config).fit(k_fit, thetas, noisy, val=(val_thetas, val_noisy))
+            metrics = mapping.evaluate(test_thetas, test_noisy)
             estimate = mapping.infer(measured)
             err_ref = np.abs(np.asarray(estimate.theta) - p_ref) / p_ref
             row = impu[feature]

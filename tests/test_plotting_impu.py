@@ -45,7 +45,7 @@ def test_error_histograms_of_a_metrics_object():
     assert [ax.get_title().split(":")[0] for ax in fig.axes] == list(NAMES)
     with pytest.raises(ValueError, match="4 parameters in errors but 3 names"):
         plotting.plot_impu_error_histograms(errors, NAMES[:3])
-    with pytest.raises(ValueError, match="IMPUMetrics with relative_errors; got object"):
+    with pytest.raises(ValueError, match="NetworkMetrics with relative_errors; got object"):
         plotting.plot_impu_error_histograms(object())
 
 

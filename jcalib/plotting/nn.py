@@ -182,14 +182,14 @@ def plot_mae_versus_training_size(sizes, maes, *, labels=None, mark_best=None, l
 
 def _impu_relative_errors(errors, names, where: str) -> tuple[np.ndarray, list[str]]:
     """``(n_test, n_params)`` relative errors (eq. 18) and the parameter names, from an array or
-    an `IMPUMetrics`-like object (``relative_errors`` or ``errors``, plus ``names``)."""
+    a `jcalib.nn.NetworkMetrics`-like object (``relative_errors`` or ``errors``, plus ``names``)."""
     if not isinstance(errors, (np.ndarray, list, tuple)) and not hasattr(errors, "__array__"):
         obj = errors
         errors = getattr(obj, "relative_errors", None)
         if errors is None:
             errors = getattr(obj, "errors", None)
         if errors is None:
-            raise ValueError(f"{where}: errors must be an (n_test, n_params) array or an IMPUMetrics with "
+            raise ValueError(f"{where}: errors must be an (n_test, n_params) array or a NetworkMetrics with "
                              f"relative_errors; got {type(obj).__name__}")
         names = names if names is not None else getattr(obj, "names", None)
     errors = np.asarray(errors, dtype=float)
@@ -211,7 +211,7 @@ def plot_impu_error_histograms(errors, names=None, *, bins=30, percent=True, tit
 
     Args:
         errors: relative errors ε = (p̂ - p̄) / p̄ (eq. 18), ``(n_test, n_params)`` (fractions,
-            not percent), or an `IMPUMetrics` (its ``relative_errors`` and ``names``).
+            not percent), or a `jcalib.nn.NetworkMetrics` (its ``relative_errors`` and ``names``).
         names: parameter names (default: the metrics' names, else p0, p1, ...).
         bins: histogram bins (number or edges).
         percent: show the errors in percent.
@@ -249,7 +249,7 @@ def plot_impu_error_plane(thetas, errors, names=None, *, plane=(0, 1), training=
 
     Args:
         thetas: true parameters of the test samples, ``(n_test, n_params)`` (physical units).
-        errors: their relative errors, ``(n_test, n_params)``, or an `IMPUMetrics`.
+        errors: their relative errors, ``(n_test, n_params)``, or a `jcalib.nn.NetworkMetrics`.
         names: parameter names (default: the metrics' names, else p0, p1, ...).
         plane: the two parameters spanning the plane, as indices or names.
         training: training parameters ``(n_train, n_params)`` to mark (None: none).

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jcalib.data import synthetic_measurements
-from jcalib.nn.bayesflow import _noise_fn
+from jcalib.nn.data import _noise_fn
 from jcalib.probability import NOISE_MODELS, AbsoluteGaussian, RelativeGaussian, add_noise
 from jcalib.probability.likelihoods import LogNormalLikelihood
 from jcalib.workflows.iterative_identification import _noisy
@@ -59,15 +59,15 @@ def test_likelihoods_draw_through_add_noise():
 
 
 def test_callers_keep_their_draws(model, theta, clean):
-    """synthetic_measurements, AmortizedPosterior.fit_online's noise and the identification
-    workflow's noise give the draws they gave before they called add_noise."""
+    """synthetic_measurements, simulate_training_set's noise and the identification workflow's
+    noise give the draws they gave before they called add_noise."""
     clean = np.asarray(clean)
     for noise, old in (("multiplicative", clean * (1.0 + 0.05 * _eps(KEY, clean.shape))),
                        ("additive", clean + 0.05 * _eps(KEY, clean.shape))):
         data = synthetic_measurements(KEY, model, theta, 0.05, noise=noise)
         np.testing.assert_allclose(np.asarray(data.values), old, rtol=1e-14)
     old = VALUES + SIGMA * _eps(KEY, VALUES.shape)
-    np.testing.assert_array_equal(_noise_fn(SIGMA)(KEY, VALUES), old)
+    np.testing.assert_array_equal(_noise_fn(SIGMA, "additive", 3, "test")(KEY, VALUES), old)
     np.testing.assert_array_equal(_noisy(KEY, VALUES, SIGMA), old)
     assert isinstance(_noisy(KEY, VALUES, SIGMA), np.ndarray)
 
