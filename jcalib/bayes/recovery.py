@@ -220,7 +220,7 @@ def recovery_metrics(
 
 def relative_errors(truths: Float[ArrayLike, "..."], estimates: Float[ArrayLike, "..."]) -> np.ndarray:
     """Signed relative errors ``ε = (estimate − truth) / truth``, elementwise (broadcast), NaN where
-    a truth is 0: the IMPU paper's eq. 18 (`jcalib.nn.impu.relative_error_metrics`, the digital
+    a truth is 0: the IMPU paper's eq. 18 (`jcalib.nn.NetworkMetrics`, the digital
     twin's parameter errors) and, as ``|ε|``, Zhang & Mikelsons' error rate ER (`recovery_metrics`).
 
     Example:

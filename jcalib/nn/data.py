@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
+from jcalib.bayes.recovery import relative_errors
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator, SolveStatus, check_simulator, simulate_batch
 from jcalib.parameters import ParameterSpace
@@ -247,9 +248,8 @@ class NetworkMetrics(eqx.Module):
 
     @property
     def relative_errors(self) -> np.ndarray:
-        truth = np.asarray(self.truth, np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(truth != 0, self.errors / np.where(truth != 0, truth, 1.0), np.nan)
+        """``(prediction - truth) / truth`` (`jcalib.bayes.recovery.relative_errors`), NaN at a zero truth."""
+        return relative_errors(self.truth, self.prediction)
 
     @property
     def bias(self) -> np.ndarray:

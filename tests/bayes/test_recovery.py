@@ -72,7 +72,7 @@ def test_bad_input():
 def test_relative_errors_are_the_one_definition():
     """Signed (estimate - truth) / truth, NaN at a zero truth; recovery_metrics' ER, IMPU's eq. 18
     metrics and the digital twin's parameter errors all use it."""
-    from jcalib.nn.impu import relative_error_metrics
+    from jcalib.nn.data import network_metrics
 
     truths = np.array([[2.0, -4.0], [0.5, 8.0], [1.0, 0.0]])
     estimates = np.array([[2.5, -3.0], [0.4, 8.0], [1.0, 1.0]])
@@ -80,5 +80,5 @@ def test_relative_errors_are_the_one_definition():
     np.testing.assert_allclose(relative_errors(truths, estimates), expected, rtol=1e-15)
     result = recovery_metrics(truths, means=estimates, sds=np.ones_like(truths))
     np.testing.assert_allclose(result.relative_error, [(0.25 + 0.2 + 0.0) / 3, np.nan], rtol=1e-15)
-    metrics = relative_error_metrics(truths[:2], estimates[:2], ("a", "b"))
-    np.testing.assert_allclose(np.asarray(metrics.errors), expected[:2], rtol=1e-15)
+    metrics = network_metrics(truths[:2], estimates[:2], ("a", "b"))
+    np.testing.assert_allclose(metrics.relative_errors, expected[:2], rtol=1e-15)
