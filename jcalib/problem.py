@@ -760,9 +760,10 @@ def with_initial_state_parameters(model: AbstractModel,
     polymerization models, need the scaled value).
 
     Example:
-        >>> model = jcalib.models.get("four_substance_reactions")  # doctest: +SKIP
+        >>> import jcalib
+        >>> model = jcalib.models.get("four_substance_reactions")
         >>> model = with_initial_state_parameters(model, [Parameter("A0", 10.0, 5.0, 20.0)])
-        >>> model.parameters.names                                 # doctest: +SKIP
+        >>> model.parameters.names
         ('kab', 'kac', 'kad', 'A0')
 
     Raises:
