@@ -235,6 +235,15 @@ class DifferentialEvolutionInfo(NamedTuple):
     n_replaced: Int[Array, ""]
 
 
+def _check_box(lower: np.ndarray, upper: np.ndarray) -> None:
+    if lower.ndim != 1 or lower.shape != upper.shape:
+        raise ValueError(f"differential_evolution: the box (lower, upper) must be two 1-D arrays of one shape; got "
+                         f"{lower.shape} and {upper.shape}")
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
+        raise ValueError(f"differential_evolution: the box needs finite lower < upper; got lower="
+                         f"{lower.tolist()}, upper={upper.tolist()}")
+
+
 def differential_evolution_algorithm(
     loss_fn: Callable[[Float[Array, " n"]], Float[Array, ""]],
     lower: Float[ArrayLike, " n"],
@@ -497,15 +506,6 @@ def differential_evolution(
             history=history, extra={**extra, "de_loss": result.loss, "polish": polished.to_dict()},
         )
     return result
-
-
-def _check_box(lower: np.ndarray, upper: np.ndarray) -> None:
-    if lower.ndim != 1 or lower.shape != upper.shape:
-        raise ValueError(f"differential_evolution: the box (lower, upper) must be two 1-D arrays of one shape; got "
-                         f"{lower.shape} and {upper.shape}")
-    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
-        raise ValueError(f"differential_evolution: the box needs finite lower < upper; got lower="
-                         f"{lower.tolist()}, upper={upper.tolist()}")
 
 
 def _problem_loss(problem: CalibrationProblem, z):
