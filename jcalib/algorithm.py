@@ -24,10 +24,10 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray
@@ -129,9 +129,11 @@ def run(
             ``chunk_size`` that is not a positive multiple of ``thin``.
     """
     n_steps, thin, chunk_size = _check(key, algorithm, n_steps, thin, chunk_size)
-    trace_fn = trace_fn or (lambda s, info: info)
-    one = _one_step(algorithm, stop, trace_fn)
-    chunk_fn = _compiled_chunk(one, thin) if compiled else _python_chunk(one, thin)
+    trace_fn = trace_fn or _info
+    if compiled:
+        chunk_fn = _compiled_chunk(algorithm, stop, trace_fn, thin)
+    else:
+        chunk_fn = _python_chunk(_one_step(algorithm, stop, trace_fn), thin)
     done = jnp.asarray(False) if stop is None else jnp.asarray(stop(state), dtype=bool)
     carry = (state, done, jnp.asarray(0))
     traces, status, taken = [], "completed", 0
@@ -199,20 +201,36 @@ def _one_step(algorithm, stop, trace_fn):
     return one
 
 
-def _compiled_chunk(one, thin):
-    @functools.partial(jax.jit, static_argnums=2)
-    def chunk(key, carry, length):
-        def thinned(carry, _):
-            def inner(c, _):
-                c, _rec = one(key, c, c[2])
-                return c, None
+def _info(state, info):
+    return info
 
-            carry, _ = jax.lax.scan(inner, carry, None, length=thin - 1)
-            return one(key, carry, carry[2])
 
-        return jax.lax.scan(thinned, carry, None, length=-(-length // thin))
+def _compiled_chunk(algorithm, stop, trace_fn, thin):
+    """``chunk(key, carry, length)`` through the module-level compiled `_scan_chunk`."""
+    return lambda key, carry, length: _scan_chunk(key, carry, algorithm, stop, trace_fn, thin, length)
 
-    return chunk
+
+@eqx.filter_jit
+def _scan_chunk(key, carry, algorithm, stop, trace_fn, thin, length):
+    """``length`` steps in one `jax.lax.scan`, recording every ``thin``-th.
+
+    Compiled once per structure: arrays (the carry, the key, arrays inside the algorithm's
+    functions when they are `jax.tree_util.Partial` or `eqx.Module` callables) are traced,
+    everything else (plain functions, ``thin``, ``length``) is static. An algorithm built
+    from module-level functions and array arguments is therefore compiled once and reused
+    by later `run` calls on arrays of the same shapes; closures compile per call.
+    """
+    one = _one_step(algorithm, stop, trace_fn)
+
+    def thinned(carry, _):
+        def inner(c, _):
+            c, _rec = one(key, c, c[2])
+            return c, None
+
+        carry, _ = jax.lax.scan(inner, carry, None, length=thin - 1)
+        return one(key, carry, carry[2])
+
+    return jax.lax.scan(thinned, carry, None, length=-(-length // thin))
 
 
 def _python_chunk(one, thin):

@@ -83,6 +83,22 @@ def test_vmapped_ar1_chains_reach_the_stationary_variance():
     assert abs(np.mean(draws)) < 0.1  # the mean's sd is about 0.03
 
 
+def test_an_algorithm_of_partials_compiles_once():
+    from jcalib import algorithm
+
+    def scale(factor, x):
+        return x * factor, x
+
+    def build(factor):
+        return Algorithm(init=jnp.asarray, step=jax.tree_util.Partial(scale, jnp.asarray(factor)))
+
+    run(None, build(0.5), jnp.asarray(1.0), 4)
+    before = algorithm._scan_chunk._cached._cache_size()
+    out = run(None, build(0.25), jnp.asarray(1.0), 4)  # another factor: same structure, no new compile
+    assert algorithm._scan_chunk._cached._cache_size() == before
+    np.testing.assert_allclose(out.trace, 0.25 ** np.arange(4))
+
+
 def test_deterministic_vmap_runs_each_start():
     out = run(None, vmap_chains(HALVE), jnp.array([1.0, 4.0]), 2)
     np.testing.assert_allclose(out.state, [0.25, 1.0])
@@ -94,8 +110,8 @@ def test_interrupting_between_chunks_keeps_the_finished_chunks(monkeypatch):
     calls = {"n": 0}
     real = algorithm._compiled_chunk
 
-    def interrupt_on_third(one, thin):
-        chunk = real(one, thin)
+    def interrupt_on_third(*args):
+        chunk = real(*args)
 
         def wrapped(key, carry, length):
             calls["n"] += 1
