@@ -212,7 +212,7 @@ def main(argv=None):
         "target": f"median latency of one jitted inference <= {TARGET_MEDIAN_US:g} µs (paper: 3 ms)",
         "paper": PAPER,
         "rigid_double_beam": {
-            "feature": "RI-FBoI", "n_features": mapping.n_features, "hidden": list(mapping.hidden),
+            "feature": "RI-FBoI", "n_features": mapping.n_features, "hidden": list(mapping.config.hidden),
             "n_times": int(beam.experiment.n_times), "n_outputs": beam.n_outputs,
             "offline": {
                 "n_train": s["n_train"], "n_val": s["n_val"],
