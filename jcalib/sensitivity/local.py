@@ -47,7 +47,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from jcalib._precision import as_float64
-from jcalib.model import AbstractModel, AbstractSimulator, SolveStatus
+from jcalib.model import AbstractModel, AbstractSimulator, SolveStatus, check_simulator
 
 __all__ = [
     "J_SCALINGS",
@@ -72,7 +72,7 @@ d/dθ (physical units), θ d/dθ = d/d ln θ, (upper - lower) d/dθ, d/dθ_inter
 
 
 def output_sensitivities(
-    model, theta: Float[ArrayLike, " n_params"], *, scaling: str = "absolute"
+    simulator: AbstractSimulator, theta: Float[ArrayLike, " n_params"], *, scaling: str = "absolute"
 ) -> Float[Array, "n_times n_outputs n_params"]:
     """Sensitivities of every output at every observation time to every parameter.
 
@@ -81,9 +81,8 @@ def output_sensitivities(
     can itself be jitted and vmapped over ``theta``.
 
     Args:
-        model: an `AbstractModel`, or any equinox module with ``parameters`` (a
-            `ParameterSpace`) and a differentiable ``simulate(theta) -> (n_times,
-            n_outputs)``.
+        simulator: a `jcalib.model.AbstractSimulator` (a model, a PELS-VAE surrogate, a
+            `jcalib.model.FunctionSimulator`) with a differentiable ``simulate``.
         theta: physical parameter vector, ``(n_params,)``, float64.
         scaling: ``"absolute"``, ``"log"``, ``"relative"`` or ``"range"`` (module docstring).
 
@@ -93,22 +92,25 @@ def output_sensitivities(
         is not a flat direction). `failure_cause` says why in words.
 
     Raises:
-        ValueError: unknown ``scaling``, wrong shape or a dtype other than float64; called
+        ValueError: not a simulator, unknown ``scaling``, ``"range"`` with a parameter without
+            finite bounds, wrong shape or a dtype other than float64; called
             eagerly with a theta that has NaN or inf or (while the model checks bounds) lies
             outside the bounds, as `jcalib.model.AbstractModel.jacobian`.
     """
+    check_simulator(simulator, "output_sensitivities")
     _check_choice(scaling, SCALINGS, "output_sensitivities", "scaling")
     if scaling == "range":
-        model.parameters.check_box("output_sensitivities(scaling='range')")
-    theta = _check_theta(model, theta, "output_sensitivities")
-    if isinstance(model, AbstractModel):
-        model._refuse_bad_theta(theta, "output_sensitivities")  # eager calls only; traced: NaN
-    return _output_sensitivities(model, theta, scaling)
+        simulator.parameters.check_box("output_sensitivities(scaling='range')")
+    theta = as_float64(theta, "output_sensitivities", "theta")
+    simulator.parameters.check_shape(theta, "theta")
+    if isinstance(simulator, AbstractModel):
+        simulator._refuse_bad_theta(theta, "output_sensitivities")  # eager calls only; traced: NaN
+    return _output_sensitivities(simulator, theta, scaling)
 
 
 @eqx.filter_jit
 def _output_sensitivities(model, theta, scaling):
-    simulate = model.forward_mode().simulate if hasattr(model, "forward_mode") else model.simulate
+    simulate = model.forward_mode().simulate if isinstance(model, AbstractModel) else model.simulate
     def with_value(th):
         y = simulate(th)
         return y, y
@@ -314,18 +316,6 @@ def failure_cause(model, theta) -> str:
 @eqx.filter_jit
 def _solve_status(model, theta):
     return model.simulate_with_status(theta)[1]
-
-
-def _check_theta(model, theta, where):
-    theta = as_float64(theta, where, "theta")
-    space = getattr(model, "parameters", None)
-    if space is None or not hasattr(space, "check_shape"):
-        raise ValueError(
-            f"{where}: model must have a `parameters` ParameterSpace (an AbstractModel or "
-            f"an equinox module with parameters and simulate); got {type(model).__name__}"
-        )
-    space.check_shape(theta, "theta")
-    return theta
 
 
 def _check_choice(value, allowed, where, what):

@@ -1,6 +1,8 @@
 """Local sensitivities: y = Aθ exactly, four_substance_reactions against finite differences,
 jit/vmap consistency, J-sensitivity against finite differences of the loss, bad input."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,8 +128,13 @@ def test_bad_inputs_raise(model, theta, linear, problem):
         output_sensitivities(model, np.asarray(theta, dtype=np.float32))
     with pytest.raises(ValueError, match=r"theta must have shape \(n_params,\)"):
         output_sensitivities(model, theta[:2])
-    with pytest.raises(ValueError, match="model must have a `parameters` ParameterSpace"):
+    with pytest.raises(ValueError, match=r"output_sensitivities: simulator must be a jcalib simulator \(an "
+                                         r"AbstractModel, a PELS-VAE Surrogate or a FunctionSimulator.*got object"):
         output_sensitivities(object(), theta)
+    with pytest.raises(ValueError, match=r"output_sensitivities\(scaling='range'\) needs finite bounds, but "
+                                         r"parameter 'kab' has bounds \[0.0, inf\] on a log scale"):
+        open_kab = dataclasses.replace(model, parameters=model.parameters.replace("kab", lower=0.0, upper=np.inf))
+        output_sensitivities(open_kab, theta, scaling="range")
     with pytest.raises(ValueError, match=r"shape \(n_times, n_outputs, n_params\)"):
         sensitivity_matrix(np.ones((4, 3)))
     with pytest.raises(ValueError, match="mask must have shape"):
