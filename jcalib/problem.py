@@ -47,7 +47,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jcalib.data import Measurements
-from jcalib.model import AbstractModel
+from jcalib.model import AbstractModel, check_simulator
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.probability.likelihoods import AbstractLikelihood, get_likelihood, noise_parameter_space
 from jcalib.probability.priors import AbstractPrior, GaussianPrior, ParameterPriors, bind_priors
@@ -148,6 +148,7 @@ class CalibrationProblem(eqx.Module):
                  prior: str | GaussianPrior | Mapping[str, AbstractPrior] = "uniform",
                  likelihood: str | AbstractLikelihood | None = None,
                  noise_parameters=None):
+        check_simulator(model, "CalibrationProblem", "model")
         if not isinstance(measurements, Measurements):
             raise ValueError(
                 f"CalibrationProblem: measurements must be a Measurements; got "
@@ -180,7 +181,7 @@ class CalibrationProblem(eqx.Module):
                 raise ValueError(
                     f"CalibrationProblem: cannot observe the model at the measurement times: {e}"
                 ) from None
-        elif hasattr(model, "check_horizon"):
+        elif isinstance(model, AbstractModel):
             model.check_horizon(model.experiment, "CalibrationProblem")
 
         space = model.parameters

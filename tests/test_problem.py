@@ -223,6 +223,10 @@ def test_retimes_model_to_measurement_times(model, theta):
 
 
 def test_construction_errors(model, noisy, clean):
+    with pytest.raises(ValueError, match=r"CalibrationProblem: model must be a jcalib simulator \(an AbstractModel, a "
+                                         r"PELS-VAE Surrogate or a FunctionSimulator.*got function; wrap a plain "
+                                         r"function as jcalib.FunctionSimulator\(fn, space\)"):
+        CalibrationProblem(lambda theta: theta, noisy)
     with pytest.raises(ValueError, match=r"weighting must be one of \('relative', 'absolute', "
                                          r"'sigma'\); got 'log'"):
         CalibrationProblem(model, noisy, weighting="log")
