@@ -376,3 +376,27 @@ def test_infinite_bounds_covariance_is_the_linear_one(open_problem):
     assert intervals["b"][0] > 0 and intervals["c"][0] > -1
     np.testing.assert_allclose(np.log(intervals["c"][1] + 1) - np.log(least_squares[2] + 1),
                                np.log(least_squares[2] + 1) - np.log(intervals["c"][0] + 1), rtol=1e-12)
+
+
+def test_from_simulation_is_a_data_free_problem():
+    # y1 = a + b t, y2 = b t + c t²/2 (tests/estimation/linear_case.py): at θ = (0, 0, 1) y1 is 0
+    # everywhere, so relative weighting keeps only y2; residuals vanish at θ
+    from tests.estimation.linear_case import TS, linear_model
+
+    model = linear_model()
+    theta = np.array([0.0, 0.0, 1.0])
+    relative = CalibrationProblem.from_simulation(model, theta)
+    assert relative.n_observed == TS.size and relative.weighting == "relative"
+    np.testing.assert_allclose(np.asarray(relative.measurements.values)[:, 1], 0.5 * TS**2, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(relative.residuals(relative.to_internal(jnp.asarray(theta)))), 0.0,
+                               atol=1e-9)
+    absolute = CalibrationProblem.from_simulation(model, theta, weighting="sigma", sigma=[0.1, 0.2])
+    assert absolute.n_observed == 2 * TS.size
+    np.testing.assert_allclose(np.asarray(absolute.sigma_observed), np.tile([0.1, 0.2], TS.size))
+    with pytest.raises(ValueError, match=r"theta must have shape \(n_params,\)"):
+        CalibrationProblem.from_simulation(model, theta[:2])
+    from tests.robustness.test_estimators import FAILED, faulty_model
+
+    with pytest.raises(ValueError, match=r"CalibrationProblem.from_simulation: the simulation at theta = \{'k': 2.5, "
+                                         r"'y0': 2.0\} failed or gave NaN/inf; choose another theta or fix the solve"):
+        CalibrationProblem.from_simulation(faulty_model(), np.asarray(FAILED))
