@@ -264,3 +264,17 @@ def test_plots(winding):
     fig = plot_sensitivity_functions(np.arange(5.0), s, ["y1", "y2"], ["a", "b", "c"],
                                      parameters=["c", "a"], reference=s)
     assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == ["c", "a"]
+
+
+def test_profile_of_an_unbounded_null_parameter_needs_a_grid(linear):
+    # p4 has a zero sensitivity column: no finite standard error, and on (-inf, inf) no box to span
+    import dataclasses
+
+    from jcalib.estimation import profile_likelihood
+
+    space = linear.model.parameters.replace("p4", lower=-np.inf, upper=np.inf)
+    model = dataclasses.replace(linear.model, parameters=space)
+    problem = jcalib.CalibrationProblem.from_simulation(model, weighting="absolute")
+    with pytest.raises(ValueError, match=r"profile_likelihood: 'p4' has no finite standard error and no finite "
+                                         r"bounds to span; pass the grid as values=\[...\]"):
+        profile_likelihood(problem, jnp.ones(5), "p4", sigma=0.1)
