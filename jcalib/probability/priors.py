@@ -332,7 +332,12 @@ def _check_nonnegative(prior: str, parameter: Parameter) -> None:
 def default_prior(parameter: Parameter) -> AbstractPrior:
     """The prior a parameter gets when none is named: uniform in its internal coordinate
     on the bounds (`LogUniform` for log-scale parameters, `Uniform` otherwise), as the
-    problem's ``prior="uniform"``."""
+    problem's ``prior="uniform"``.
+
+    Raises:
+        ValueError: the parameter has an infinite bound (or a log-scale one reaches 0), where
+            that prior is improper.
+    """
     prior = LogUniform() if parameter.log_scale else Uniform()
     return prior._bind(parameter)
 
