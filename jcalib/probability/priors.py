@@ -424,8 +424,8 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
         if p.name not in priors and not p.has_box:
             raise ValueError(
                 f"{what}: {p.name!r} has no prior and its default (uniform in the internal coordinate "
-                f"on the bounds [{p.lower}, {p.upper}]) is improper, the bounds being infinite; give it "
-                f"a proper prior, e.g. prior={{{p.name!r}: Normal(mean, std)}} (jcalib.probability.priors)"
+                f"on the bounds [{p.lower}, {p.upper}]) is improper, that coordinate being unbounded; give "
+                f"it a proper prior, e.g. prior={{{p.name!r}: Normal(mean, std)}} (jcalib.probability.priors)"
             )
         prior = priors[p.name]._bind(p) if p.name in priors else default_prior(p)
         log_m = _log_mass(prior, p)

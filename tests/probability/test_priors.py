@@ -218,9 +218,13 @@ def test_uniform_priors_on_infinite_bounds_are_refused():
     with pytest.raises(ValueError, match=r"Uniform prior on 'loc': uniform on \[-inf, inf\].*is improper"):
         bind_priors({"rate": HalfNormal(1.0), "loc": Uniform()}, space)
     with pytest.raises(ValueError, match=r"prior: 'loc' has no prior and its default \(uniform in the internal "
-                                         r"coordinate on the bounds \[-inf, inf\]\) is improper, the bounds "
-                                         r"being infinite; give it a proper prior"):
+                                         r"coordinate on the bounds \[-inf, inf\]\) is improper, that "
+                                         r"coordinate being unbounded; give it a proper prior"):
         bind_priors({"rate": HalfNormal(1.0)}, space)
+    log_from_zero = ParameterSpace([Parameter("rate", 0.3, 0.0, 1.0, log_scale=True)])  # log θ down to -inf
+    with pytest.raises(ValueError, match=r"prior: 'rate' has no prior and its default .* on the bounds "
+                                         r"\[0.0, 1.0\]\) is improper"):
+        bind_priors({}, log_from_zero)
     # finite limits inside infinite bounds are proper
     bound = bind_priors({"rate": LogUniform(0.1, 1.0), "loc": Uniform(-1.0, 1.0)}, space)
     assert float(bound.log_prob(jnp.asarray([0.5, 2.0]))) == -np.inf
