@@ -659,8 +659,8 @@ class CalibrationProblem(eqx.Module):
                 if not p.has_box:
                     raise ValueError(
                         f"log_prior: the default prior='uniform' (uniform in internal coordinates on the "
-                        f"bounds) is improper for {p.name!r}, whose bounds [{p.lower}, {p.upper}] are "
-                        f"infinite; pass a proper prior for it, e.g. CalibrationProblem(..., "
+                        f"bounds) is improper for {p.name!r}, whose bounds [{p.lower}, {p.upper}] leave its "
+                        f"internal coordinate unbounded; pass a proper prior for it, e.g. CalibrationProblem(..., "
                         f"prior={{{p.name!r}: Normal(mean, std)}}) (jcalib.probability.priors)"
                     )
             lower, upper = space.lower_internal, space.upper_internal

@@ -330,7 +330,8 @@ def test_infinite_bounds_priors_and_bounds_check(open_problem):
     z = problem.to_internal(jnp.asarray(least_squares))
     with pytest.raises(ValueError, match=r"log_prior: the default prior='uniform' \(uniform in internal "
                                          r"coordinates on the bounds\) is improper for 'a', whose bounds "
-                                         r"\[-inf, inf\] are infinite; pass a proper prior for it"):
+                                         r"\[-inf, inf\] leave its internal coordinate unbounded; pass a proper "
+                                         r"prior for it"):
         problem.log_posterior(z)
     priors = {"a": Normal(1.0, 2.0), "b": HalfNormal(1.0), "c": Normal(0.0, 1.0)}
     proper = CalibrationProblem(problem.model, problem.measurements, weighting="absolute", prior=priors)
