@@ -251,7 +251,7 @@ def test_identifiability_refuses_a_failed_solve_with_its_status(problem, source,
 def test_sobol_refuses_failed_samples_instead_of_dropping_them():
     with pytest.raises(SimulationError, match=r"sobol_indices: \d+ of 32 simulations failed "
                                               r"\(\{'maximum number of solver steps reached': \d+\}\)"):
-        sobol_indices(8, jax.random.key(0), faulty_model(), None, n_bootstrap=2)
+        sobol_indices(jax.random.key(0), faulty_model(), None, 8, n_bootstrap=2)
 
 
 def test_ekf_transition_jacobian_of_a_failed_solve_is_nan():
