@@ -89,7 +89,7 @@ __all__ = ["SUMMARIES", "TRAINING_RANGE_MARGIN", "AmortizedPosterior", "BayesFlo
 
 SUMMARIES = ("lstm", "gru", "conv", "mlp")
 COORDINATES = ("physical", "internal")
-_FORMAT = "jcalib-bayesflow-1"
+_FORMAT = "jcalib-bayesflow-2"  # 2: the flow's permutation key
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _CONSTANT_RTOL = 1e-12
 """A parameter or output whose standard deviation over the training set is at most this times
@@ -250,12 +250,12 @@ class PosteriorNetwork(nnx.Module):
     """
 
     def __init__(self, n_params: int, n_times: int, n_outputs: int, config: BayesFlowConfig, *, rngs: nnx.Rngs,
-                 permutation: int = 0):
+                 permutation_key: PRNGKeyArray | None = None):
         self.summary = SummaryNetwork(config.summary, n_times, n_outputs, config.summary_hidden,
                                       config.summary_size, rngs=rngs)
         self.flow = CouplingFlow(n_params, config.summary_size, n_blocks=config.n_blocks,
                                  hidden=config.coupling_hidden, clamp=config.clamp, actnorm=config.actnorm,
-                                 permutation_seed=permutation, rngs=rngs)
+                                 permutation_key=permutation_key, rngs=rngs)
         self.n_params, self.n_times, self.n_outputs = int(n_params), int(n_times), int(n_outputs)
 
     def summarize(self, x: Float[Array, "... n_times n_outputs"]) -> Float[Array, "... summary_size"]:
@@ -313,14 +313,14 @@ class AmortizedPosterior(AbstractNetwork):
             raise ValueError(f"AmortizedPosterior: config must be a BayesFlowConfig; got {type(config).__name__}")
         simulator = check_simulator(simulator, "AmortizedPosterior")
         self._set(config=config, simulator=simulator, network=None, _space=simulator.parameters, _stats=None,
-                  training=None, _n_train=None, _fns={}, _permutation=0)
+                  training=None, _n_train=None, _fns={}, _permutation=None)
         self._freeze()
 
     def _blank(self) -> AmortizedPosterior:
         """An unfrozen copy of this (untrained) description for `fit` to fill."""
         new = object.__new__(type(self))
         new._set(config=self.config, simulator=self.simulator, network=None, _space=self._space, _stats=None,
-                 training=None, _n_train=None, _fns={}, _permutation=0)
+                 training=None, _n_train=None, _fns={}, _permutation=None)
         return new
 
     # --- properties ----------------------------------------------------------------------------
@@ -449,10 +449,9 @@ class AmortizedPosterior(AbstractNetwork):
                  "x_mean": np.asarray(x_scaler.mean, np.float64), "x_std": np.asarray(x_scaler.std, np.float64),
                  "x_min": trajectories.min(axis=(0, 1)), "x_max": trajectories.max(axis=(0, 1))}  # training range
         key_weights, key_permutation = jax.random.split(key)
-        permutation = int(jax.random.randint(key_permutation, (), 0, 2**31 - 1))
         network = PosteriorNetwork(space.n_params, trajectories.shape[1], trajectories.shape[2], self.config,
-                                   rngs=nnx.Rngs(key_weights), permutation=permutation)
-        self._set(_stats=stats, network=network, _permutation=permutation, _fns={})
+                                   rngs=nnx.Rngs(key_weights), permutation_key=key_permutation)
+        self._set(_stats=stats, network=network, _permutation=key_permutation, _fns={})
 
     def _normalised(self, thetas: np.ndarray, trajectories: np.ndarray) -> dict:
         theta_scaler, x_scaler = self._scalers()
@@ -675,7 +674,7 @@ class AmortizedPosterior(AbstractNetwork):
     def _extra(self) -> dict:
         return {"format": _FORMAT, "config": self.config.to_dict(), "parameters": self._space.table(),
                 "n_times": self.network.n_times, "n_outputs": self.network.n_outputs,
-                "permutation": self._permutation,
+                "permutation": np.asarray(jax.random.key_data(self._permutation)),  # the flow's fixed permutations
                 **{k: np.asarray(v, np.float64) for k, v in self._stats.items()}}
 
     def to_dict(self) -> dict:
@@ -713,11 +712,11 @@ class AmortizedPosterior(AbstractNetwork):
         space = ParameterSpace(Parameter(**p) for p in extra["parameters"])
         posterior = object.__new__(cls)
         posterior._set(config=config, simulator=None, _space=space, training=None, _n_train=extra.get("n_train"),
-                       _fns={}, _permutation=int(extra["permutation"]),
+                       _fns={}, _permutation=jax.random.wrap_key_data(np.asarray(extra["permutation"], np.uint32)),
                        _stats={k: np.asarray(extra[k], np.float64) for k in ("theta_mean", "theta_std", "x_mean",
                                                                              "x_std", "x_min", "x_max")})
         network = PosteriorNetwork(space.n_params, int(extra["n_times"]), int(extra["n_outputs"]), config,
-                                   rngs=nnx.Rngs(0), permutation=posterior._permutation)
+                                   rngs=nnx.Rngs(0), permutation_key=posterior._permutation)
         load_model(path, network)
         posterior._set(network=network)
         return posterior._freeze()

@@ -122,13 +122,14 @@ class CouplingFlow(nnx.Module):
         hidden: hidden layer widths of every coupling MLP.
         clamp: bound of the soft-clamped log-scales (1.9 as in BayesFlow / FrEIA).
         actnorm: put an `ActNorm` in front of every block.
-        permutation_seed: seeds the fixed permutations (the same seed, the same flow).
+        permutation_key: a ``jax.random`` key of the fixed permutations (the same key, the same
+            flow; None: ``jax.random.key(0)``). They are not weights: a saved flow keeps this key.
         activation: activation of the coupling MLPs.
         rngs: initial weights.
     """
 
     def __init__(self, n_params: int, n_context: int, *, n_blocks: int = 6, hidden: Sequence[int] = (128, 128),
-                 clamp: float = 1.9, actnorm: bool = False, permutation_seed: int = 0,
+                 clamp: float = 1.9, actnorm: bool = False, permutation_key: PRNGKeyArray | None = None,
                  activation: Callable[[Array], Array] = nnx.silu, rngs: nnx.Rngs):
         for name, value, low in (("n_params", n_params, 1), ("n_context", n_context, 1), ("n_blocks", n_blocks, 1)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -136,7 +137,8 @@ class CouplingFlow(nnx.Module):
         if not (np.isfinite(clamp) and clamp > 0):
             raise ValueError(f"CouplingFlow: clamp must be positive and finite; got {clamp!r}")
         self.n_params, self.n_context, self.n_blocks = int(n_params), int(n_context), int(n_blocks)
-        rng = np.random.default_rng(permutation_seed)
+        permutation_key = jax.random.key(0) if permutation_key is None else permutation_key
+        rng = np.random.default_rng(int(jax.random.randint(permutation_key, (), 0, 2**31 - 1)))
         n_first = self.n_params // 2
         couplings = []
         for _ in range(self.n_blocks):

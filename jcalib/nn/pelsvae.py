@@ -94,7 +94,7 @@ _LOG_SIGMA_RANGE = (-15.0, 5.0)
 """Clip of the networks' ``log σ`` (σ from 3e-7 to 150 in standardised units): keeps
 ``exp`` finite in float32 early in training; a trained latent stays far inside."""
 
-_FORMAT = "jcalib-pelsvae-1"
+_FORMAT = "jcalib-pelsvae-2"  # 2: the generation noise key
 
 
 def _default_training() -> TrainingConfig:
