@@ -1,6 +1,6 @@
 """What every sampler in `jcalib.bayes` shares: evaluating the target log π(θ) with failed
-solves mapped to a rejection, and turning the arguments of `sample` (a problem or a log density,
-the problem's start) into checked arrays. Private: the public entry points are
+solves mapped to a rejection, and turning the arguments of `sample` (a problem and its start)
+into checked arrays. Private: the public entry points are
 `jcalib.bayes.mala.sample` and the algorithm builders."""
 
 from __future__ import annotations

@@ -368,6 +368,9 @@ def dual_averaging_warmup(
         ``(states, factor, mean acceptance probability, totals)``: the chains after warm-up,
         the frozen factor exp(log s̄) (the averaged iterate), the mean over the warm-up of the
         chains' mean acceptance probability, and the per-chain sums of the info fields.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C during the warm-up (after the chunk that was running).
     """
     n_chains = jax.tree_util.tree_leaves(states)[0].shape[0]
     dtype = jnp.float64
@@ -385,6 +388,8 @@ def dual_averaging_warmup(
     init = WarmupState(states, dual_averaging_init(dtype), jnp.zeros((), dtype), totals)
     out = run(key, Algorithm(lambda s: s, step, True), init, int(n_steps), chunk_size=chunk_size,
               progress=progress, desc="warm-up", trace_fn=lambda state, info: None)
+    if out.status == "interrupted":
+        raise KeyboardInterrupt("dual_averaging_warmup: interrupted (the warm-up has no draws to return)")
     warm = out.state
     return warm.states, jnp.exp(warm.da.log_x_avg), warm.rate_sum / max(out.n_steps, 1), warm.totals
 

@@ -87,7 +87,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from jcalib.algorithm import Algorithm, run, vmap_chains
+from jcalib.algorithm import Algorithm, RunResult, run, vmap_chains
 from jcalib.bayes import hmc
 from jcalib.bayes._target import (
     _check_start,
@@ -363,7 +363,8 @@ def sample(
         `PosteriorResult`: samples by chain in internal and physical units, acceptance per
         chain, ESS, R-hat, MCSE, mean, sd, quantiles, the best sample, step sizes, and
         ``warnings`` (`jcalib.bayes.diagnostics.sampling_warnings`). ``extra["status"]`` is
-        `jcalib.algorithm.run`'s (``"interrupted"``: Ctrl-C, the finished chunks are kept). For
+        `jcalib.algorithm.run`'s (``"interrupted"``: Ctrl-C while sampling, the finished chunks
+        are kept; during warm-up or burn-in it raises KeyboardInterrupt). For
         HMC/NUTS, ``extra`` also holds the divergences per chain, ε and the inverse mass matrix.
 
     Raises:
@@ -397,56 +398,81 @@ def sample(
         target = 0.8 if target_acceptance is None else float(target_acceptance)
     key_pre, key_warm, key_burn, key_draw = jax.random.split(key, 4)
     setup = _adapt(key_pre, kernel, backend, problem, theta0_internal, preconditioner, step_sizes)
-    n_evaluations = setup.n_evaluations + int(n_chains)
     _, _, start_valid = _evaluate_batch(setup.logdensity_fn, setup.positions)
     _check_start(start_valid)
-    states = jax.vmap(setup.init)(setup.positions)
+    phases = _run_phases((key_warm, key_burn, key_draw), setup, kernel, n_steps, burn_in=burn_in, thin=thin,
+                         warmup=warmup, target=target, chunk_size=chunk_size, progress=progress)
+    return _posterior_result(problem, setup, phases, kernel, n_steps, burn_in=burn_in, thin=thin, warmup=warmup,
+                             target=target, start_time=start_time)
 
+
+class _Phases(NamedTuple):
+    """What the warm-up, burn-in and sampling runs give `_posterior_result`."""
+
+    out: RunResult  # the sampling run: trace (positions, log densities), status, (states, totals)
+    factor: float  # the adapted global step factor (1 without warm-up)
+    warm_mean: float | None  # mean acceptance probability of the warm-up
+    totals: tuple  # per-chain sums of the infos of each phase run (warm-up, burn-in, sampling)
+
+
+def _run_phases(keys, setup: _Setup, kernel: str, n_steps: int, *, burn_in: int, thin: int, warmup: int,
+                target: float, chunk_size: int | None, progress: bool) -> _Phases:
+    """Warm-up (`dual_averaging_warmup`), burn-in and sampling, each driven by `run` over the
+    vmapped chains; a Ctrl-C before the sampling phase has no draws to return and re-raises."""
+    key_warm, key_burn, key_draw = keys
+    states = jax.vmap(setup.init)(setup.positions)
     n_draws = int(n_steps) // int(thin)
     if chunk_size is None:
         chunk_size = -(-n_draws // 20) if progress else n_draws
-    steps_per_chunk = int(chunk_size) * int(thin)
-    factor, warm_mean = jnp.ones((), jnp.float64), None
-    warm_totals = None
+    steps = int(chunk_size) * int(thin)  # per compiled chunk
+    factor, warm_mean, totals = jnp.ones((), jnp.float64), None, []
     if warmup:
         states, factor, warm_mean, warm_totals = dual_averaging_warmup(
-            key_warm, setup.kernel, states, int(warmup), target, chunk_size=steps_per_chunk, progress=progress)
-    chains = vmap_chains(Algorithm(setup.init, lambda k, state: setup.kernel(k, state, factor), True))
-    counted = _with_totals(chains)
-    burn_totals = None
+            key_warm, setup.kernel, states, int(warmup), target, chunk_size=steps, progress=progress)
+        totals.append(warm_totals)
+        warm_mean = float(warm_mean)
+    counted = _with_totals(vmap_chains(Algorithm(setup.init, lambda k, state: setup.kernel(k, state, factor), True)))
     if burn_in:
-        out = run(key_burn, counted, (states, zero_totals(setup.kernel, states)), int(burn_in),
-                  chunk_size=steps_per_chunk, trace_fn=lambda state, info: None, progress=progress, desc="burn-in")
-        states, burn_totals = out.state
+        out = run(key_burn, counted, (states, zero_totals(setup.kernel, states)), int(burn_in), chunk_size=steps,
+                  trace_fn=lambda state, info: None, progress=progress, desc="burn-in")
+        if out.status == "interrupted":
+            raise KeyboardInterrupt("sample: interrupted during the burn-in (no draws yet)")
+        states = out.state[0]
+        totals.append(out.state[1])
     out = run(key_draw, counted, (states, zero_totals(setup.kernel, states)), int(n_steps), thin=int(thin),
-              chunk_size=steps_per_chunk, trace_fn=lambda state, info: (state[0].position, state[0].logdensity),
+              chunk_size=steps, trace_fn=lambda state, info: (state[0].position, state[0].logdensity),
               progress=progress, desc=f"{kernel} sampling")
-    states, totals = out.state
+    totals.append(out.state[1])
+    return _Phases(out, float(factor), warm_mean, tuple(jax.tree_util.tree_map(np.asarray, t) for t in totals))
+
+
+def _posterior_result(problem, setup: _Setup, phases: _Phases, kernel: str, n_steps: int, *, burn_in: int,
+                      thin: int, warmup: int, target: float, start_time: float) -> PosteriorResult:
+    """The draws and diagnostics of the sampling run as a `PosteriorResult`."""
+    out, factor, totals = phases.out, phases.factor, phases.totals[-1]
     positions, logdensity = (np.asarray(x) for x in out.trace)
     if setup.to_theta is not None:
         positions = np.asarray(setup.to_theta(jnp.asarray(positions)))
-    n_counted = max(out.n_steps, 1)
-    totals = jax.tree_util.tree_map(np.asarray, totals)
     samples_internal = np.swapaxes(positions, 0, 1)  # (n_chains, n_draws, n)
-    factor = float(factor)
+    n_chains = samples_internal.shape[0]
+    n_counted = max(out.n_steps, 1)
+    n_all = (int(warmup) + int(burn_in) + out.n_steps) * n_chains  # transitions of all chains
     extra = dict(setup.extra)
     extra.update({"status": out.status, "target_acceptance": target, "step_size_factor": factor,
                   "mean_acceptance_probability": totals.acceptance_rate / n_counted,
-                  "warmup_acceptance_mean": float(warm_mean) if warmup else None})
-    phases = [t for t in (warm_totals, burn_totals, totals) if t is not None]
+                  "warmup_acceptance_mean": phases.warm_mean})
+    n_evaluations = setup.n_evaluations + n_chains  # adaptation and the starts
     if kernel == "mala":
         extra["invalid_proposal_rate"] = (n_counted - totals.is_valid) / n_counted
-        n_evaluations += (int(warmup) + int(burn_in) + out.n_steps) * int(n_chains)
+        n_evaluations += n_all
         step_diag = setup.step_diagonal * factor
     else:
-        n_integration = float(sum(np.sum(np.asarray(t.num_integration_steps)) for t in phases))
+        n_integration = float(sum(np.sum(t.num_integration_steps) for t in phases.totals))
         n_evaluations += int(n_integration)
         eps = setup.step_size * factor
         extra.update({"step_size": eps, "divergences": totals.is_divergent.astype(int),
-                      "mean_integration_steps": n_integration
-                      / max((int(warmup) + int(burn_in) + out.n_steps) * int(n_chains), 1)})
-        step_diag = eps**2 * setup.step_diagonal / 2.0  # the MALA-equivalent diagonal: one leapfrog step is MALA
-        # with ε²M⁻¹/2
+                      "mean_integration_steps": n_integration / max(n_all, 1)})
+        step_diag = eps**2 * setup.step_diagonal / 2.0  # MALA-equivalent: one leapfrog step is MALA with ε²M⁻¹/2
     space = problem.space
     return PosteriorResult.from_chains(
         samples_internal, np.swapaxes(logdensity, 0, 1), totals.is_accepted / n_counted,

@@ -176,3 +176,43 @@ def test_bad_start_and_strategies():
         Laplace(rel_step=2)
     with pytest.raises(ValueError, match=re.escape("Laplace: max_sd must be a positive number or None")):
         Laplace(max_sd=-1.0)
+
+
+def _interrupt_on(monkeypatch, n):
+    """Ctrl-C at the ``n``-th compiled chunk of `jcalib.algorithm.run` (counted over all runs)."""
+    import jcalib.algorithm as algorithm
+
+    calls, real = {"n": 0}, algorithm._compiled_chunk
+
+    def patched(*args):
+        chunk = real(*args)
+
+        def wrapped(key, carry, length):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt
+            return chunk(key, carry, length)
+
+        return wrapped
+
+    monkeypatch.setattr(algorithm, "_compiled_chunk", patched)
+
+
+def test_interrupted_sampling_keeps_the_finished_chunks(monkeypatch):
+    """`sample` reports run's status: Ctrl-C in the sampling phase keeps the finished chunks (the
+    same draws as the full run); during the burn-in or warm-up there is nothing to keep."""
+    kwargs = dict(n_chains=2, kernel="hmc", preconditioner=DenseMetric(COV), chunk_size=10)
+    with pytest.warns(SamplingWarning):  # 2 x 40 draws: bulk ESS below 100
+        full = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **kwargs)
+    _interrupt_on(monkeypatch, 3)
+    with pytest.warns(SamplingWarning):
+        cut = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **kwargs)
+    assert full.extra["status"] == "completed" and cut.extra["status"] == "interrupted"
+    assert cut.n_draws == 20
+    np.testing.assert_array_equal(cut.samples, full.samples[:, :20])
+    _interrupt_on(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt, match="interrupted during the burn-in"):
+        mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
+    _interrupt_on(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt, match="dual_averaging_warmup: interrupted"):
+        mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, warmup=10, **kwargs)
