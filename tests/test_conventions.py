@@ -10,7 +10,7 @@ Every public function, class and public method defined in a public jcalib module
   ``max_steps`` / ``n_steps`` (not ``max_iterations``, ``max_iter``, ``maxiter``, ``max_nfev``,
   ``max_generations``, ``n_generations``, ``n_iterations``);
 - one type per argument: no parameter named ``<a>_or_<b>`` (a union of two kinds of input);
-- no clashing names: a public name exported by two jcalib modules refers to one object.
+- no clashing names: a public class or function name exported by two jcalib modules is one object.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def test_a_public_name_means_one_thing():
     for module in _public_modules():
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name)
-            if inspect.ismodule(obj):
-                continue
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue  # per-model constants (OBSERVATION_TIMES, CONSTANTS) are data of their module
             owners.setdefault(name, {})[id(obj)] = module.__name__
     clashes = {name: sorted(where.values()) for name, where in owners.items() if len(where) > 1}
     assert not clashes, clashes
