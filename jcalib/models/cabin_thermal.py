@@ -417,27 +417,19 @@ def cabin_thermal(
     atol = check_number("cabin_thermal", "atol", atol, 1e-14, 1.0)
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"cabin_thermal: max_steps must be a positive integer; got {max_steps!r}")
-    one = "-"
+    def factor(name, lower=0.5, upper=1.5):  # a dimensionless correction factor, nominal 1
+        return Parameter(name, 1.0, lower, upper, "-")
+
     space = ParameterSpace([
-        Parameter("CF_alpha_internal", 1.0, 0.5, 1.5, one),
-        Parameter("CF_alpha_external", 1.0, 0.5, 1.5, one),
-        Parameter("CF_hull_insulation", 1.0, 0.5, 1.5, one),
-        Parameter("CF_hull_capacity", 1.0, 0.5, 1.5, one),
-        Parameter("CF_airExchangeFBT", 1.0, 0.5, 1.5, one),
-        Parameter("CF_airExchangeRBT", 1.0, 0.5, 1.5, one),
-        Parameter("CF_airExchangeTFR", 1.0, 0.5, 1.5, one),
-        Parameter("CF_airExchangeBFR", 1.0, 0.5, 1.5, one),
-        Parameter("CF_airExchangeLR", 1.0, 0.5, 1.5, one),
+        *map(factor, ("CF_alpha_internal", "CF_alpha_external", "CF_hull_insulation", "CF_hull_capacity",
+                      "CF_airExchangeFBT", "CF_airExchangeRBT", "CF_airExchangeTFR", "CF_airExchangeBFR",
+                      "CF_airExchangeLR")),
         Parameter("A_internal_mass", 4.0, 2.0, 6.0, "m^2"),
-        Parameter("CF_alpha_mass", 1.0, 0.5, 1.5, one),
-        Parameter("CF_v_air_mass", 1.0, 0.5, 1.5, one),
-        Parameter("CF_zeta_dash", 1.0, 0.5, 1.5, one),
-        Parameter("CF_zeta_foot", 1.0, 0.5, 1.5, one),
-        Parameter("CF_zeta_rear", 1.0, 0.5, 1.5, one),
-        Parameter("ratioBottomUp", 0.5, 0.2, 0.8, one),
-        Parameter("ratioFrontRear", 0.65, 0.4, 0.9, one),
-        Parameter("CF_coolDown", 1.0, 0.8, 1.2, one),
-        Parameter("CF_heatUp", 1.0, 0.8, 1.2, one),
+        *map(factor, ("CF_alpha_mass", "CF_v_air_mass", "CF_zeta_dash", "CF_zeta_foot", "CF_zeta_rear")),
+        Parameter("ratioBottomUp", 0.5, 0.2, 0.8, "-"),
+        Parameter("ratioFrontRear", 0.65, 0.4, 0.9, "-"),
+        factor("CF_coolDown", 0.8, 1.2),
+        factor("CF_heatUp", 0.8, 1.2),
     ])
     assert space.names == tuple(_P)
     # the solver steps to one ulp before each switch and restarts one ulp after it
