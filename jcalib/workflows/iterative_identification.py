@@ -216,7 +216,20 @@ class IdentificationConfig:
 
 
 # --- results --------------------------------------------------------------------------------------
-class IdentificationStep(eqx.Module):
+class _Estimates(eqx.Module):
+    """The per-parameter fields a step and the whole result share (see their docstrings)."""
+
+    estimate: np.ndarray
+    sd: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    normalized_sd: np.ndarray
+    truth: np.ndarray | None
+    relative_error: np.ndarray | None
+    covered: np.ndarray | None
+
+
+class IdentificationStep(_Estimates):
     """One step of Algorithm 3 (one row of the paper's Fig. 6).
 
     Attributes:
@@ -257,14 +270,6 @@ class IdentificationStep(eqx.Module):
     trial_r2: dict
     kept: tuple[str, ...]
     fallback: bool
-    estimate: np.ndarray
-    sd: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    normalized_sd: np.ndarray
-    truth: np.ndarray | None
-    relative_error: np.ndarray | None
-    covered: np.ndarray | None
     validation: dict
     val_truth: np.ndarray
     val_estimate: np.ndarray
@@ -291,7 +296,7 @@ class IdentificationStep(eqx.Module):
         return to_jsonable(d)
 
 
-class IdentificationResult(eqx.Module):
+class IdentificationResult(_Estimates):
     """All parameters identified by `iterative_identification` (or `one_shot_identification`).
 
     Attributes:
@@ -320,14 +325,6 @@ class IdentificationResult(eqx.Module):
     method: str
     names: tuple[str, ...]
     bounds: np.ndarray
-    estimate: np.ndarray
-    sd: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    normalized_sd: np.ndarray
-    truth: np.ndarray | None
-    relative_error: np.ndarray | None
-    covered: np.ndarray | None
     mean_relative_error: float | None
     n_covered: int | None
     output_mae: float
@@ -422,12 +419,8 @@ def iterative_identification(key: PRNGKeyArray, model: AbstractSimulator, observ
             length or outside the bounds; ``regenerate_observation`` without a truth; a
             surrogate of other parameters, outputs or times.
     """
-    config = IdentificationConfig() if config is None else config
-    if not isinstance(config, IdentificationConfig):
-        raise ValueError(f"iterative_identification: config must be an IdentificationConfig; got "
-                         f"{type(config).__name__}")
     start = time.perf_counter()
-    setup = _prepare(key, model, observation, data, val, truth, config, "iterative_identification")
+    setup, config = _prepare(key, model, observation, data, val, truth, config, "iterative_identification")
     space = model.parameters
     names = space.names
     durations = dict(setup.durations)
@@ -483,12 +476,8 @@ def one_shot_identification(key: PRNGKeyArray, model: AbstractSimulator, observa
     Same arguments, metrics and result as `iterative_identification` (one step, no Sobol'
     selection, no trial, no generated data); ``config.posterior`` sets the network.
     """
-    config = IdentificationConfig() if config is None else config
-    if not isinstance(config, IdentificationConfig):
-        raise ValueError(f"one_shot_identification: config must be an IdentificationConfig; got "
-                         f"{type(config).__name__}")
     start = time.perf_counter()
-    setup = _prepare(key, model, observation, data, val, truth, config, "one_shot_identification")
+    setup, config = _prepare(key, model, observation, data, val, truth, config, "one_shot_identification")
     durations = dict(setup.durations)
     t0 = time.perf_counter()
     step = _step(jax.random.fold_in(setup.key, 1), 1, model, model, "model", setup, {}, model.parameters.names,
@@ -514,9 +503,12 @@ class _Setup:
     durations: dict
 
 
-def _prepare(key, model, observation, data, val, truth, config, where) -> _Setup:
-    """Checks of the step-1 data and of the observation (as an array)."""
+def _prepare(key, model, observation, data, val, truth, config, where) -> tuple[_Setup, IdentificationConfig]:
+    """Checks of the configuration (None: the defaults), the step-1 data and the observation (as an array)."""
     start = time.perf_counter()
+    config = IdentificationConfig() if config is None else config
+    if not isinstance(config, IdentificationConfig):
+        raise ValueError(f"{where}: config must be an IdentificationConfig; got {type(config).__name__}")
     check_simulator(model, where, "model")
     if not jax.config.jax_enable_x64:
         raise ValueError(f"{where} needs float64 simulations: call jax.config.update('jax_enable_x64', True) first")
@@ -534,9 +526,10 @@ def _prepare(key, model, observation, data, val, truth, config, where) -> _Setup
                                                       for pool, what in ((data, "data"), (val, "val")))
     if not config.allow_outside_training_range:
         _check_training_range(model, obs, train_xs, config.noise_sigma, where)
-    return _Setup(key=run_key, observation=obs, truth=truth_vec, train_thetas=train_thetas, train_xs=train_xs,
-                  val_thetas=val_thetas, val_xs=val_xs, noise_key=noise_key, n_model=n_model,
-                  durations={"data_s": time.perf_counter() - start})
+    setup = _Setup(key=run_key, observation=obs, truth=truth_vec, train_thetas=train_thetas, train_xs=train_xs,
+                   val_thetas=val_thetas, val_xs=val_xs, noise_key=noise_key, n_model=n_model,
+                   durations={"data_s": time.perf_counter() - start})
+    return setup, config
 
 
 def _surrogate(key, model, surrogate, setup: _Setup, config: IdentificationConfig):
