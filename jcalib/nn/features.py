@@ -483,7 +483,7 @@ class FeatureExtractor(eqx.Module):
         ts: Float[ArrayLike, " n_times"],
         *,
         n_outputs: int | None = None,
-        training_signals: Float[ArrayLike, "n n_times n_outputs"] | None = None,
+        training_trajectories: Float[ArrayLike, "n n_times n_outputs"] | None = None,
         stride: int | Sequence[int] | None = None,
         bins: Sequence[int] | None = None,
         f_max: float | None = None,
@@ -498,8 +498,8 @@ class FeatureExtractor(eqx.Module):
         Args:
             kind: one of `FEATURE_TYPES`.
             ts: sample times ``(n_times,)``.
-            n_outputs: outputs per signal (default: from ``training_signals``).
-            training_signals: ``(n, n_times, n_outputs)``; needed for data-driven settings
+            n_outputs: outputs per signal (default: from ``training_trajectories``).
+            training_trajectories: ``(n, n_times, n_outputs)``; needed for data-driven settings
                 (``n_extrema=None`` for TE; ``n_bins`` / ``threshold`` for the FBoI kinds).
             stride: TS kinds: a stride or explicit sample indices (default 1 for TS-dense,
                 ``max(1, n_times // 17)`` for TS-sparse: the paper's 17 samples per output,
@@ -508,7 +508,7 @@ class FeatureExtractor(eqx.Module):
                 ``f_min``), ``n_bins``, ``threshold`` (`frequency_bins_of_interest`). Without
                 any of them, ``threshold=0.1`` on the training signals.
             n_extrema: TE: ``n_TE`` for all outputs or per output; None: the fewest qualified
-                extrema found per output over ``training_signals`` (the paper's rule), at
+                extrema found per output over ``training_trajectories`` (the paper's rule), at
                 least 1.
             prominence: TE: minimum peak prominence fraction (0.15, eq. 16).
 
@@ -522,19 +522,19 @@ class FeatureExtractor(eqx.Module):
         if ts.ndim != 1 or ts.size < 3 or not np.all(np.isfinite(ts)) or np.any(np.diff(ts) <= 0):
             raise ValueError(f"FeatureExtractor: ts must be increasing finite times, at least 3; got shape {ts.shape}")
         x_train = None
-        if training_signals is not None:
-            x_train = np.asarray(training_signals, dtype=np.float64)
+        if training_trajectories is not None:
+            x_train = np.asarray(training_trajectories, dtype=np.float64)
             if x_train.ndim != 3 or x_train.shape[1] != ts.size or x_train.shape[0] < 1:
-                raise ValueError(f"FeatureExtractor: training_signals must have shape (n, n_times = {ts.size}, "
+                raise ValueError(f"FeatureExtractor: training_trajectories must have shape (n, n_times = {ts.size}, "
                                  f"n_outputs); got {x_train.shape}")
             if not np.all(np.isfinite(x_train)):
-                raise ValueError("FeatureExtractor: training_signals contain NaN or inf; drop failed simulations")
+                raise ValueError("FeatureExtractor: training_trajectories contain NaN or inf; drop failed simulations")
             if n_outputs is not None and n_outputs != x_train.shape[2]:
-                raise ValueError(f"FeatureExtractor: n_outputs = {n_outputs} but training_signals have "
+                raise ValueError(f"FeatureExtractor: n_outputs = {n_outputs} but training_trajectories have "
                                  f"{x_train.shape[2]} outputs")
             n_outputs = x_train.shape[2]
         if n_outputs is None:
-            raise ValueError("FeatureExtractor: pass n_outputs or training_signals")
+            raise ValueError("FeatureExtractor: pass n_outputs or training_trajectories")
         if not isinstance(n_outputs, (int, np.integer)) or n_outputs < 1:
             raise ValueError(f"FeatureExtractor: n_outputs must be a positive integer; got {n_outputs!r}")
         settings = {"stride": stride, "bins": bins, "f_max": f_max, "n_bins": n_bins, "threshold": threshold,
@@ -555,7 +555,7 @@ class FeatureExtractor(eqx.Module):
                 raise ValueError(f"FeatureExtractor: prominence is a fraction in [0, 1); got {prominence!r}")
             if n_extrema is None:
                 if x_train is None:
-                    raise ValueError("FeatureExtractor: TE features need n_extrema or training_signals (to take "
+                    raise ValueError("FeatureExtractor: TE features need n_extrema or training_trajectories (to take "
                                      "the fewest extrema per output, as in the paper)")
                 _, found = _time_extrema_jit(jnp.asarray(ts), jnp.asarray(x_train), (1,) * int(n_outputs),
                                          float(prominence), True)
@@ -569,7 +569,7 @@ class FeatureExtractor(eqx.Module):
                 if f_max is None and n_bins is None and threshold is None:
                     threshold = 0.1
                 if f_max is None and x_train is None:
-                    raise ValueError(f"FeatureExtractor: {kind} features need bins=, f_max= or training_signals "
+                    raise ValueError(f"FeatureExtractor: {kind} features need bins=, f_max= or training_trajectories "
                                      "(for the n_bins / threshold rules)")
                 bins = frequency_bins_of_interest(ts, x_train, f_max=f_max, f_min=f_min, n_bins=n_bins,
                                                   threshold=threshold)

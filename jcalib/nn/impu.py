@@ -280,7 +280,7 @@ class InverseMapping(AbstractNetwork):
         weights and the training loop's shuffling.
         """
         start = time.perf_counter()
-        extractor = FeatureExtractor.create(self.config.feature, self.ts, training_signals=trajectories,
+        extractor = FeatureExtractor.create(self.config.feature, self.ts, training_trajectories=trajectories,
                                             **self._options)
         psi = np.asarray(extractor(trajectories), np.float32)
         feature_scaler = MinMaxScaler.fit(psi)

@@ -129,7 +129,7 @@ def test_frequency_bins_of_interest():
     np.testing.assert_array_equal(frequency_bins_of_interest(TS, x, n_bins=2, include_dc=False), [3, 10])
     np.testing.assert_array_equal(frequency_bins_of_interest(TS, x, threshold=0.9), [0, 3])
     np.testing.assert_array_equal(frequency_bins_of_interest(TS, x, threshold=0.2), [0, 3, 10])
-    extractor = FeatureExtractor.create("RI-FBoI", TS, training_signals=x, n_bins=3)
+    extractor = FeatureExtractor.create("RI-FBoI", TS, training_trajectories=x, n_bins=3)
     assert extractor.bins == (0, 3, 10) and extractor.n_features == 5
     np.testing.assert_allclose(extractor.frequencies, [0.0, 1.5, 5.0])
 
@@ -139,7 +139,7 @@ def test_extractor_jit_vmap_consistency_and_round_trip(kind):
     rng = np.random.default_rng(3)
     xs = np.stack([two_outputs(rng, 0.01) for _ in range(5)])
     options = {"f_max": 4.0} if kind.endswith("FBoI") else {}
-    extractor = FeatureExtractor.create(kind, TS, training_signals=xs, **options)
+    extractor = FeatureExtractor.create(kind, TS, training_trajectories=xs, **options)
     batch = np.asarray(extractor(xs))
     assert batch.shape == (5, extractor.n_features)
     assert len(extractor.labels(["a", "b"])) == extractor.n_features
@@ -156,7 +156,7 @@ def test_extractor_jit_vmap_consistency_and_round_trip(kind):
 def test_extractor_settings_from_training_data():
     rng = np.random.default_rng(4)
     xs = np.stack([two_outputs(rng, 0.01) for _ in range(8)])
-    extractor = FeatureExtractor.create("TE", TS, training_signals=xs)
+    extractor = FeatureExtractor.create("TE", TS, training_trajectories=xs)
     counts = np.asarray(time_extrema(TS, xs, 1, return_count=True)[1])
     assert extractor.n_extrema == tuple(int(c) for c in counts.min(axis=0))  # the paper's n_TE rule
     assert FeatureExtractor.create("TS-sparse", TS, n_outputs=2).indices == tuple(range(14, 256, 15))
@@ -173,9 +173,9 @@ def test_bad_input():
         extractor(np.zeros((N, 3)))
     with pytest.raises(ValueError, match="do not apply to 'TS-dense'"):
         FeatureExtractor.create("TS-dense", TS, n_outputs=2, f_max=4.0)
-    with pytest.raises(ValueError, match="need n_extrema or training_signals"):
+    with pytest.raises(ValueError, match="need n_extrema or training_trajectories"):
         FeatureExtractor.create("TE", TS, n_outputs=2)
-    with pytest.raises(ValueError, match="pass n_outputs or training_signals"):
+    with pytest.raises(ValueError, match="pass n_outputs or training_trajectories"):
         FeatureExtractor.create("RI", TS)
     with pytest.raises(ValueError, match="exactly one of f_max, n_bins, threshold"):
         frequency_bins_of_interest(TS, x[None], f_max=4.0, n_bins=3)
@@ -200,4 +200,4 @@ def test_bad_input():
     with pytest.raises(ValueError, match="prominence"):
         time_extrema(TS, x, 2, prominence=1.5)
     with pytest.raises(ValueError, match="contain NaN"):
-        FeatureExtractor.create("TE", TS, training_signals=np.full((2, N, 2), np.nan))
+        FeatureExtractor.create("TE", TS, training_trajectories=np.full((2, N, 2), np.nan))
