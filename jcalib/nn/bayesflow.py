@@ -36,8 +36,8 @@ outside it (`TRAINING_RANGE_MARGIN`) gets an `OutsideTrainingRangeWarning`.
 
 The prior. The posterior is amortized over the distribution of the training ``θ``: `fit`
 learns the posterior under whatever prior the ``thetas`` were drawn from; `fit_online` draws
-them with ``model.parameters.sample`` (uniform in the internal coordinate, i.e. log-uniform
-for log-scale parameters).
+them with `simulate_training_set`'s ``sampler`` (default ``simulator.parameters.sample``: uniform in
+the internal coordinate, i.e. log-uniform for log-scale parameters).
 
 Example:
     >>> from jcalib.model import FunctionSimulator

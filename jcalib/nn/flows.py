@@ -11,7 +11,7 @@ with a chain of ``n_blocks`` blocks, each (in the forward direction θ -> z)
    (identity at construction; `CouplingFlow.initialize_actnorm` sets them from a batch so
    each block's input has zero mean and unit variance, as in Glow; no batch statistics
    are used afterwards, so inference is deterministic);
-2. a fixed, seeded **permutation** of the dimensions followed by a split into halves
+2. a fixed **permutation** of the dimensions (drawn from ``permutation_key``) followed by a split into halves
    ``(x1, x2)``, realised as a mask (``x1`` = the first ``n_params // 2`` permuted
    dimensions). Masking with the permuted split is the same map as permuting, splitting
    and permuting back, without moving data;

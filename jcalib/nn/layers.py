@@ -1,6 +1,6 @@
 """Building blocks of jcalib's networks: MLPs, LSTM/GRU sequence encoders and scalers.
 
-Networks are flax nnx modules built with ``rngs=nnx.Rngs(seed)`` and run in float32 (inputs
+Networks are flax nnx modules built with ``rngs=nnx.Rngs(key)`` (the key given to ``fit``) and run in float32 (inputs
 are cast, so float64 callers need no conversion).
 Scalers are frozen pytrees holding their statistics, so they are saved with the weights
 (``to_dict`` / ``from_dict``) and a reloaded network reproduces its predictions.
