@@ -24,10 +24,11 @@ using inverse mapping models and transient-based features", Sec. 2-4:
   error (eq. 21) and the largest absolute relative error per parameter (`NetworkMetrics`).
 
 Defaults (paper, Sec. 4.1.3): 1,000 Latin-hypercube training samples and 1,000 uniform
-validation samples (arguments of `fit`), Adam (learning rate 1e-3, the Keras default), at
-most 200 epochs of batches of 50, early stopping after 40 epochs without improvement, two
-hidden ReLU layers. The paper's Table 4 (the layer widths) is not available to us: the
-default ``hidden=(64, 64)`` is **chosen here** (see `DEFAULT_HIDDEN`).
+validation samples (`simulate_training_set` with ``sampler="lhs"`` and ``"uniform"``), Adam
+(learning rate 1e-3, the Keras default), at most 200 epochs of batches of 50, early stopping
+after 40 epochs without improvement, two hidden ReLU layers. The paper's Table 4 (the layer
+widths) is not available to us: the default ``hidden=(64, 64)`` is **chosen here** (see
+`DEFAULT_HIDDEN`).
 
 Measurement noise: `paper_noise` gives the paper's noise from the model's ``impu_settings()``
 (rigid_double_beam: additive Gaussian, σ = 2e-4 m on y1 and 2e-2 rad on y2; roll_plane: 1 % of
