@@ -9,9 +9,9 @@ The log-normal *likelihood* is `jcalib.probability.LogNormalLikelihood` (or ``li
 
 from jcalib.bayes.adaptation import (
     DualAveragingState,
+    dual_averaging_algorithm,
     dual_averaging_init,
     dual_averaging_update,
-    dual_averaging_warmup,
     prior_prescaling,
 )
 from jcalib.bayes.diagnostics import (
@@ -73,7 +73,7 @@ __all__ = [
     "RelativeGaussian", "Uniform", "bind_priors", "expand_draws", "get_likelihood", "output_bands",
     "prediction_bands",
     "AbstractPreconditioner", "DenseMetric", "DualAveragingState", "KERNELS", "Laplace", "Prescaled",
-    "dual_averaging_init", "dual_averaging_update", "dual_averaging_warmup", "prior_prescaling",
+    "dual_averaging_init", "dual_averaging_update", "dual_averaging_algorithm", "prior_prescaling",
     "HMCInfo", "hmc_algorithm", "nuts_algorithm", "mala_algorithm",
     "ChainDiagnostics", "MALAInfo", "MALAState", "PosteriorResult", "Prescaling",
     "SamplingWarning", "sampling_warnings",

@@ -5,8 +5,9 @@ the samplers themselves (as blackjax keeps `window_adaptation` apart from its ke
   mean step lengths τ_i, a fraction of each parameter's prior range, and posterior-weighted
   mean gradients over 100 random draws give P_ii (eq. A26).
 - Dual averaging of a global step-size factor towards a target acceptance rate
-  (`dual_averaging_init`, `dual_averaging_update`; Hoffman & Gelman 2014, Alg. 5), used by the
-  warm-up of `jcalib.bayes.mala.sample` and of the HMC/NUTS samplers (`jcalib.bayes.hmc`).
+  (`dual_averaging_init`, `dual_averaging_update`; Hoffman & Gelman 2014, Alg. 5) and
+  `dual_averaging_algorithm`, the chains of any kernel with that warm-up in front (the
+  warm-up of `jcalib.bayes.mala.sample` for MALA, HMC and NUTS).
 - `laplace_covariance`: C = (-∇²log π)⁻¹ at a point (the Laplace approximation), the dense
   preconditioner of MALA and the inverse mass matrix of HMC/NUTS. It works for every likelihood
   and prior, sampled noise levels included:
@@ -38,7 +39,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from jcalib._precision import as_float64
-from jcalib.algorithm import Algorithm, run
+from jcalib.algorithm import Algorithm
 from jcalib.bayes._target import _evaluate_batch, _positive, _resolve_bounds, problem_logdensity
 from jcalib.parameters import ParameterSpace
 from jcalib.problem import CalibrationProblem
@@ -46,15 +47,14 @@ from jcalib.problem import CalibrationProblem
 __all__ = [
     "DualAveragingState",
     "Prescaling",
-    "WarmupState",
-    "dual_averaging_warmup",
+    "AdaptiveState",
+    "dual_averaging_algorithm",
     "dual_averaging_init",
     "dual_averaging_update",
     "laplace_covariance",
     "prescaling",
     "prior_prescaling",
     "step_sizes",
-    "zero_totals",
 ]
 
 _N_PRESCALING_DRAWS = 100  # Wulkow 2021, Appendix A.2 step 2: "we always used n = 100"
@@ -331,79 +331,71 @@ def dual_averaging_init(dtype) -> DualAveragingState:
     return DualAveragingState(zero, zero, zero + 1.0, zero, zero + math.log(10.0))
 
 
-class WarmupState(NamedTuple):
-    """The state of `dual_averaging_warmup`: the chains, the dual averaging of the global
-    factor s, the summed mean acceptance probabilities and the per-chain sums of the infos."""
+class AdaptiveState(NamedTuple):
+    """The state of `dual_averaging_algorithm`.
+
+    Attributes:
+        states: the chains' states (leading axis: the chains).
+        da: the dual averaging of log s, the global step factor (frozen after the warm-up).
+        rate_sum: the summed mean acceptance probability of the warm-up steps.
+        totals: per-phase, per-chain sums of the kernel's info fields, leading axes
+            ``(3, n_chains)``: warm-up, burn-in, sampling.
+        step: steps taken.
+    """
 
     states: Any
     da: DualAveragingState
     rate_sum: Float[Array, ""]
     totals: Any
+    step: Int[Array, ""]
 
 
-def dual_averaging_warmup(
-    key: PRNGKeyArray,
-    kernel: Callable,
-    states,
-    n_steps: int,
-    target_acceptance: float,
-    *,
-    chunk_size: int | None = None,
-    progress: bool = False,
-) -> tuple[Any, Float[Array, ""], Float[Array, ""], Any]:
-    """Adapt a global factor s of a kernel's step by dual averaging over ``n_steps`` warm-up
-    steps of all chains, driven by `jcalib.algorithm.run`.
+def dual_averaging_algorithm(init: Callable, kernel: Callable, n_warmup: int, target_acceptance: float,
+                             n_burn_in: int = 0) -> Algorithm:
+    """Chains whose first ``n_warmup`` steps adapt a global step factor s by dual averaging of
+    the chains' mean acceptance probability towards ``target_acceptance`` (Hoffman & Gelman
+    2014), and whose later steps use the frozen averaged factor s̄, so that the steps after the
+    warm-up are a fixed, valid Markov chain. One `jcalib.algorithm.Algorithm` for warm-up,
+    burn-in and sampling: `jcalib.algorithm.run` compiles the kernel (a model solve and its
+    gradient) once for all three.
 
     Args:
-        key: a ``jax.random`` key; step t of chain c uses ``split(fold_in(key, t), n_chains)[c]``.
-        kernel: ``kernel(key, state, factor) -> (state, info)`` of one chain, ``info`` with
-            an ``acceptance_rate`` field; ``factor`` multiplies the kernel's base step.
-        states: the chains' states (a batch, leading axis the chains).
-        n_steps: warm-up steps (> 0).
-        target_acceptance: the target of the chains' mean acceptance probability.
-        chunk_size: steps per compiled chunk (progress bar updates).
-        progress: show a progress bar.
+        init: ``init(position) -> state`` of one chain.
+        kernel: ``kernel(key, state, factor) -> (state, info)`` of one chain, ``info`` with an
+            ``acceptance_rate`` field; ``factor`` multiplies the kernel's base step.
+        n_warmup: adapting steps (0: s = 1 throughout).
+        target_acceptance: the target in (0, 1).
+        n_burn_in: steps after the warm-up counted as burn-in in ``AdaptiveState.totals``.
 
     Returns:
-        ``(states, factor, mean acceptance probability, totals)``: the chains after warm-up,
-        the frozen factor exp(log s̄) (the averaged iterate), the mean over the warm-up of the
-        chains' mean acceptance probability, and the per-chain sums of the info fields.
-
-    Raises:
-        KeyboardInterrupt: Ctrl-C during the warm-up (after the chunk that was running).
+        ``init(positions (n_chains, n)) -> AdaptiveState``; ``step(key, state)`` splits ``key``
+        over the chains; the factor of the sampling steps is ``exp(state.da.log_x_avg)``
+        (1 without warm-up).
     """
-    n_chains = jax.tree_util.tree_leaves(states)[0].shape[0]
-    dtype = jnp.float64
+    n_warmup, n_burn_in = int(n_warmup), int(n_burn_in)
 
-    def step(key, warm: WarmupState):
-        factor = jnp.exp(warm.da.log_x)
-        keys = jax.random.split(key, n_chains)
-        new, info = jax.vmap(kernel, in_axes=(0, 0, None))(keys, warm.states, factor)
+    def init_all(positions):
+        states = jax.vmap(init)(positions)
+        one = jax.tree_util.tree_map(lambda a: a[0], states)
+        info = jax.eval_shape(lambda s: kernel(jax.random.key(0), s, jnp.ones((), jnp.float64))[1], one)
+        n_chains = positions.shape[0]
+        totals = jax.tree_util.tree_map(lambda x: jnp.zeros((3, n_chains, *x.shape), jnp.float64), info)
+        zero = jnp.zeros((), jnp.float64)
+        return AdaptiveState(states, dual_averaging_init(jnp.float64), zero, totals, jnp.zeros((), jnp.int32))
+
+    def step(key, state: AdaptiveState):
+        warm = state.step < n_warmup
+        factor = jnp.exp(jnp.where(warm, state.da.log_x, state.da.log_x_avg))
+        n_chains = jax.tree_util.tree_leaves(state.states)[0].shape[0]
+        states, info = jax.vmap(kernel, in_axes=(0, 0, None))(jax.random.split(key, n_chains), state.states, factor)
         rate = jnp.mean(info.acceptance_rate)
-        totals = _add_info(warm.totals, info)
-        return WarmupState(new, dual_averaging_update(warm.da, target_acceptance, rate), warm.rate_sum + rate,
-                           totals), None
+        da = jax.tree_util.tree_map(lambda new, old: jnp.where(warm, new, old),
+                                    dual_averaging_update(state.da, target_acceptance, rate), state.da)
+        phase = (state.step >= n_warmup).astype(jnp.int32) + (state.step >= n_warmup + n_burn_in).astype(jnp.int32)
+        totals = jax.tree_util.tree_map(lambda t, x: t.at[phase].add(x.astype(t.dtype)), state.totals, info)
+        return AdaptiveState(states, da, state.rate_sum + jnp.where(warm, rate, 0.0), totals, state.step + 1), info
 
-    totals = zero_totals(kernel, states)
-    init = WarmupState(states, dual_averaging_init(dtype), jnp.zeros((), dtype), totals)
-    out = run(key, Algorithm(lambda s: s, step, True), init, int(n_steps), chunk_size=chunk_size,
-              progress=progress, desc="warm-up", trace_fn=lambda state, info: None)
-    if out.status == "interrupted":
-        raise KeyboardInterrupt("dual_averaging_warmup: interrupted (the warm-up has no draws to return)")
-    warm = out.state
-    return warm.states, jnp.exp(warm.da.log_x_avg), warm.rate_sum / max(out.n_steps, 1), warm.totals
-
-
-def zero_totals(kernel: Callable, states):
-    """Zeros shaped like the per-chain sums of ``kernel``'s info fields (float64)."""
-    one = jax.tree_util.tree_map(lambda a: a[0], states)
-    shapes = jax.eval_shape(lambda s: kernel(jax.random.key(0), s, jnp.ones((), jnp.float64))[1], one)
-    n_chains = jax.tree_util.tree_leaves(states)[0].shape[0]
-    return jax.tree_util.tree_map(lambda s: jnp.zeros((n_chains, *s.shape), jnp.float64), shapes)
-
-
-def _add_info(totals, info):
-    return jax.tree_util.tree_map(lambda t, x: t + x.astype(t.dtype), totals, info)
+    return Algorithm(init_all, step, True)
 
 
 # --- the Laplace covariance --------------------------------------------------------------------

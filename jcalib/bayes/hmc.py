@@ -14,7 +14,7 @@ paper's diagonal step sizes P (only their relative scales matter).
 **Step size.** A global step size ε = s ε_0 with ε_0 = n^(-1/4) (the leapfrog step that keeps
 the energy error O(1) on an n-dimensional standard normal, Beskos et al. 2013), s adapted
 during ``warmup`` by dual averaging of the chains' mean acceptance probability towards
-``target_acceptance`` (`jcalib.bayes.adaptation.dual_averaging_warmup`; Hoffman & Gelman
+``target_acceptance`` (`jcalib.bayes.adaptation.dual_averaging_algorithm`; Hoffman & Gelman
 2014), then frozen at its
 averaged iterate: the sampling phase is a fixed, valid Markov chain.
 

@@ -87,7 +87,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from jcalib.algorithm import Algorithm, RunResult, run, vmap_chains
+from jcalib.algorithm import Algorithm, run
 from jcalib.bayes import hmc
 from jcalib.bayes._target import (
     _check_start,
@@ -99,10 +99,9 @@ from jcalib.bayes._target import (
 )
 from jcalib.bayes.adaptation import (
     Prescaling,
-    dual_averaging_warmup,
+    dual_averaging_algorithm,
     prescaling,
     step_sizes,
-    zero_totals,
 )
 from jcalib.bayes.preconditioning import (
     AbstractPreconditioner,
@@ -313,11 +312,11 @@ def sample(
     Validation, then adaptation (`jcalib.bayes.adaptation`: the preconditioner's scales, then
     ``warmup`` steps of dual averaging of a global step factor), then ``burn_in`` discarded
     steps and ``n_steps`` steps of which every ``thin``-th is kept (``n_steps // thin`` draws
-    per chain), all driven by `jcalib.algorithm.run` over the vmapped chains
-    (`jcalib.algorithm.vmap_chains`) in compiled chunks with an optional progress bar. Step t of
-    chain c uses ``split(fold_in(k, t), n_chains)[c]`` of its phase's key k, so the same key
-    gives the same draws and the chunking does not change them. Every kernel returns the same
-    `PosteriorResult`.
+    per chain): the chains of `jcalib.bayes.adaptation.dual_averaging_algorithm`, driven by one
+    `jcalib.algorithm.run` in compiled chunks with an optional progress bar. Step t (counted
+    from the first warm-up step) of chain c uses ``split(fold_in(k, t), n_chains)[c]`` of a key k
+    derived from ``key``, so the same key gives the same draws and the chunking does not change
+    them. Every kernel returns the same `PosteriorResult`.
 
     A log density that is not a problem's goes through the algorithm builders
     (`mala_algorithm`, `jcalib.bayes.hmc.hmc_algorithm`, `jcalib.bayes.hmc.nuts_algorithm`) and
@@ -396,69 +395,64 @@ def sample(
     else:
         preconditioner = hmc.default_preconditioner(preconditioner)
         target = 0.8 if target_acceptance is None else float(target_acceptance)
-    key_pre, key_warm, key_burn, key_draw = jax.random.split(key, 4)
+    key_pre, key_run = jax.random.split(key)
     setup = _adapt(key_pre, kernel, backend, problem, theta0_internal, preconditioner, step_sizes)
     _, _, start_valid = _evaluate_batch(setup.logdensity_fn, setup.positions)
     _check_start(start_valid)
-    phases = _run_phases((key_warm, key_burn, key_draw), setup, kernel, n_steps, burn_in=burn_in, thin=thin,
-                         warmup=warmup, target=target, chunk_size=chunk_size, progress=progress)
+    phases = _run_phases(key_run, setup, kernel, n_steps, burn_in=burn_in, thin=thin, warmup=warmup, target=target,
+                         chunk_size=chunk_size, progress=progress)
     return _posterior_result(problem, setup, phases, kernel, n_steps, burn_in=burn_in, thin=thin, warmup=warmup,
                              target=target, start_time=start_time)
 
 
 class _Phases(NamedTuple):
-    """What the warm-up, burn-in and sampling runs give `_posterior_result`."""
+    """What the run of warm-up, burn-in and sampling gives `_posterior_result`."""
 
-    out: RunResult  # the sampling run: trace (positions, log densities), status, (states, totals)
+    positions: np.ndarray  # kept draws, (n_draws, n_chains, n), in the chains' coordinates
+    logdensity: np.ndarray  # (n_draws, n_chains)
+    n_counted: int  # sampling steps taken
+    status: str  # jcalib.algorithm.run's
     factor: float  # the adapted global step factor (1 without warm-up)
     warm_mean: float | None  # mean acceptance probability of the warm-up
-    totals: tuple  # per-chain sums of the infos of each phase run (warm-up, burn-in, sampling)
+    totals: tuple  # per-chain sums of the infos: (warm-up, burn-in, sampling)
 
 
-def _run_phases(keys, setup: _Setup, kernel: str, n_steps: int, *, burn_in: int, thin: int, warmup: int,
+def _run_phases(key, setup: _Setup, kernel: str, n_steps: int, *, burn_in: int, thin: int, warmup: int,
                 target: float, chunk_size: int | None, progress: bool) -> _Phases:
-    """Warm-up (`dual_averaging_warmup`), burn-in and sampling, each driven by `run` over the
-    vmapped chains; a Ctrl-C before the sampling phase has no draws to return and re-raises."""
-    key_warm, key_burn, key_draw = keys
-    states = jax.vmap(setup.init)(setup.positions)
-    n_draws = int(n_steps) // int(thin)
-    if chunk_size is None:
-        chunk_size = -(-n_draws // 20) if progress else n_draws
-    steps = int(chunk_size) * int(thin)  # per compiled chunk
-    factor, warm_mean, totals = jnp.ones((), jnp.float64), None, []
-    if warmup:
-        states, factor, warm_mean, warm_totals = dual_averaging_warmup(
-            key_warm, setup.kernel, states, int(warmup), target, chunk_size=steps, progress=progress)
-        totals.append(warm_totals)
-        warm_mean = float(warm_mean)
-    counted = _with_totals(vmap_chains(Algorithm(setup.init, lambda k, state: setup.kernel(k, state, factor), True)))
-    if burn_in:
-        out = run(key_burn, counted, (states, zero_totals(setup.kernel, states)), int(burn_in), chunk_size=steps,
-                  trace_fn=lambda state, info: None, progress=progress, desc="burn-in")
-        if out.status == "interrupted":
-            raise KeyboardInterrupt("sample: interrupted during the burn-in (no draws yet)")
-        states = out.state[0]
-        totals.append(out.state[1])
-    out = run(key_draw, counted, (states, zero_totals(setup.kernel, states)), int(n_steps), thin=int(thin),
-              chunk_size=steps, trace_fn=lambda state, info: (state[0].position, state[0].logdensity),
-              progress=progress, desc=f"{kernel} sampling")
-    totals.append(out.state[1])
-    return _Phases(out, float(factor), warm_mean, tuple(jax.tree_util.tree_map(np.asarray, t) for t in totals))
+    """Warm-up, burn-in and sampling as one `dual_averaging_algorithm` driven by one
+    `jcalib.algorithm.run` (the kernel compiles once). It records every g-th state, g =
+    gcd(thin, warmup + burn_in), and keeps every ``thin``-th after the burn-in; a Ctrl-C
+    before the sampling phase has no draws to return and re-raises."""
+    skip, thin = int(warmup) + int(burn_in), int(thin)
+    every = math.gcd(thin, skip)
+    algorithm = dual_averaging_algorithm(setup.init, setup.kernel, warmup, target, burn_in)
+    steps = None if chunk_size is None and not progress else \
+        (int(chunk_size) * thin if chunk_size is not None else -(-(skip + int(n_steps)) // (20 * thin)) * thin)
+    out = run(key, algorithm, algorithm.init(setup.positions), skip + int(n_steps), thin=every, chunk_size=steps,
+              trace_fn=lambda state, info: (state.states.position, state.states.logdensity), progress=progress,
+              desc=f"{kernel}: {warmup} warm-up, {burn_in} burn-in, {n_steps} sampling steps")
+    if out.n_steps <= skip and out.status == "interrupted":
+        raise KeyboardInterrupt("sample: interrupted during the warm-up or burn-in (no draws yet)")
+    recorded = (np.arange(out.trace[0].shape[0]) + 1) * every  # the step each record follows
+    keep = (recorded > skip) & ((recorded - skip) % thin == 0)
+    state = out.state
+    return _Phases(np.asarray(out.trace[0])[keep], np.asarray(out.trace[1])[keep], out.n_steps - skip, out.status,
+                   float(jnp.exp(state.da.log_x_avg)), float(state.rate_sum) / warmup if warmup else None,
+                   tuple(jax.tree_util.tree_map(lambda t, i=i: np.asarray(t[i]), state.totals) for i in range(3)))
 
 
 def _posterior_result(problem, setup: _Setup, phases: _Phases, kernel: str, n_steps: int, *, burn_in: int,
                       thin: int, warmup: int, target: float, start_time: float) -> PosteriorResult:
     """The draws and diagnostics of the sampling run as a `PosteriorResult`."""
-    out, factor, totals = phases.out, phases.factor, phases.totals[-1]
-    positions, logdensity = (np.asarray(x) for x in out.trace)
+    factor, totals, positions, logdensity = phases.factor, phases.totals[-1], phases.positions, phases.logdensity
     if setup.to_theta is not None:
         positions = np.asarray(setup.to_theta(jnp.asarray(positions)))
     samples_internal = np.swapaxes(positions, 0, 1)  # (n_chains, n_draws, n)
     n_chains = samples_internal.shape[0]
-    n_counted = max(out.n_steps, 1)
-    n_all = (int(warmup) + int(burn_in) + out.n_steps) * n_chains  # transitions of all chains
+    n_counted = max(phases.n_counted, 1)
+    n_all = (int(warmup) + int(burn_in) + phases.n_counted) * n_chains  # transitions of all chains
     extra = dict(setup.extra)
-    extra.update({"status": out.status, "target_acceptance": target, "step_size_factor": factor,
+    extra.update({"status": phases.status, "target_acceptance": target, "step_size_factor": factor,
                   "mean_acceptance_probability": totals.acceptance_rate / n_counted,
                   "warmup_acceptance_mean": phases.warm_mean})
     n_evaluations = setup.n_evaluations + n_chains  # adaptation and the starts
@@ -481,18 +475,6 @@ def _posterior_result(problem, setup: _Setup, phases: _Phases, kernel: str, n_st
         n_steps=int(n_steps), method=setup.method, burn_in=int(burn_in), thin=int(thin), warmup=int(warmup),
         n_logdensity_evaluations=n_evaluations, wall_time_s=time.perf_counter() - start_time, extra=extra,
     )
-
-
-def _with_totals(chains: Algorithm) -> Algorithm:
-    """The chains with per-chain sums of their infos carried in the state: ``(states, totals)``
-    (every step counts, thinned or not)."""
-
-    def step(key, carry):
-        states, totals = carry
-        states, info = chains.step(key, states)
-        return (states, jax.tree_util.tree_map(lambda t, x: t + x.astype(t.dtype), totals, info)), info
-
-    return Algorithm(lambda carry: carry, step, True)
 
 
 class _Setup(NamedTuple):

@@ -203,16 +203,14 @@ def test_interrupted_sampling_keeps_the_finished_chunks(monkeypatch):
     same draws as the full run); during the burn-in or warm-up there is nothing to keep."""
     kwargs = dict(n_chains=2, kernel="hmc", preconditioner=DenseMetric(COV), chunk_size=10)
     with pytest.warns(SamplingWarning):  # 2 x 40 draws: bulk ESS below 100
-        full = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **kwargs)
-    _interrupt_on(monkeypatch, 3)
+        full = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
+    _interrupt_on(monkeypatch, 4)  # chunks of 10 steps: burn-in, then 2 of sampling, then Ctrl-C
     with pytest.warns(SamplingWarning):
-        cut = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **kwargs)
+        cut = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
     assert full.extra["status"] == "completed" and cut.extra["status"] == "interrupted"
-    assert cut.n_draws == 20
+    assert cut.n_draws == 20 and full.n_draws == 40
     np.testing.assert_array_equal(cut.samples, full.samples[:, :20])
-    _interrupt_on(monkeypatch, 1)
-    with pytest.raises(KeyboardInterrupt, match="interrupted during the burn-in"):
-        mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
-    _interrupt_on(monkeypatch, 1)
-    with pytest.raises(KeyboardInterrupt, match="dual_averaging_warmup: interrupted"):
-        mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, warmup=10, **kwargs)
+    for settings in (dict(burn_in=10), dict(warmup=10)):
+        _interrupt_on(monkeypatch, 1)
+        with pytest.raises(KeyboardInterrupt, match="interrupted during the warm-up or burn-in"):
+            mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **settings, **kwargs)

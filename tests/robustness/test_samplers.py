@@ -161,8 +161,12 @@ def test_mala_rejects_failed_proposals(kind, backend, warmup):
     factor = 1.0
     if warmup:
         kernel = mala.build_kernel(logdensity)
-        states, factor, _, _ = adaptation.dual_averaging_warmup(
-            jax.random.key(4), lambda key, state, f: kernel(key, state, 0.6 * f * jnp.ones(2)), states, warmup, 0.6)
+        warm = adaptation.dual_averaging_algorithm(mala.mala_algorithm(logdensity, 0.6).init,
+                                                   lambda key, state, f: kernel(key, state, 0.6 * f * jnp.ones(2)),
+                                                   warmup, 0.6)
+        state = run_algorithm(jax.random.key(4), warm, warm.init(jnp.zeros((n_chains, 2))), warmup,
+                              trace_fn=lambda state, info: None).state
+        states, factor = state.states, float(jnp.exp(state.da.log_x_avg))
     assert np.isfinite(float(factor))
     chains = vmap_chains(mala.mala_algorithm(logdensity, 0.6 * float(factor), backend=backend))
     out = run_algorithm(jax.random.key(3), chains, states, 2000,
