@@ -105,3 +105,23 @@ def test_simulate_training_set_messages():
         simulate_training_set(jax.random.key(0), SIMULATOR, 4, exclude=[1.0])
     with pytest.raises(ValueError, match=r"exclude\(thetas\) must return one bool per sample"):
         simulate_training_set(jax.random.key(0), SIMULATOR, 4, exclude=lambda t: True)
+
+
+def test_simulate_training_set_checks_the_sampler():
+    with pytest.raises(ValueError, match=r"simulate_training_set: sampler\(key, 4\) returned 3 samples"):
+        simulate_training_set(jax.random.key(0), SIMULATOR, 4, sampler=lambda k, n: np.ones((n - 1, 2)))
+    with pytest.raises(ValueError, match=r"simulate_training_set: sampler\(key, n\) must have shape \(n, n_params\)"):
+        simulate_training_set(jax.random.key(0), SIMULATOR, 4, sampler=lambda k, n: np.ones((n, 3)))
+
+
+def test_network_configs_and_metrics_messages():
+    from jcalib.nn import BayesFlowConfig, InverseMappingConfig, PELSVAEConfig, network_metrics
+
+    for config in (PELSVAEConfig, BayesFlowConfig, InverseMappingConfig):
+        with pytest.raises(ValueError, match=rf"{config.__name__}: training must be a TrainingConfig; got str"):
+            config(training="fast")
+        assert config.from_dict(config().to_dict()) == config()  # the JSON round trip
+    with pytest.raises(ValueError, match="InverseMappingConfig: feature_options must be a mapping"):
+        InverseMappingConfig(feature_options=[("f_max", 4.0)])
+    with pytest.raises(ValueError, match=r"network_metrics: outside must have shape \(3,\); got \(2,\)"):
+        network_metrics(THETAS, THETAS, ("a", "b"), outside=[True, False])

@@ -143,3 +143,13 @@ def test_the_key_decides_the_run_and_must_be_a_key():
     assert a.history["train_loss"] == b.history["train_loss"] != c.history["train_loss"]
     with pytest.raises(ValueError, match=r"fit: key must be a jax.random key \(jax.random.key\(seed\)\); got int"):
         fit(0, _net(), mse, TRAIN, config=config)
+
+
+def test_a_key_of_the_old_raw_kind_is_wrapped_and_others_refused():
+    config = TrainingConfig(epochs=1, batch_size=32, progress=False)
+    raw = fit(jax.random.PRNGKey(0), _net(), mse, TRAIN, config=config)  # legacy uint32 key data
+    typed = fit(jax.random.wrap_key_data(jax.random.PRNGKey(0)), _net(), mse, TRAIN, config=config)
+    assert raw.history["train_loss"] == typed.history["train_loss"]
+    with pytest.raises(ValueError, match=r"fit: key must be a jax.random key \(jax.random.key\(seed\)\); got an array "
+                                         r"of dtype float32"):
+        fit(jnp.zeros(2, jnp.float32), _net(), mse, TRAIN, config=config)

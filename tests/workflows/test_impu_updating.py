@@ -207,3 +207,16 @@ def test_bad_input(beam, drift, tmp_path):
     path.write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match="is not a twin-updating history"):
         TwinUpdatingResult.load(path)
+
+
+def test_a_loaded_mapping_needs_the_model(mapping, beam, tmp_path):
+    """A saved mapping keeps no simulator: the twin is told which model to simulate."""
+    path = tmp_path / "impu.msgpack"
+    mapping.save(path)
+    loaded = InverseMapping.load(path)
+    assert mapping.simulator is beam and loaded.simulator is None
+    with pytest.raises(ValueError, match=r"DigitalTwin: the twin needs a model to simulate; pass model=\.\.\. \(a "
+                                         r"loaded mapping keeps no simulator\)"):
+        DigitalTwin(loaded)
+    twin = DigitalTwin(loaded, model=beam)
+    np.testing.assert_array_equal(twin.theta, beam.parameters.nominal)
