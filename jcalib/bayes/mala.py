@@ -395,7 +395,7 @@ def sample(
     else:
         preconditioner = hmc.default_preconditioner(preconditioner)
         target = 0.8 if target_acceptance is None else float(target_acceptance)
-    key_pre, key_run = jax.random.split(key)
+    key_pre, _, key_run = jax.random.split(key, 3)  # as in earlier versions: without warm-up, the same draws
     setup = _adapt(key_pre, kernel, backend, problem, theta0_internal, preconditioner, step_sizes)
     _, _, start_valid = _evaluate_batch(setup.logdensity_fn, setup.positions)
     _check_start(start_valid)

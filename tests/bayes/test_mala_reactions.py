@@ -50,7 +50,7 @@ def test_intervals_cover_the_truth_and_narrow_with_sigma(runs):
     width_noisy = np.diff(noisy.interval(0.9, coordinates="internal"), axis=0)[0]
     assert np.all(width_precise < width_noisy), (width_precise, width_noisy)
     # the posterior sd scales roughly like σ (ratio 0.3), well below 1
-    assert np.all(np.std(precise.flat_samples(True), 0) < 0.6 * np.std(noisy.flat_samples(True), 0))
+    assert np.all(np.std(precise.flat_samples("internal"), 0) < 0.6 * np.std(noisy.flat_samples("internal"), 0))
 
 
 @pytest.mark.slow
