@@ -13,6 +13,10 @@ _CACHE = os.environ.get("JCALIB_JAX_CACHE",
 os.environ.setdefault("EQX_ON_ERROR", "nan")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# A size limit switches on JAX's file lock around cache reads and writes. Without it a worker can
+# read an entry another worker is still writing, and deserialising the partial executable
+# segfaults (seen with 2 xdist workers compiling the same training step).
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -27,6 +31,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # Compile once per machine: reruns and subprocess tests reuse compiled solvers.
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 
 import jcalib  # noqa: E402  (after the float64 switch)
