@@ -206,8 +206,23 @@ def _info(state, info):
 
 
 def _compiled_chunk(algorithm, stop, trace_fn, thin):
-    """``chunk(key, carry, length)`` through the module-level compiled `_scan_chunk`."""
-    return lambda key, carry, length: _scan_chunk(key, carry, algorithm, stop, trace_fn, thin, length)
+    """``chunk(key, carry, length)``: through the module-level compiled `_scan_chunk` when every
+    function is reusable (see `_reusable`), else through a jit of this call only, so that the
+    compiled program and what its closures hold are freed with the call (no cache that grows
+    with every `run` of a notebook session)."""
+    if all(_reusable(fn) for fn in (algorithm.init, algorithm.step, stop, trace_fn)):
+        return lambda key, carry, length: _scan_chunk(key, carry, algorithm, stop, trace_fn, thin, length)
+    scan = _scan_chunk.__wrapped__
+    return jax.jit(lambda key, carry, length: scan(key, carry, algorithm, stop, trace_fn, thin, length),
+                   static_argnums=2)
+
+
+def _reusable(fn) -> bool:
+    """A function the module-level cache may keep: None, a `jax.tree_util.Partial` or
+    `eqx.Module` (its arrays are traced), or a module-level function without a closure."""
+    if fn is None or isinstance(fn, (jax.tree_util.Partial, eqx.Module)):
+        return True
+    return getattr(fn, "__closure__", True) is None and "<locals>" not in getattr(fn, "__qualname__", "<locals>")
 
 
 @eqx.filter_jit

@@ -55,6 +55,15 @@ def clean(model, theta):
     return np.asarray(model.simulate(theta))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drop JAX's in-memory compiled programs after each test module: an xdist worker runs
+    hundreds of modules and otherwise keeps every program (6.7 GB in one worker was seen);
+    later modules that need a program again read it from the persistent cache."""
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture(autouse=True)
 def _close_figures():
     """Tests create figures through jcalib.plotting; close them so memory stays flat."""

@@ -99,6 +99,17 @@ def test_an_algorithm_of_partials_compiles_once():
     np.testing.assert_allclose(out.trace, 0.25 ** np.arange(4))
 
 
+def test_closures_are_compiled_per_call_and_not_kept():
+    from jcalib import algorithm
+
+    before = algorithm._scan_chunk._cached._cache_size()
+    for factor in (0.5, 0.25):
+        halve = Algorithm(init=jnp.asarray, step=lambda x, f=factor: (x * f, x))
+        out = run(None, halve, jnp.asarray(1.0), 3, stop=lambda x: x < 0.0)
+        np.testing.assert_allclose(out.trace, factor ** np.arange(3))
+    assert algorithm._scan_chunk._cached._cache_size() == before  # nothing that holds a closure stays cached
+
+
 def test_deterministic_vmap_runs_each_start():
     out = run(None, vmap_chains(HALVE), jnp.array([1.0, 4.0]), 2)
     np.testing.assert_allclose(out.state, [0.25, 1.0])
