@@ -76,7 +76,44 @@ def _truth_vector(result, truth, internal: bool):
     return vector
 
 
-def plot_marginals(results, *, truth=None, coordinates="physical", rule="paper", n_grid=200, title=""):
+_LINESTYLES = ("-", "--", "-.", (0, (1, 1)))
+
+
+def _marginal_axis(values: np.ndarray, log: bool, rule, n_grid: int):
+    """KDE of one parameter's draws: ``(x, density)`` to plot. ``log``: the KDE of log10 of
+    the draws (a density per decade), its grid mapped back to positive values for a log axis,
+    so a positive parameter gets no density at or below zero."""
+    from jcalib.bayes.kde import kde_1d
+
+    if not log:
+        return kde_1d(values, rule=rule, n_grid=n_grid)
+    grid, density = kde_1d(np.log10(values), rule=rule, n_grid=n_grid)
+    return 10.0**grid, density
+
+
+def _readable_ticks(ax, log: bool) -> None:
+    """At most about 5 short tick labels on the x axis: decades (or 1-2-5 steps within a
+    decade) as ``1e-05`` on a log axis, 4 bins with a scientific offset on a linear one."""
+    from matplotlib import ticker
+
+    if not log:
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=4))
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4), useMathText=True)
+        return
+    lo, hi = ax.get_xlim()
+    decades = np.log10(hi) - np.log10(lo)
+    if decades >= 1.5:
+        major = ticker.LogLocator(base=10.0, subs=(1.0,), numticks=5)
+    else:
+        steps = ticker.MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        major = ticker.FixedLocator([v for v in steps if lo <= v <= hi and v > 0])
+    ax.xaxis.set_major_locator(major)
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.2g}"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def plot_marginals(results, *, truth=None, coordinates="physical", rule="paper", n_grid=200, title="",
+                   normalize="auto"):
     """Marginal posterior densities by Gaussian KDE (Wulkow et al. 2021, Figure 6), one
     panel per parameter (at most 4 per row).
 
@@ -85,15 +122,21 @@ def plot_marginals(results, *, truth=None, coordinates="physical", rule="paper",
             (overlaid, e.g. σ = 0.1 against σ = 0.03; same parameter names).
         truth: true values, ``{name: physical value}`` or an array (vertical lines).
         coordinates: ``"physical"`` (default) or ``"internal"``: KDE of the internal
-            coordinates (log for log-scale parameters, often smoother).
+            coordinates (log for log-scale parameters, often smoother). In physical
+            coordinates a log-scale parameter is drawn on a log axis with the KDE of
+            log10 of its draws (density per decade): a linear KDE of a positive,
+            decades-wide parameter would put density below zero.
         rule: bandwidth rule of `jcalib.bayes.kde` (``"paper"``: eq. A28; ``"scott"``, ...).
         n_grid: grid points per panel.
         title: figure title.
+        normalize: ``True``: every curve divided by its maximum (shapes and locations
+            compared, not heights); ``False``: densities; ``"auto"`` (default): ``True`` for
+            panels whose curves' peaks differ by more than a factor 10 (a broad posterior
+            would otherwise be a flat line under a narrow one), as the y label says.
 
-    Each curve has its 5 % and 95 % quantiles dotted. Returns the figure.
+    Each curve has its own line style, a light fill and its 5 % and 95 % quantiles dotted; the
+    narrower curves are drawn on top, so overlaid posteriors stay visible. Returns the figure.
     """
-    from jcalib.bayes.kde import kde_1d
-
     if isinstance(results, dict):
         items = list(results.items())
     elif isinstance(results, (list, tuple)):
@@ -102,23 +145,42 @@ def plot_marginals(results, *, truth=None, coordinates="physical", rule="paper",
         items = [("", results)]
     first = items[0][1]
     internal = is_internal(coordinates, "plot_marginals")
+    log_axis = [bool(log) and not internal for log in first.log_scale]
     fig, axes = grid_axes(len(first.names), width=3.6, height=3.0, extra_width=0.6)
     true = _truth_vector(first, truth, internal)
-    for k, (label, result) in enumerate(items):
+    if normalize not in (True, False, "auto"):
+        raise ValueError(f"plot_marginals: normalize must be True, False or 'auto'; got {normalize!r}")
+    curves = []  # per result: (labels, flat draws, [(x, density) per parameter])
+    for _, result in items:
         values, labels = _posterior_values(result, internal)
         flat = values.reshape(-1, values.shape[-1])
-        for i in range(flat.shape[1]):
-            ax = axes.flat[i]
-            grid, density = kde_1d(flat[:, i], rule=rule, n_grid=n_grid)
-            ax.plot(grid, density, color=f"C{k}", lw=1.6, label=label or None)
+        curves.append((labels, flat, [_marginal_axis(flat[:, i], log_axis[i], rule, n_grid)
+                                      for i in range(flat.shape[1])]))
+    for i in range(len(first.names)):
+        peaks = np.array([float(np.max(kde[i][1])) for _, _, kde in curves])
+        scaled = normalize is True or (normalize == "auto" and peaks.max() > 10.0 * peaks.min())
+        unit = "density per decade" if log_axis[i] else "density"
+        ax = axes.flat[i]
+        for k, ((label, _), (labels, flat, kde)) in enumerate(zip(items, curves)):
+            x, density = kde[i]
+            density = density / peaks[k] if scaled else density
+            z = 2.0 + peaks[k] / (1.0 + peaks[k])  # taller (narrower) curves on top
+            style = _LINESTYLES[k % len(_LINESTYLES)]
+            ax.fill_between(x, density, color=f"C{k}", alpha=0.12, lw=0, zorder=z)
+            ax.plot(x, density, color=f"C{k}", ls=style, lw=1.8, label=label or None, zorder=z)
             for q in np.quantile(flat[:, i], [0.05, 0.95]):
-                ax.axvline(q, color=f"C{k}", ls=":", lw=1)
-            ax.set(xlabel=labels[i], ylabel="density")
-            ax.grid(alpha=0.3)
+                ax.axvline(q, color=f"C{k}", ls=":", lw=0.9, alpha=0.8, zorder=z)
+            ax.set(xlabel=labels[i], ylabel=f"{unit} / its maximum" if scaled else unit)
+        ax.grid(alpha=0.3)
     if true is not None:
         for i, v in enumerate(true):
             if np.isfinite(v):
-                axes.flat[i].axvline(v, color="k", ls="--", lw=1.2, label="true" if i == 0 else None)
+                axes.flat[i].axvline(v, color="k", ls="--", lw=1.2, label="true" if i == 0 else None, zorder=5)
+    for i, ax in enumerate(axes.flat[:len(first.names)]):
+        ax.set_ylim(bottom=0.0)
+        if log_axis[i]:
+            ax.set_xscale("log")
+        _readable_ticks(ax, log_axis[i])
     if len(items) > 1 or true is not None:
         axes.flat[0].legend(fontsize=8)
     fig.suptitle(title or f"marginal posterior densities (KDE, {rule} bandwidth)")

@@ -115,3 +115,37 @@ def test_a_chain_that_never_moves_has_no_ess_or_rhat():
     d = diagnostics.chain_diagnostics(samples)
     assert np.isnan(d.ess_bulk[0]) and np.isnan(d.ess_tail[0]) and np.isnan(d.rhat[0])
     assert 100 < d.ess_bulk[1] < 600 and abs(d.rhat[1] - 1) < 0.05  # the moving parameter is unaffected
+
+
+def _tick_label_boxes(fig, ax):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+
+
+@pytest.mark.parametrize("spread", [2.0, 0.05])  # decades wide, and well inside one decade
+def test_marginals_of_a_log_scale_parameter_stay_positive_with_readable_ticks(spread):
+    """A log-scale parameter's KDE is drawn on a log axis (no density at or below zero), the
+    tick labels of every panel do not overlap, and overlaid posteriors differ in line style."""
+    rng = np.random.default_rng(0)
+    z = np.stack([np.log(3e-5) + spread * rng.normal(size=(2, 300)), 1e-4 * rng.normal(size=(2, 300))], -1)
+    posterior = PosteriorResult.from_chains(z, -0.5 * np.sum(z**2, -1), np.full(2, 0.6),
+                                            samples=np.concatenate([np.exp(z[..., :1]), z[..., 1:]], -1),
+                                            names=["k", "c"], units=["1/s", "m"], log_scale=[True, False])
+    narrow = PosteriorResult.from_chains(0.5 * z, -0.5 * np.sum(z**2, -1), np.full(2, 0.6),
+                                         samples=np.concatenate([np.exp(0.5 * z[..., :1] + 0.5 * np.log(3e-5)),
+                                                                 0.5 * z[..., 1:]], -1),
+                                         names=["k", "c"], units=["1/s", "m"], log_scale=[True, False])
+    fig = plotting.plot_marginals({"wide": posterior, "narrow": narrow}, truth={"k": 3e-5, "c": 0.0})
+    k_panel, c_panel = fig.axes[:2]
+    assert k_panel.get_xscale() == "log" and c_panel.get_xscale() == "linear"
+    curves = [line for line in k_panel.get_lines() if len(line.get_xdata()) > 2]
+    assert len(curves) == 2 and all(np.all(np.asarray(line.get_xdata()) > 0) for line in curves)
+    assert all(np.all(np.asarray(line.get_ydata()) >= 0) for line in curves)
+    assert curves[0].get_linestyle() != curves[1].get_linestyle()
+    for ax in (k_panel, c_panel):
+        boxes = _tick_label_boxes(fig, ax)
+        assert len(boxes) >= 2, [t.get_text() for t in ax.get_xticklabels()]
+        for a, b in zip(boxes, boxes[1:]):
+            assert not a.overlaps(b), [t.get_text() for t in ax.get_xticklabels()]
+    plt.close(fig)
