@@ -59,20 +59,25 @@ def test_winding_bottom_up_quick(tmp_path):
     for name in ("cost_versus_parameters.png", "validation.png"):
         assert (tmp_path / name).stat().st_size > 0
     ident, bu, ours = metrics["identifiability"], metrics["bottom_up"], metrics["ours"]
-    # Bastogne §4.4: rank 14, beta1/beta3 null and never ranked; the ranking is the report's
+    # Bastogne §4.4: rank 14, beta1/beta3 null and never ranked; §3.4: parameters are added in
+    # the J-sensitivity order of the report
     assert ident["rank"] == 14 and sorted(ident["null"]) == ["beta1", "beta3"]
-    assert bu["ranking"] == ident["correlation_order"][:2] == [s["added"] for s in bu["steps"]]
-    # nested subsets with warm starts: the cost never increases and ends near the noise floor
+    j_order = [n for n in ident["j_sensitivity_order"] if n not in ident["null"]]
+    assert metrics["setup"]["ranking_source"] == "j_sensitivity"
+    assert bu["ranking"] == j_order[:2] == [s["added"] for s in bu["steps"]] == ["kW3", "gamma3"]
+    # nested subsets with warm starts: the cost never increases; kW3 alone removes most of the
+    # mismatch, and gamma3 (the same output level as kW3) adds almost nothing after it
     costs = ours["costs_j0_to_mu"]
     assert all(b <= a * (1 + 1e-9) for a, b in zip(costs, costs[1:]))
-    assert costs[-1] < 0.01 * costs[0] and ours["cost_last_over_noise_floor"] < 2.0
-    assert 1 <= bu["knee"] <= 2 and bu["selected"] == bu["ranking"][:bu["knee"]]
+    assert costs[1] < 0.1 * costs[0] and costs[1] - costs[2] < 0.01 * (costs[0] - costs[2])
+    assert bu["knee"] == 1 and bu["selected"] == ["kW3"]
     # estimates near the plant, and the fit carries over to the other excitation
     plant = metrics["setup"]["plant_theta"]
     for name, value in bu["steps"][-1]["estimate"].items():
         assert 0.2 * plant[name] < value < 5 * plant[name]
     validation = metrics["validation"]["cost"]
-    assert validation[f"j={bu['knee']}"] < 0.05 * validation["nominal"]
+    assert validation[f"j={bu['knee']}"] < 0.1 * validation["nominal"]
+    assert abs(validation[f"j={bu['knee']}"] / costs[bu["knee"]] - 1) < 0.1  # no overfit
     assert validation["plant"] < 1.5 * metrics["validation"]["sigma_squared"]
     table = (tmp_path / "paper_comparison.md").read_text().splitlines()
-    assert len([line for line in table if line.startswith("|")][2:]) == 5  # Bastogne §4.6-4.7 claims
+    assert len([line for line in table if line.startswith("|")][2:]) == 6  # Bastogne §3.4, §4.6-4.7 claims

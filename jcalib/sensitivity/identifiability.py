@@ -8,9 +8,12 @@ Two papers, one matrix S (rows: measured (time, output) entries; columns: parame
   not identifiable; parameters are ranked by their J-sensitivity |dJ/dθ_i| (eq. 12) and by
   a *correlation classification*: starting from the most influential column, add at each
   step the column that maximises the smallest singular value σ_min of the selected columns
-  (eq. 13-15) of the scaled (e.g. relative) sensitivity matrix; the σ_min spectrum over
-  j = 1..μ shows where the next parameter becomes weak or nearly collinear with those
-  already selected (`correlation_ranking`; unit-norm columns measure collinearity alone).
+  (eq. 13-15); the σ_min spectrum over j = 1..μ shows where the next parameter becomes weak
+  or nearly collinear with those already selected (`correlation_ranking`; unit-norm
+  columns measure collinearity alone). Bastogne's columns are the sensitivity functions
+  of the running cost S_J(t, θ_i) ∈ R^N (``correlation_columns="j_sensitivity"``); the
+  default ranks the scaled output-sensitivity matrix instead. The rank depends on its
+  tolerance: `rank_tolerance` guards against rounding, `noise_rank_rtol` against noise.
 - Wulkow et al. 2021 (§2.2.1): the singular values s_1 >= ... >= s_d of the Jacobian, its
   condition number κ = s_1/s_d (eq. 21), and the *essential directions*: singular directions
   with s_1/s_k <= 100 are essential, the others flat, "if there is no other clear gap
@@ -52,9 +55,11 @@ from jcalib.sensitivity.local import (
     loss_gradient,
     problem_point,
     residual_jacobian,
+    running_loss_gradient,
 )
 
 __all__ = [
+    "CORRELATION_COLUMNS",
     "FLAT_RATIO",
     "GAP_RATIO",
     "SIGMA_MIN_THRESHOLD",
@@ -65,10 +70,16 @@ __all__ = [
     "identifiability",
     "jacobian_analysis",
     "n_essential_directions",
+    "noise_rank_rtol",
     "null_parameters",
     "numerical_rank",
     "rank_tolerance",
 ]
+
+CORRELATION_COLUMNS = ("outputs", "j_sensitivity")
+"""Columns of the correlation ranking in `identifiability`: the scaled output (residual)
+sensitivities, or the sensitivity functions of the running cost S_J(t, θ_i) of Bastogne et
+al. 2007 §3.3.2 (`jcalib.sensitivity.local.j_sensitivity_functions`)."""
 
 FLAT_RATIO = 100.0
 """s_1/s_k above this marks a flat direction (Wulkow et al. 2021, §2.2.1: "a condition
@@ -102,6 +113,48 @@ def rank_tolerance(matrix: Float[ArrayLike, "m n"], *, rtol: float | None = None
     rtol = _rtol(rtol, m.shape, "rank_tolerance")
     s = np.linalg.svd(m, compute_uv=False)
     return float(rtol * (s[0] if s.size else 0.0))
+
+
+def noise_rank_rtol(matrix: Float[ArrayLike, "m n"], sigma: float, *, delta: float = 1.0) -> float:
+    """Noise-aware relative rank tolerance: ``sigma / (delta * s_1)`` for `numerical_rank`.
+
+    With i.i.d. Gaussian noise of standard deviation ``sigma`` on every row of a sensitivity
+    matrix S (rows in the units of the measurements, columns per unit of the analysed
+    parameter coordinates), the Fisher information is SᵀS/σ², so the Cramér-Rao lower bound
+    on the standard deviation of the parameter combination along the k-th right singular
+    vector is σ/s_k (Walter & Pronzato 1997, "Identification of parametric models from
+    experimental data", the Fisher information and its eigen-decomposition). A direction
+    counts as practically identifiable when that bound is below ``delta``:
+
+        s_k > σ / δ    ⇔    s_k / s_1 > rtol = σ / (δ s_1).
+
+    ``delta`` is the largest standard deviation still worth calling "determined", in the
+    columns' coordinates: for log-parameter columns (dy/d ln θ) ``delta = 1`` means an
+    uncertainty of a factor e, the order of a vaguely known parameter's prior range; 0.1
+    asks for about 10 %. Unlike a solver-accuracy tolerance, this one depends on the data's
+    noise and on what precision is asked for, so report it with both.
+
+    Args:
+        matrix: the (unweighted) sensitivity matrix, rows in the units of ``sigma``.
+        sigma: noise standard deviation of every row (> 0).
+        delta: acceptable standard deviation of an identifiable combination (> 0).
+
+    Returns:
+        The relative tolerance. A value >= 1 means that no direction is determined to
+        ``delta`` (rank 0); `numerical_rank` and `identifiability` accept only values below 1.
+
+    Raises:
+        ValueError: a bad matrix, a non-positive ``sigma`` or ``delta``, or an all-zero matrix.
+    """
+    m = _as_matrix(matrix, "noise_rank_rtol")
+    if not (np.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"noise_rank_rtol: sigma must be a positive noise level; got {sigma!r}")
+    if not (np.isfinite(delta) and delta > 0):
+        raise ValueError(f"noise_rank_rtol: delta must be a positive standard deviation; got {delta!r}")
+    s1 = float(np.linalg.svd(m, compute_uv=False)[0])
+    if s1 == 0:
+        raise ValueError("noise_rank_rtol: the matrix is all zero; no direction is identifiable")
+    return float(sigma / (delta * s1))
 
 
 def numerical_rank(matrix: Float[ArrayLike, "m n"], *, rtol: float | None = None) -> int:
@@ -440,6 +493,9 @@ class IdentifiabilityReport(eqx.Module):
             particular exactly zero columns): not identifiable.
         jacobian: the `JacobianAnalysis` (singular values, κ, essential/flat directions).
         correlation: the `CorrelationRanking` of the non-null parameters.
+        correlation_columns: what the correlation ranking ranks (`CORRELATION_COLUMNS`):
+            the analysed matrix's columns (``"outputs"``) or the running-cost sensitivity
+            functions S_J(t, θ_i) in ``j_sensitivity_scaling`` coordinates (``"j_sensitivity"``).
         sigma_min_threshold: threshold of ``proposed_subset`` on the relative σ_min.
         proposed_subset: the correlation ranking's parameters before σ_min drops below
             the threshold: a well-conditioned starting subset (Bastogne §3.4).
@@ -461,6 +517,7 @@ class IdentifiabilityReport(eqx.Module):
     null_parameters: tuple[str, ...] = eqx.field(static=True)
     jacobian: JacobianAnalysis
     correlation: CorrelationRanking
+    correlation_columns: str = eqx.field(static=True)
     sigma_min_threshold: float = eqx.field(static=True)
     proposed_subset: tuple[str, ...] = eqx.field(static=True)
     j_sensitivity: np.ndarray
@@ -487,6 +544,7 @@ class IdentifiabilityReport(eqx.Module):
             "identifiable_parameters": list(self.identifiable_parameters),
             "jacobian": self.jacobian.to_dict(),
             "correlation": self.correlation.to_dict(),
+            "correlation_columns": self.correlation_columns,
             "sigma_min_threshold": self.sigma_min_threshold,
             "proposed_subset": list(self.proposed_subset),
             "j_sensitivity": dict(zip(self.parameter_names, np.asarray(self.j_sensitivity).tolist())),
@@ -508,6 +566,7 @@ def identifiability(
     normalize_columns: bool = False,
     sigma_min_threshold: float = SIGMA_MIN_THRESHOLD,
     j_sensitivity_scaling: str = "absolute",
+    correlation_columns: str = "outputs",
 ) -> IdentifiabilityReport:
     """Rank, null parameters, rankings and essential directions from one Jacobian.
 
@@ -536,6 +595,11 @@ def identifiability(
         sigma_min_threshold: relative σ_min, σ_min(j)/σ_min(1), below which the proposed
             subset stops (`SIGMA_MIN_THRESHOLD`).
         j_sensitivity_scaling: coordinates of the J-sensitivity (`j_sensitivity`).
+        correlation_columns: ``"outputs"`` (default: the analysed matrix's columns) or
+            ``"j_sensitivity"``: the sensitivity functions of the running cost, S_J(t, θ_i)
+            ∈ R^N in ``j_sensitivity_scaling`` coordinates, as Bastogne et al. define the
+            correlation classification (§3.3.2, `j_sensitivity_functions`); they need
+            data that the model does not fit exactly (at a zero residual they vanish).
 
     Returns:
         An `IdentifiabilityReport`.
@@ -551,17 +615,21 @@ def identifiability(
         )
     _check_choice(scaling, J_SCALINGS, "identifiability", "scaling")
     _check_choice(j_sensitivity_scaling, J_SCALINGS, "identifiability", "j_sensitivity_scaling")
+    _check_choice(correlation_columns, CORRELATION_COLUMNS, "identifiability", "correlation_columns")
     z = problem_point(problem, theta, coordinates, "identifiability")
     jac, residuals = residual_jacobian(problem, z)
     matrix = _scale_problem_jacobian(problem, z, jac, scaling, "identifiability")
     j_sens = np.abs(loss_gradient(problem, z, jac, residuals, j_sensitivity_scaling, "identifiability"))
+    columns = None
+    if correlation_columns == "j_sensitivity":
+        columns = running_loss_gradient(problem, z, jac, residuals, j_sensitivity_scaling, "identifiability")
     return _report(matrix, problem.free_names, np.asarray(problem.to_physical(z)), scaling, rank_rtol,
                    flat_ratio, gap_ratio, start, normalize_columns, sigma_min_threshold, j_sens,
-                   j_sensitivity_scaling)
+                   j_sensitivity_scaling, columns)
 
 
 def _report(matrix, names, theta, scaling, rank_rtol, flat_ratio, gap_ratio, start,
-            normalize, sigma_min_threshold, j_sens, j_scaling):
+            normalize, sigma_min_threshold, j_sens, j_scaling, correlation_matrix=None):
     if not sigma_min_threshold >= 0:
         raise ValueError(
             f"identifiability: sigma_min_threshold must be >= 0; got {sigma_min_threshold}"
@@ -584,7 +652,17 @@ def _report(matrix, names, theta, scaling, rank_rtol, flat_ratio, gap_ratio, sta
             f"identifiability: start parameter {start!r} has a null sensitivity; choose one of "
             f"{', '.join(names[j] for j in keep)}"
         )
-    ranking = correlation_ranking(matrix[:, keep], [names[j] for j in keep], start=start,
+    kind = "outputs" if correlation_matrix is None else "j_sensitivity"
+    columns = matrix if correlation_matrix is None else correlation_matrix
+    zero = [names[j] for j in keep if not np.any(columns[:, j])]
+    if kind == "j_sensitivity" and zero:
+        raise ValueError(
+            f"identifiability: correlation_columns='j_sensitivity' needs non-zero cost sensitivity "
+            f"functions, but those of {', '.join(zero)} are zero (a problem whose data the model fits "
+            "exactly, e.g. from_simulation at its own theta?); use data with a residual or "
+            "correlation_columns='outputs'"
+        )
+    ranking = correlation_ranking(columns[:, keep], [names[j] for j in keep], start=start,
                                   normalize=normalize)
     ranking = CorrelationRanking(order=ranking.order, indices=np.array(keep)[ranking.indices],
                                  sigma_min=ranking.sigma_min, normalized=ranking.normalized,
@@ -594,7 +672,7 @@ def _report(matrix, names, theta, scaling, rank_rtol, flat_ratio, gap_ratio, sta
         parameter_names=tuple(names), theta=np.asarray(theta), scaling=scaling,
         matrix=matrix, matrix_shape=tuple(int(d) for d in matrix.shape), rank=rank, rank_rtol=float(rtol),
         rank_tolerance=tolerance, column_norms=norms, null_parameters=null, jacobian=analysis,
-        correlation=ranking, sigma_min_threshold=float(sigma_min_threshold),
+        correlation=ranking, correlation_columns=kind, sigma_min_threshold=float(sigma_min_threshold),
         proposed_subset=ranking.subset(sigma_min_threshold), j_sensitivity=j_sens,
         j_sensitivity_scaling=j_scaling, j_sensitivity_order=j_order,
     )

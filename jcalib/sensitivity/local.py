@@ -54,7 +54,9 @@ __all__ = [
     "SCALINGS",
     "failure_cause",
     "j_sensitivity",
+    "j_sensitivity_functions",
     "loss_gradient",
+    "running_loss_gradient",
     "output_sensitivities",
     "residual_jacobian",
     "sensitivity_matrix",
@@ -233,6 +235,59 @@ def j_sensitivity(
     z = problem_point(problem, theta, coordinates, "j_sensitivity")
     jac, residuals = residual_jacobian(problem, z)
     return np.abs(loss_gradient(problem, z, jac, residuals, scaling, "j_sensitivity"))
+
+
+def j_sensitivity_functions(
+    problem,
+    theta: Float[ArrayLike, " n_free"] | None = None,
+    *,
+    coordinates: str = "physical",
+    scaling: str = "absolute",
+) -> Float[np.ndarray, "n_times n_free"]:
+    """Sensitivity functions S_J(t_k, θ_i) of the running cost (Bastogne et al. 2007, §3.3).
+
+    Bastogne et al. build J = Σ_j e(t_j)ᵀQe(t_j) as a Simulink block (their Figure 6) and
+    differentiate its output signal, so S_J(θ_i) is a time function in R^N (§3.3.2: "the
+    vectors S_J(Θ_i) ∈ R^N", the columns of the correlation classification's Σ); its final
+    value is the J-sensitivity of eq. 12. Here J is ``problem.loss`` (mean squared residual,
+    1/n times Bastogne's J for ``weighting="absolute"``), so
+
+        S_J(t_k, θ_i) = (2/n) Σ_{rows at times t_j <= t_k} r · dr/dθ_i,
+
+    and ``|S_J(t_N, θ_i)|`` equals `j_sensitivity`. Times without a measured entry repeat the
+    previous value.
+
+    Args:
+        problem: a `CalibrationProblem`.
+        theta: the free parameters in ``coordinates``; None: the nominal values.
+        coordinates: ``"physical"`` (default) or ``"internal"``, the coordinates of ``theta``.
+        scaling: parameter coordinates of the derivatives, one of `J_SCALINGS` (default
+            ``"absolute"``, eq. 12).
+
+    Returns:
+        Signed NumPy array ``(n_times, n_free)`` in units of the loss per unit of θ.
+
+    Raises:
+        ValueError: as `j_sensitivity`.
+    """
+    _check_choice(scaling, J_SCALINGS, "j_sensitivity_functions", "scaling")
+    z = problem_point(problem, theta, coordinates, "j_sensitivity_functions")
+    jac, residuals = residual_jacobian(problem, z)
+    return running_loss_gradient(problem, z, jac, residuals, scaling, "j_sensitivity_functions")
+
+
+def running_loss_gradient(problem, theta_internal, jacobian, residuals, scaling: str = "absolute",
+                          where: str = "running_loss_gradient"):
+    """`j_sensitivity_functions` from a residual Jacobian: the cumulative sum over observation
+    times of the per-row terms (2/n) r dr/dθ of `loss_gradient`; NumPy ``(n_times, n_free)``."""
+    jacobian = _scale_problem_jacobian(problem, theta_internal, np.asarray(jacobian), scaling, where)
+    residuals = np.asarray(residuals)
+    terms = 2.0 / residuals.size * residuals[:, None] * jacobian
+    n_times, n_outputs = np.shape(problem.measurements.values)
+    time_of_row = np.asarray(problem.observed_index) // n_outputs
+    per_time = np.zeros((n_times, jacobian.shape[1]))
+    np.add.at(per_time, time_of_row, terms)
+    return np.cumsum(per_time, axis=0)
 
 
 def residual_jacobian(problem, theta_internal):

@@ -18,6 +18,7 @@ from jcalib.sensitivity.identifiability import (
     identifiability,
     jacobian_analysis,
     n_essential_directions,
+    noise_rank_rtol,
     null_parameters,
     numerical_rank,
     rank_tolerance,
@@ -92,6 +93,48 @@ def test_rank_equals_numpy_matrix_rank_for_rank_deficient_a(linear):
     assert report.correlation.excluded == ("p4",) and len(report.correlation.order) == 4
     # the dependent trio p0, p1, p2 leaves one exactly flat direction besides p4's
     assert report.jacobian.singular_values[3] < 1e-14 * report.jacobian.singular_values[0]
+
+
+def test_noise_rank_rtol_counts_directions_above_sigma_over_delta():
+    """Rank = #{s_k > σ/δ}: the directions whose Cramér-Rao sd σ/s_k is below δ."""
+    rng = np.random.default_rng(1)
+    u, _ = np.linalg.qr(rng.normal(size=(40, 4)))
+    v, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    m = u @ np.diag([50.0, 3.0, 0.2, 1e-4]) @ v.T
+    rtol = noise_rank_rtol(m, 0.1, delta=1.0)
+    assert rtol == pytest.approx(0.1 / 50.0, rel=1e-12)
+    assert numerical_rank(m, rtol=rtol) == 3  # σ/s = 0.002, 0.033, 0.5 < 1 < 1000
+    assert numerical_rank(m, rtol=noise_rank_rtol(m, 0.1, delta=0.1)) == 2  # 0.5 > 0.1
+    assert noise_rank_rtol(m, 100.0) == pytest.approx(2.0)  # σ/δ above s_1: nothing determined
+    with pytest.raises(ValueError, match="sigma must be a positive noise level; got 0.0"):
+        noise_rank_rtol(m, 0.0)
+    with pytest.raises(ValueError, match="delta must be a positive standard deviation; got -1"):
+        noise_rank_rtol(m, 0.1, delta=-1)
+    with pytest.raises(ValueError, match="all zero"):
+        noise_rank_rtol(np.zeros((3, 2)), 0.1)
+
+
+def test_correlation_on_j_sensitivity_functions(linear):
+    """correlation_columns='j_sensitivity' ranks the running-cost sensitivity functions
+    (Bastogne §3.3.2) and refuses data the model fits exactly (all functions zero)."""
+    data = linear.measurements
+    shifted = jcalib.Measurements(data.ts, np.asarray(data.values) + np.linspace(0.5, -0.3, 8).reshape(4, 2))
+    problem = jcalib.CalibrationProblem(linear.model, shifted, weighting="absolute")
+    report = identifiability(problem, jnp.ones(5), scaling="absolute", start="j_sensitivity",
+                             correlation_columns="j_sensitivity")
+    assert report.correlation_columns == "j_sensitivity"
+    functions = jcalib.sensitivity.local.j_sensitivity_functions(problem, jnp.ones(5))
+    keep = [0, 1, 2, 3]
+    expected = correlation_ranking(functions[:, keep], ["p0", "p1", "p2", "p3"],
+                                   start=report.j_sensitivity_order[0])
+    assert report.correlation.order == expected.order
+    np.testing.assert_allclose(report.correlation.sigma_min, expected.sigma_min, rtol=1e-12)
+    np.testing.assert_allclose(np.abs(functions[-1]), report.j_sensitivity, rtol=1e-12)
+    assert identifiability(problem, jnp.ones(5)).correlation_columns == "outputs"
+    with pytest.raises(ValueError, match="correlation_columns='j_sensitivity' needs non-zero cost"):
+        identifiability(linear, jnp.ones(5), correlation_columns="j_sensitivity")
+    with pytest.raises(ValueError, match=r"correlation_columns must be one of \('outputs', 'j_sensitivity'\)"):
+        identifiability(linear, jnp.ones(5), correlation_columns="rows")
 
 
 def test_null_parameters():

@@ -11,7 +11,10 @@ import pytest
 import jcalib
 from jcalib.sensitivity.local import (
     j_sensitivity,
+    j_sensitivity_functions,
+    loss_gradient,
     output_sensitivities,
+    residual_jacobian,
     sensitivity_matrix,
 )
 from tests.helpers import LinearModel, central_differences
@@ -119,6 +122,38 @@ def test_j_sensitivity_matches_finite_differences_of_the_loss(problem, scaling):
     z = problem.to_internal(jnp.asarray(theta))
     np.testing.assert_allclose(j_sensitivity(problem, z, coordinates="internal", scaling=scaling), got,
                                rtol=1e-14)
+
+
+@pytest.mark.parametrize("scaling", ["absolute", "log"])
+def test_j_sensitivity_functions_are_the_running_cost_gradient(problem, scaling):
+    """S_J(t_k) (Bastogne 2007 §3.3.2) = the gradient of the running mean-square cost
+    (2/n) Σ_{t_j <= t_k} r_j dr_j/dθ, ending at the signed dJ/dθ of `j_sensitivity`."""
+    theta = jnp.asarray(problem.space.nominal)
+    functions = j_sensitivity_functions(problem, theta, scaling=scaling)
+    n_times, n_outputs = np.shape(problem.measurements.values)
+    assert functions.shape == (n_times, 3)
+    z = problem.to_internal(theta)
+    jac, r = residual_jacobian(problem, z)
+    np.testing.assert_allclose(functions[-1], loss_gradient(problem, z, jac, r, scaling), rtol=1e-12)
+    np.testing.assert_allclose(np.abs(functions[-1]), j_sensitivity(problem, theta, scaling=scaling),
+                               rtol=1e-12)
+    # by hand at t_2: the first two times' rows (all entries observed, rows time-major)
+    factor = {"absolute": 1.0 / np.asarray(theta), "log": np.ones(3)}[scaling]  # log-scale internals
+    rows = 2 * n_outputs
+    by_hand = 2.0 / r.size * (r[:rows, None] * jac[:rows] * factor[None, :]).sum(axis=0)
+    np.testing.assert_allclose(functions[1], by_hand, rtol=1e-12)
+
+
+def test_j_sensitivity_functions_skip_unobserved_entries(model, theta):
+    """A masked-out time adds nothing: S_J stays flat across it."""
+    data = jcalib.synthetic_measurements(jax.random.key(5), model, jnp.asarray(theta) * 1.2, sigma=0.02)
+    mask = np.ones(np.shape(data.values), bool)
+    mask[3] = False
+    masked = jcalib.CalibrationProblem(model, jcalib.Measurements(data.ts, data.values, mask=mask))
+    functions = j_sensitivity_functions(masked, jnp.asarray(theta))
+    np.testing.assert_array_equal(functions[3], functions[2])
+    assert not np.allclose(functions[4], functions[3])
+    np.testing.assert_allclose(np.abs(functions[-1]), j_sensitivity(masked, jnp.asarray(theta)), rtol=1e-12)
 
 
 def test_bad_inputs_raise(model, theta, linear, problem):
