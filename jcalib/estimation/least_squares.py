@@ -190,6 +190,19 @@ class _JacobianFailed(Exception):
         self.jacobian = jacobian
 
 
+class _Plateau(Exception):
+    """Raised from the Jacobian callback to stop scipy at an accepted point on a plateau."""
+
+    def __init__(self, z: np.ndarray, jacobian: np.ndarray, reason: str):
+        super().__init__(reason)
+        self.z = np.asarray(z, dtype=np.float64).copy()
+        self.jacobian = jacobian
+        self.reason = reason
+
+
+_PLATEAU_STATUS = 5  # scipy's statuses are -1..4; 5 marks the plateau stop of least_squares_trf
+
+
 def least_squares_trf(
     problem: CalibrationProblem,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
@@ -200,6 +213,8 @@ def least_squares_trf(
     gtol: float = 1e-8,
     max_steps: int | None = None,
     x_scale: str | Float[ArrayLike, " n_free"] | None = None,
+    plateau_window: int | None = None,
+    plateau_rtol: float = 0.01,
     verbose: int = 0,
 ) -> EstimationResult:
     """Trust-region reflective least squares within the bounds, with the autodiff Jacobian.
@@ -222,6 +237,16 @@ def least_squares_trf(
         max_steps: residual evaluations allowed (scipy's ``max_nfev``; default ``100 * n_free``).
         x_scale: scipy's variable scaling (None: scipy's default; ``"jac"``: by the
             Jacobian's column norms).
+        plateau_window: stop on a plateau (None: off, scipy's tests only): after accepted
+            step k >= w = ``plateau_window``, stop when the last w accepted steps together
+            lowered the loss by at most ``plateau_rtol`` of its value w steps before,
+            ``loss[k - w] - loss[k] <= plateau_rtol * loss[k - w]`` (a windowed ``ftol``: scipy's
+            ``ftol`` compares one step's decrease only). The run then ends at step k with
+            ``converged=True``, ``extra["status"] = 5`` and the rule in ``reason``; the Jacobian
+            at that point (computed for the step, as scipy does at every accepted point) gives
+            the singular values. Needs ``jac="autodiff"``.
+        plateau_rtol: relative loss decrease over the window that counts as a plateau
+            (default 0.01: less than 1 % in w steps).
         verbose: scipy's verbosity (0, 1 or 2).
 
     Returns:
@@ -243,7 +268,8 @@ def least_squares_trf(
 
     Raises:
         ValueError: ``theta0`` has the wrong shape or names, is not finite or lies outside
-            the bounds; unknown ``jac``.
+            the bounds; unknown ``jac``; ``plateau_window`` not a positive integer or used
+            with finite differences; ``plateau_rtol`` not in [0, 1).
         FailedStartError: (a ``ValueError``) the simulation fails at ``theta0`` (the message
             gives its `jcalib.model.SolveStatus`), the loss overflows there although the
             simulation succeeded (e.g. absolute weighting of huge data), or the autodiff
@@ -254,6 +280,15 @@ def least_squares_trf(
     """
     if jac not in _TRF_JACOBIANS:
         raise ValueError(f"least_squares_trf: jac must be one of {_TRF_JACOBIANS}; got {jac!r}")
+    if plateau_window is not None:
+        if isinstance(plateau_window, bool) or not isinstance(plateau_window, (int, np.integer)) or plateau_window < 1:
+            raise ValueError(f"least_squares_trf: plateau_window must be a positive integer (accepted steps) or "
+                             f"None; got {plateau_window!r}")
+        if jac != "autodiff":
+            raise ValueError(f"least_squares_trf: plateau_window needs jac='autodiff' (the loss after every "
+                             f"accepted step); got jac={jac!r}: pass plateau_window=None")
+    if not (isinstance(plateau_rtol, (int, float, np.floating)) and 0.0 <= plateau_rtol < 1.0):
+        raise ValueError(f"least_squares_trf: plateau_rtol must be a number in [0, 1); got {plateau_rtol!r}")
     start = time.perf_counter()
     z0 = _start_internal(problem, theta0, "least_squares_trf")
     calls = _Calls(problem)
@@ -275,6 +310,14 @@ def least_squares_trf(
             if not np.all(np.isfinite(j)):
                 raise _JacobianFailed(z, j)
             record(z)
+            losses = history["loss"]
+            if plateau_window is not None and len(losses) > plateau_window:
+                before, now = losses[-1 - plateau_window], losses[-1]
+                if before - now <= plateau_rtol * before:
+                    raise _Plateau(z, j, (
+                        f"converged: plateau: the last {plateau_window} accepted steps lowered the loss from "
+                        f"{before:.6g} to {now:.6g} ({(before - now) / before:.3%} <= plateau_rtol = "
+                        f"{plateau_rtol:g})"))
             return j
     else:
         jac_fn = jac
@@ -298,6 +341,11 @@ def least_squares_trf(
                                                 "least_squares_trf", "an accepted point",
                                                 fix="stopped with the best point so far")
                                or "the Jacobian is not finite at an accepted point")
+        extra_scipy = {}
+    except _Plateau as plateau:
+        z, j = plateau.z, np.asarray(plateau.jacobian)
+        n_iterations = len(history["loss"]) - 1
+        converged, status, reason = True, _PLATEAU_STATUS, plateau.reason
         extra_scipy = {}
     else:
         z = np.asarray(sol.x)

@@ -124,6 +124,38 @@ def test_trf_unknown_jacobian_raises(problem):
         least_squares_trf(problem, jac="fd")
 
 
+def test_trf_plateau_stop_ends_the_full_run_at_the_first_step_the_rule_holds(noisy_problem, theta):
+    start = np.asarray(theta) / 10.0
+    full = least_squares_trf(noisy_problem, start)
+    window, rtol = 2, 0.1  # the loss falls to the noise floor in 5 steps, then by 5 % in the 6th
+    stopped = least_squares_trf(noisy_problem, start, plateau_window=window, plateau_rtol=rtol)
+    losses = np.asarray(full.history["loss"])
+    # the first accepted step k >= window with loss[k - window] - loss[k] <= rtol loss[k - window]
+    holds = [k for k in range(window, losses.size) if losses[k - window] - losses[k] <= rtol * losses[k - window]]
+    assert holds and holds[0] < full.n_steps  # the plateau comes before scipy's own stop on this problem
+    k = holds[0]
+    assert stopped.n_steps == k and stopped.converged and stopped.extra["status"] == 5
+    assert stopped.reason.startswith(f"converged: plateau: the last {window} accepted steps")
+    # the same iterates as the full run up to the stop (scipy is deterministic), and the estimate is the k-th
+    np.testing.assert_array_equal(stopped.history["loss"], losses[: k + 1])
+    np.testing.assert_array_equal(stopped.theta_internal, noisy_problem.to_internal(
+        jnp.asarray(full.history["theta"][k])))
+    assert stopped.loss == losses[k] >= full.loss
+    # one Jacobian at the start and after every accepted step, the stop point's included (its singular values)
+    assert stopped.n_jacobians == k + 1 < full.n_jacobians and stopped.singular_values.shape == (3,)
+    assert stopped.n_simulations < full.n_simulations
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"plateau_window": 0}, r"plateau_window must be a positive integer \(accepted steps\) or None; got 0"),
+    ({"plateau_window": 3, "jac": "2-point"}, r"plateau_window needs jac='autodiff'"),
+    ({"plateau_window": 3, "plateau_rtol": 1.5}, r"plateau_rtol must be a number in \[0, 1\); got 1.5"),
+])
+def test_trf_bad_plateau_options_raise(problem, options, match):
+    with pytest.raises(ValueError, match=match):
+        least_squares_trf(problem, **options)
+
+
 def test_trf_failed_solve_at_the_start_raises(problem):
     failing = jcalib.CalibrationProblem(problem.model.with_solver(max_steps=2), problem.measurements)
     with pytest.raises(ValueError, match=r"least_squares_trf: the simulation at theta0 = .* failed \(MAX_STEPS: "
