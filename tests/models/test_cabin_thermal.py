@@ -35,19 +35,21 @@ SPEC_PARAMETERS = [  # name, nominal, lower, upper, unit (spec table; all linear
     ("CF_alpha_mass", 1, 0.5, 1.5, "-"), ("CF_v_air_mass", 1, 0.5, 1.5, "-"),
     ("CF_zeta_dash", 1, 0.5, 1.5, "-"), ("CF_zeta_foot", 1, 0.5, 1.5, "-"),
     ("CF_zeta_rear", 1, 0.5, 1.5, "-"), ("ratioBottomUp", 0.5, 0.2, 0.8, "-"),
-    ("ratioFrontRear", 0.65, 0.4, 0.9, "-"), ("CF_coolDown", 1, 0.8, 1.2, "-"),
-    ("CF_heatUp", 1, 0.8, 1.2, "-"),
-]
-# spec reference, nominal theta (Radau rtol 1e-10), [T1, T3, T5, T7] in degC, by (series, j)
+    ("ratioFrontRear", 0.65, 0.4, 0.9, "-"), ("CF_coolDown", 1, 0.9, 1.1, "-"),
+    ("CF_heatUp", 1, 0.9, 1.1, "-"),
+]  # issue 19: CF_coolDown / CF_heatUp narrowed from the spec's 0.8-1.2 (see the model docstring)
+# reference, nominal theta, [T1, T3, T5, T7] in degC, by (series, j): scipy Radau (rtol = atol
+# = 1e-10, exact jacobian, restarted at 1800 s and 3600 s) on the vector field with the issue-19
+# constants (the spec's table belongs to its original constants; see the model docstring)
 REFERENCE = {
-    ("cool", 1): (49.1073, 55.5398, 50.5091, 56.7815),
-    ("cool", 10): (30.6289, 35.2836, 32.1864, 37.4160),
-    ("cool", 50): (27.1599, 31.4396, 28.4997, 33.2518),
-    ("cool", 100): (26.0295, 30.0778, 27.2949, 31.8052),
-    ("heat", 1): (30.4761, 32.4492, 30.6870, 32.9017),
-    ("heat", 10): (43.9391, 44.7785, 43.0854, 43.3401),
-    ("heat", 50): (50.2773, 52.1504, 49.5107, 50.9295),
-    ("heat", 100): (52.6405, 55.0456, 51.8762, 53.8542),
+    ("cool", 1): (47.5424, 55.3895, 47.3980, 54.5899),
+    ("cool", 10): (39.2104, 46.4720, 40.1401, 47.5048),
+    ("cool", 50): (29.2613, 34.4156, 30.6847, 36.3420),
+    ("cool", 100): (26.0818, 30.3720, 27.3415, 32.1414),
+    ("heat", 1): (30.0378, 32.1992, 30.4173, 32.9982),
+    ("heat", 10): (36.9532, 36.3634, 36.6151, 36.2436),
+    ("heat", 50): (44.9053, 46.7605, 43.7877, 45.1866),
+    ("heat", 100): (49.4685, 52.7342, 48.1432, 50.8826),
 }
 PHASE_ONLY = ("CF_zeta_dash", "CF_zeta_foot", "CF_zeta_rear", "CF_coolDown", "CF_v_air_mass",
               "CF_heatUp")  # act only when the blower runs (phases 1, 2)
@@ -58,7 +60,7 @@ OTHER_POINT = {
     "CF_airExchangeTFR": 0.9, "CF_airExchangeBFR": 1.1, "CF_airExchangeLR": 0.7,
     "A_internal_mass": 5.0, "CF_alpha_mass": 0.6, "CF_v_air_mass": 1.3, "CF_zeta_dash": 0.7,
     "CF_zeta_foot": 1.4, "CF_zeta_rear": 0.9, "ratioBottomUp": 0.3, "ratioFrontRear": 0.8,
-    "CF_coolDown": 0.9, "CF_heatUp": 1.15,
+    "CF_coolDown": 0.95, "CF_heatUp": 1.07,
 }
 
 
@@ -135,7 +137,7 @@ def test_parameters_outputs_experiment_and_constants(cabin):
     assert consts["C_a_rear"][0] == pytest.approx(1171.36, abs=0.005)
     assert consts["Q_L0"] == (1200.0, "W") and consts["lambda_L"] == (0.6, "-")
     assert consts["T_amb"] == (35.0, "degC") and consts["g_fcd_TFR"] == (0.02, "kg/s")
-    assert consts["Q_hs_top"][0] == 150.0 and consts["Q_hs_bottom"][0] == 0.0
+    assert consts["Q_hs_top"][0] == 50.0 and consts["Q_hs_bottom"][0] == 0.0
     assert jcalib.models.describe(NAME).startswith("Car cabin")
 
 
@@ -212,23 +214,29 @@ def test_expected_behaviour(probe, probe_nominal):
     ts = np.asarray(probe.ts)
     at = {t: probe_nominal[int(np.flatnonzero(ts == t)[0])] for t in (1800.0, 3600.0, 5400.0)}
     soak, cooled, heated = (at[t][SENSOR_STATES] for t in (1800.0, 3600.0, 5400.0))
-    assert np.all((soak > 57.0) & (soak < 63.0)), soak
+    # the spec's ranges belong to its original constants; with the issue-19 constants (model
+    # docstring) the soak ends at 54-60 degC, the cool-down at 26-32.2, the heat-up at 48-52.8
+    assert np.all((soak > 53.0) & (soak < 61.0)), soak
     air = at[1800.0][:8]
     left = np.array([z[1] == "L" for z in mod.ZONES])
     front = np.array([z[0] == "F" for z in mod.ZONES])
-    assert np.argmax(air) == mod.ZONES.index("FLT")  # load biased to the front and the left
+    # load biased to the front and the left: a front-left zone is the warmest (the bottom one
+    # since issue 19: less sun on the glazed top hull)
+    assert mod.ZONES[int(np.argmax(air))] in ("FLT", "FLB")
     # each left zone warmer than its right twin, each front zone than its rear twin
     assert np.all(air[left] > air[~left]) and np.all(air[front] > air[~front])
-    assert np.all((cooled > 25.0) & (cooled < 32.0)), cooled
+    assert np.all((cooled > 25.0) & (cooled < 33.0)), cooled
     t1, t3, t5, t7 = cooled
     assert t1 < t5 and t3 < t7  # front cooler than rear
     assert t1 < t3 and t5 < t7  # top cooler than bottom: the cold air enters at the top
-    # "rise to 50-55 degC": the spec's own reference has T3(5400 s) = 55.0456, so the range
-    # is rounded; checked against that table value here
-    assert np.all((heated > 50.0) & (heated < 55.0456 + 1e-3)), heated
-    # "fast drop within ~2 min": more than half of the cool-down's drop by t = 1926 s
+    assert np.all((heated > 47.0) & (heated < 54.0)), heated
+    # "fast drop within ~2 min": with the spec's constants more than half of the cool-down's drop
+    # by t = 1926 s; with the issue-19 constants (the seats' heat store is coupled fast to the
+    # air and slows the drop) 53 / 39 / 47 / 28 % for T1 / T3 / T5 / T7: T1, next to the dash
+    # outlets, drops fastest, the rear bottom zone without an outlet slowest
     drop_2min = probe_nominal[ts == 1926.0][0, SENSOR_STATES] - soak
-    assert np.all(drop_2min < 0.5 * (cooled - soak))
+    share = drop_2min / (cooled - soak)
+    assert np.all(share > 0.25) and share[0] > 0.5 and np.argmin(share) == 3, share
 
 
 # --- exact zeros, energy balance, symmetry, equilibrium (spec checks 1-4) ------------------
@@ -328,7 +336,9 @@ def test_blower_by_phase(cabin, nominal):
     flows = [np.asarray(cabin.blower(cabin.phase(jnp.asarray(t)), theta))
              for t in (1800.0, 1800.5, 3600.0, 3600.5)]
     np.testing.assert_array_equal(flows[0], 0.0)  # t = 1800 s still belongs to the soak
-    np.testing.assert_allclose(flows[1], [0.069465, 0.013396, 0.026792], atol=5e-7)
+    # the model's beta_fan = 5 (issue 19; the spec's 1 gives 0.069465, 0.013396, 0.026792):
+    # sigma = 0.55 / sqrt(0.5) + 0.45 = 1.22782, m_g = 0.1 (s_g / sqrt(z_g)) sqrt(6 / (1 + 5 sigma^2))
+    np.testing.assert_allclose(flows[1], [0.065205, 0.012575, 0.025149], atol=5e-7)
     np.testing.assert_array_equal(flows[2], flows[1])
     np.testing.assert_allclose(flows[3], flows[1] / 4, rtol=1e-14)  # m_low / m_nom
 
@@ -380,3 +390,31 @@ def test_jit_vmap_equals_single_simulations(cabin, batch_1000):
         single = np.asarray(SIMULATE(cabin, thetas[k]))
         np.testing.assert_allclose(batched[k], single, rtol=0, atol=1e-3)  # spec accuracy
         np.testing.assert_allclose(batch_1000[1][k], single, rtol=0, atol=1e-3)
+
+
+# --- Sobol' structure for the paper's outputs (issue 19) ----------------------------------
+PAPER_DOMINANT = ("ratioFrontRear", "ratioBottomUp", "A_internal_mass", "CF_alpha_internal")
+
+
+def test_sobol_structure_matches_the_paper(cabin):
+    """Zhang & Mikelsons (2023), Fig. 4: on the 4 left sensors x (cool-down, heat-up), first-order
+    indices averaged over all 200 x 4 elements single out four dominant parameters -- the paper's
+    by name -- behind a drop that Algorithm 1 detects (r(4,5) > K), and the indices spread over
+    about two orders of magnitude. N = 128 (2,688 solves): the ranking, the drop and the spread
+    hold for keys 0-3 (N = 1024, key 0: 0.332, 0.189, 0.145, 0.114 | 0.030, ...; K = 0.479 <
+    r(4,5) = 0.581; smallest 0.0009)."""
+    from jcalib.sensitivity.sobol import sobol_indices
+
+    r = sobol_indices(jax.random.key(0), cabin, None, 128, n_bootstrap=2, progress=False)
+    s = np.asarray(r.averaged_first_order)
+    order = np.argsort(-s)
+    top = {r.names[i] for i in order[:4]}
+    assert top == set(PAPER_DOMINANT), [(r.names[i], round(float(s[i]), 4)) for i in order]
+    # a clear drop: the 4th index is at least 2.5x the 5th (1024 samples: 3.8x)
+    assert s[order[3]] > 2.5 * s[order[4]]
+    sel = r.select(1e-3)
+    assert set(sel.selected) == set(PAPER_DOMINANT) and sel.stop_reason == "drop_above_K"
+    assert float(sel.ratios[4]) > sel.K
+    # the spread: the largest is over 100x the smallest few (five below 1/30 of the largest)
+    assert s[order[0]] > 100 * s[order[-1]]
+    assert np.sum(s < s[order[0]] / 30) >= 5

@@ -403,9 +403,12 @@ def test_cabin_grouping_spec():
     model = jcalib.models.get("cabin_thermal")
     r = sobol_indices(jax.random.key(0), model, None, 1024, n_bootstrap=20, progress=False)
     avg = dict(zip(r.names, np.asarray(r.averaged_first_order)))
-    for name in ("ratioFrontRear", "CF_alpha_internal", "ratioBottomUp", "CF_heatUp"):
+    # issue 19: the model's constants were changed so that the paper's four dominate (its Fig. 4;
+    # the spec's check 6 named CF_heatUp instead of A_internal_mass, and CF_hull_insulation now
+    # sits at 0.011, so CF_v_air_mass (0.0014) takes its place among the weak ones)
+    for name in ("ratioFrontRear", "CF_alpha_internal", "ratioBottomUp", "A_internal_mass"):
         assert avg[name] > 0.08, (name, avg[name])
-    for name in ("CF_airExchangeBFR", "CF_airExchangeLR", "CF_airExchangeTFR", "CF_hull_insulation"):
+    for name in ("CF_airExchangeBFR", "CF_airExchangeLR", "CF_airExchangeTFR", "CF_v_air_mass"):
         assert avg[name] < 0.012, (name, avg[name])
     # CF_heatUp acts only after 3600 s: exactly zero indices on the 100 cool-down samples
     heat_up = model.parameters.index("CF_heatUp")
