@@ -22,6 +22,15 @@ plus the polish's; true-model Jacobians (the polish's; each is one forward-mode 
 carrying n_free tangents); surrogate evaluations (the screening's). The paper's n_total =
 n_train + n_opt is ``n_true_simulations`` here, with the Jacobians reported beside it.
 
+The paper counts FMU calls with finite-difference Jacobians. Its currency is
+``n_true_calls_fd``: every forward-mode Jacobian of the n_free parameters counts as n_free
+model calls (forward differences, the residuals at the point being already known), so
+``n_true_calls_fd = n_true_simulations + n_free * n_true_jacobians``, what the same run
+would cost with ``jac="2-point"``.
+
+To stop the polish once it stops improving (the plateau of the loss after a few steps),
+pass ``polish_options={"plateau_window": w, "plateau_rtol": r}`` (see `least_squares_trf`).
+
 With ``weighting="absolute"`` every loss is the MSE of eq. 1 of the paper.
 
 Example:
@@ -79,6 +88,8 @@ class SurrogateCalibrationResult(eqx.Module):
         n_true_simulations: all true-model simulations: ``n_training_simulations`` plus the
             polish's (plus one for the gap without the polish); the paper's n_total.
         n_true_jacobians: true-model forward-mode Jacobians (the polish's).
+        n_true_calls_fd: (property) ``n_true_simulations + n_free * n_true_jacobians``, the
+            model calls in the paper's finite-difference currency.
         n_surrogate_evaluations: surrogate evaluations of the screening.
         converged: the polish's convergence test held (without the polish: the DE's).
         durations: seconds per phase: ``screening_s``, ``polish_s``, ``workflow_s`` (this
@@ -115,6 +126,11 @@ class SurrogateCalibrationResult(eqx.Module):
         return {n: float(v) for n, v in zip(self.names, np.asarray(self.surrogate_theta))}
 
     @property
+    def n_true_calls_fd(self) -> int:
+        """True-model calls with every Jacobian counted as n_free forward-difference simulations."""
+        return self.n_true_simulations + len(self.names) * self.n_true_jacobians
+
+    @property
     def gap(self) -> float:
         """MSE_f(θ̂_opt) - MSE_φ(θ̂_opt): what the surrogate's prediction error costs at its optimum."""
         return self.true_loss_at_surrogate_optimum - self.surrogate_loss
@@ -128,6 +144,7 @@ class SurrogateCalibrationResult(eqx.Module):
             "estimate": self.estimate, "loss": self.loss, "n_polish_steps": self.n_polish_steps,
             "n_training_simulations": self.n_training_simulations,
             "n_true_simulations": self.n_true_simulations, "n_true_jacobians": self.n_true_jacobians,
+            "n_true_calls_fd": self.n_true_calls_fd,
             "n_surrogate_evaluations": self.n_surrogate_evaluations, "converged": self.converged,
             "durations": self.durations, "screening": self.screening.to_dict(),
             "polish": None if self.polish is None else self.polish.to_dict(),
@@ -224,7 +241,7 @@ def surrogate_calibration(
             ``population_size``, ``max_steps``, ``tol``, ``strategy``, ``progress``);
             default: scipy's settings (population 15 n_free, 1000 generations, tol 0.01).
         polish_options: keyword arguments of `least_squares_trf` (e.g. ``max_steps``,
-            ``ftol``, ``x_scale``).
+            ``ftol``, ``x_scale``, ``plateau_window`` and ``plateau_rtol`` for a plateau stop).
         durations: seconds of earlier phases to report with this call's, e.g.
             ``{"simulate_training_set_s": 12.3}``.
 

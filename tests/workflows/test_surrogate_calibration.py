@@ -119,6 +119,8 @@ def test_result_counts_and_json(case):
     assert result.n_training_simulations == N_TRAIN
     assert result.n_true_simulations == N_TRAIN + polish.n_simulations
     assert result.n_true_jacobians == polish.n_jacobians
+    # the paper's finite-difference currency: a Jacobian of 14 parameters costs 14 forward differences
+    assert result.n_true_calls_fd == result.n_true_simulations + 14 * polish.n_jacobians > result.n_true_simulations
     assert result.n_surrogate_evaluations == screening.n_simulations == 210 * (1 + screening.n_steps)
     assert screening.n_steps <= MAX_GENERATIONS and screening.n_jacobians == 0
     np.testing.assert_allclose(result.surrogate_theta, screening.theta)
@@ -133,6 +135,7 @@ def test_result_counts_and_json(case):
     d = result.to_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["estimate"] == result.estimate and d["polish"]["method"] == "trf"
+    assert d["n_true_calls_fd"] == result.n_true_calls_fd
     assert set(d["surrogate_estimate"]) == set(problem.free_names)
 
 
@@ -142,6 +145,7 @@ def test_without_polish_one_true_simulation(case):
                                    screening_options={"population_size": 8, "max_steps": 2})
     assert result.method == "surrogate-de" and result.polish is None and result.n_polish_steps == 0
     assert result.n_training_simulations == 0 and result.n_true_simulations == 1 and result.n_true_jacobians == 0
+    assert result.n_true_calls_fd == 1
     np.testing.assert_array_equal(result.theta, result.surrogate_theta)
     assert result.loss == result.true_loss_at_surrogate_optimum
     assert "training_s" not in result.durations and "polish_s" not in result.durations
