@@ -17,9 +17,11 @@ group at a time. Step ``n``:
    uses the true model's data.
 3. **Trial inference**: a posterior network for all candidates, trained for a few epochs
    (``trial_epochs``); candidates whose posterior means reach a coefficient of determination
-   ``R² >= r2_threshold`` on the validation set are kept, Θ_n. When none does, the candidate
-   with the largest R² is kept (``fallback=True`` in the step), so every step identifies at
-   least one parameter and the loop ends after at most ``n_params`` steps.
+   ``R² >= r2_threshold`` on the validation set are kept, Θ_n (from unbounded draws when the
+   barely trained network cannot put enough draws inside the box, see `_trial_means`). When
+   none does, the candidate with the largest R² is kept (``fallback=True`` in the step), so
+   every step identifies at least one parameter and the loop ends after at most ``n_params``
+   steps.
 4. **Formal inference**: a fresh network for Θ_n trained with the full settings on the same
    data; the observation's posterior (``n_samples`` draws) gives the estimates (posterior
    means), standard deviations and central ``level`` intervals; the validation set gives
@@ -611,7 +613,7 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
         t0 = time.perf_counter()
         trial = _train(jax.random.fold_in(k_trial, 1), config.trial, model, candidates, train_thetas, train_xs)
         cols = [space.index(n) for n in candidates]
-        mean, _ = _val_estimate(trial, k_trial, val_xs, config.n_val_samples)
+        mean = _trial_means(trial, k_trial, val_xs, config.n_val_samples)
         r2 = estimate_errors(val_thetas[:, cols], mean)[1]
         trial_r2 = {n: float(v) for n, v in zip(candidates, r2)}
         kept = tuple(n for n, v in zip(candidates, r2) if v >= config.r2_threshold)
@@ -694,6 +696,21 @@ def _train(key, bf_config: BayesFlowConfig, model, names, thetas, xs) -> Amortiz
     description = FunctionSimulator(lambda theta: jnp.zeros(xs.shape[1:]), space.subset(names),
                                     tuple(model.output_names), ts=model.ts)
     return AmortizedPosterior(description, bf_config).fit(key, thetas[:, cols], xs)
+
+
+def _trial_means(posterior, key, xs, n):
+    """Posterior means of the trial network on the validation set. A trial network is trained for
+    a few epochs only; when it cannot put ``n`` draws inside the box for some trajectory (the
+    bounded sampler gives up below 2 % acceptance), the means of its unbounded draws are used:
+    the R² then measures the tendency to learn that the trial is about, instead of the run
+    ending with an error (issue 19: a 14-candidate trial after 7 epochs did that)."""
+    try:
+        return _val_estimate(posterior, key, xs, n)[0]
+    except ValueError as err:
+        if "fell inside the parameter bounds" not in str(err):
+            raise
+    draws = np.asarray(posterior._fn("sample")(key, jnp.asarray(xs), n=n), np.float64)
+    return draws.reshape(xs.shape[0], n, -1).mean(axis=1)
 
 
 def _val_estimate(posterior, key, xs, n):

@@ -277,3 +277,31 @@ def test_surrogate_generator(problem):
     assert [s.generator for s in result.steps][1:] == ["surrogate"] * (len(result.steps) - 1)
     assert result.n_surrogate_evaluations > 0
     assert np.all(result.relative_error[:2] < 2.0), result.summary()
+
+
+class _LeakyPosterior:
+    """A stand-in for a barely trained trial network: its bounded sampler gives up (as
+    `AmortizedPosterior.sample` does below 2 % acceptance); its unbounded draws are known."""
+
+    def __init__(self, draws, message="only 3 of 10 draws fell inside the parameter bounds after 50 rounds"):
+        self.draws, self.message = np.asarray(draws), message
+
+    def estimate(self, key, xs, n):
+        raise ValueError(f"AmortizedPosterior.sample: {self.message}")
+
+    def _fn(self, name):
+        assert name == "sample"
+        return lambda key, xs, n: jnp.asarray(self.draws[:, :n])
+
+
+def test_trial_means_fall_back_to_unbounded_draws():
+    """Issue 19: a 14-candidate trial trained for 7 epochs could not keep its draws in the box for
+    one validation trajectory and the whole identification ended with an error; the trial's R²
+    now comes from the unbounded draws' means instead. Other errors still propagate."""
+    from jcalib.workflows.iterative_identification import _trial_means
+
+    draws = np.stack([np.full((4, 2), [1.0, 2.0]), np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]])])
+    means = _trial_means(_LeakyPosterior(draws), jax.random.key(0), np.zeros((2, 5, 1)), 4)
+    np.testing.assert_allclose(means, [[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(ValueError, match="NaN in x"):
+        _trial_means(_LeakyPosterior(draws, "NaN in x"), jax.random.key(0), np.zeros((2, 5, 1)), 4)
