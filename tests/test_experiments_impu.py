@@ -46,6 +46,39 @@ def test_exclusion_and_zone_test_set(script):
     assert np.all(script.excluded(space)(zone_thetas[(zones == 2) | (zones == 3)]))  # the excluded cross
 
 
+def test_paper_checks_give_the_cause_of_each_failing_claim(script):
+    """Thirteen claims from a full Table 5 and zone study; a failing claim carries the run's own
+    evidence (Cramér-Rao bound, ablations, TE counts, errors against p_c), a holding one none."""
+    names = ["d1", "d2", "k1", "k2"]
+    rows = {"TS-dense": [1.7, 3.7, 1.3, 0.8], "TS-sparse": [2.3, 5.0, 1.5, 1.0], "TE": [1.2, 2.6, 1.6, 1.1],
+            "MP": [6.0, 14.0, 3.7, 2.4], "RI": [5.5, 18.0, 3.0, 2.6], "MP-FBoI": [1.0, 2.0, 0.6, 0.6],
+            "RI-FBoI": [1.1, 2.8, 0.6, 0.7]}
+    table5 = {f: {"mare": dict(zip(names, v))} for f, v in rows.items()}
+    zone = np.tile(np.array([[1.0], [1.0], [0.9], [3.0], [4.0], [60.0]]), (1, 4))  # (6 zones, 4 params)
+    zones = {"mare": {"RI-FBoI": [zone.tolist()]}, "median": {"RI-FBoI": [(zone / 2).tolist()]},
+             "centre": {"RI-FBoI": [(zone / 10).tolist()]}, "retained": [2544],
+             "table7": {"RI-FBoI": {"mare": dict(zip(names, [1.2, 3.0, 0.7, 0.8]))}}}
+    diag = {"cramer_rao": {"n_thetas": 200, "f_max_hz": 4.0, "expected_abs": dict(zip(names, [0.14, 0.74, 0.06, 0.07])),
+                           "expected_abs_fboi": dict(zip(names, [0.14, 0.75, 0.06, 0.07]))},
+            "ablation": {"te": {"label": "TE with the paper's n_TE = (1, 5)", "feature": "TE",
+                                "mare": dict(zip(names, [3.0, 4.0, 2.5, 1.5]))}},
+            "te_counts": [2, 8]}
+    checks = script.paper_checks(table5, names, zones, diag)
+    assert len(checks) == 13
+    holds = [c["holds"] for c in checks]
+    # RI-FBoI <= 2.5 fails on d2 (2.8); d2, not d1, is the hardest; RI-FBoI 1.3 is 1.24x MP-FBoI 1.05
+    assert holds[:3] == [False, False, False]
+    assert all(c["why"] == "" for c in checks if c["holds"])
+    assert all(c["why"] for c in checks if not c["holds"])
+    assert "d2 5.3x d1" in checks[0]["why"] and "3.8x the bound for d2" in checks[0]["why"]
+    te = next(c for c in checks if c["paper"].startswith("TE"))
+    assert not te["holds"] and "(2, 8)" in te["why"] and "d1 3.00" in te["why"]
+    ratio = next(c for c in checks if "about twice" in c["paper"])
+    assert not ratio["holds"] and "zone 6 / zone 1 = d1 60.0, d2 60.0" in ratio["why"]
+    # without diagnostics (a --quick run) the checks are the same, only the evidence is missing
+    assert [c["holds"] for c in script.paper_checks(table5, names, zones)] == holds
+
+
 @pytest.mark.slow  # ~40 s of CPU: 14 small networks and ~700 simulations
 def test_quick_run_writes_the_tables(script, tmp_path):
     metrics = script.main(["--out", str(tmp_path), "--quick"])

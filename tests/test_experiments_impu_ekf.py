@@ -24,6 +24,33 @@ def test_figure_has_ekf_line_and_p_ref_markers():
     assert len(ax.lines) == 2 * len(script.FEATURES) + 1
 
 
+def test_ekf_configurations():
+    """The paper-configured EKF takes the description literally (physical N/m, P0 the box-uniform
+    variance, Q = 0, R = (1 % of the measured value + floor)²); the tuned one keeps run_ekf's
+    defaults with R at the prediction."""
+    import jcalib
+    from jcalib.filters.ekf import RelativeMeasurementNoise
+
+    script = load_script("experiments/roll_plane_impu_vs_ekf.py")
+    model = jcalib.models.get("roll_plane")
+    values = np.full((10, 4), 0.02)
+    values[3, 1] = -0.5
+    paper = script.ekf_options(model, "paper", values)
+    assert paper["parameters"] == "physical"
+    n_x = len(model.state_names)
+    box_sd = (model.parameters.upper - model.parameters.lower) / np.sqrt(12)  # 11.5 % of nominal
+    np.testing.assert_allclose(np.sqrt(np.diag(paper["P0"])[n_x:]), box_sd)
+    assert not paper["Q"].any() and paper["R"].shape == (10, 4, 4)
+    walk = script.ekf_options(model, "random_walk", values)["Q"]  # log θ random walk, states without noise
+    assert not walk[:n_x].any() and np.all(np.diag(walk)[n_x:] == script.RANDOM_WALK**2)
+    assert paper["R"][3, 1, 1] == pytest.approx((0.01 * 0.5 + 1e-6) ** 2)
+    assert paper["R"][0, 0, 0] == pytest.approx((0.01 * 0.02 + 1e-6) ** 2) and paper["R"][0, 0, 1] == 0
+    tuned = script.ekf_options(model, "tuned", values)
+    assert set(tuned) == {"R"} and isinstance(tuned["R"], RelativeMeasurementNoise)
+    with pytest.raises(ValueError, match="config"):
+        script.ekf_options(model, "other", values)
+
+
 @pytest.mark.slow  # ~45 s CPU: roll_plane simulation and EKF compiles, six tiny trainings
 def test_roll_plane_impu_vs_ekf_quick(tmp_path):
     metrics = load_script("experiments/roll_plane_impu_vs_ekf.py").main(["--out", str(tmp_path), "--quick"])
@@ -44,8 +71,14 @@ def test_roll_plane_impu_vs_ekf_quick(tmp_path):
         assert np.all(np.isfinite(mare)) and np.all(mare < 0.2)  # the box spans +-20 %
         assert row["epochs"] == [15, 15]
         assert set(metrics["comparison"][feature]) >= {"smallest_n_s_with_p_ref_error_below_ekf_both_params"}
+    paper = metrics["ekf_paper"]  # the paper-configured EKF: physical N/m, R at the measured values
+    assert paper["all_success"] and paper["config"] == "paper" and paper["settings"]["parameters"].startswith("phys")
+    for name in ("kt1", "kt2"):
+        assert paper["mean_abs_relative_error"][name] < paper["start_relative_error"][name]
+        # no unbiased estimator beats the Cramér-Rao bound on average; the bound is far below the prior's spread
+        assert 0 < metrics["cramer_rao"]["expected_abs_relative_error"][name] < 0.01
     comparison = (tmp_path / "paper_comparison.md").read_text()
-    assert comparison.count("\n| ") == 1 + 3  # header + one row per claim (three Fig. 19 statements)
+    assert comparison.count("\n| ") == 1 + 4  # header + one row per claim (Fig. 19: two EKFs, two more statements)
 
 
 @pytest.mark.slow  # ~45 s CPU: double-beam and roll-plane compiles, two tiny trainings, EKF
