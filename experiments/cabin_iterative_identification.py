@@ -29,19 +29,22 @@ in the same way"). That is the default here (``regenerate_observation``); ``--fi
 keeps the simulated test trajectory in every step, as with real measurements (the networks of
 later steps then see the surrogate's error at the estimates as well).
 
-Sizes. The defaults are the paper's data sizes with jcalib's default BayesFlow networks
-(LSTM summary, 6 affine couplings of 128 × 128); a full run trains 2 networks per step plus
-the baseline and the PELS-VAE: hours on 2 CPU cores (not run in the session that wrote this
-script). ``--reduced`` keeps the data sizes but trains smaller networks for fewer epochs (a
-run of roughly 15 min on 2 cores); ``--quick`` (100 samples, tiny networks, 2 epochs, at most 2 steps) is a
-smoke test for CI, not a result.
+Sizes. All modes use the paper's data sizes (2,000 simulations: 1,600 / 399 / 1). The default
+("hour", issue 19) trains MLP-summary posteriors (4 couplings of 64 x 64) for 60 epochs, trials
+for 15, and the default PELS-VAE (100 epochs): meant for about an hour on 2 CPU cores.
+``--paper-size`` trains jcalib's default networks (the paper's: LSTM summary, 6 affine couplings
+of 128 x 128, 100 epochs, trials for 25): 2 networks per step plus the one-shot baseline and the
+PELS-VAE; several hours on 2 shared CPU cores, expected well under an hour on one GPU (not run in
+the sessions that wrote this script: no GPU machine was lent). ``--reduced`` (GRU summary, 30
+epochs) is the earlier ~15-30 min configuration; ``--quick`` (100 samples, tiny networks, 2
+epochs, at most 2 steps) is a smoke test for CI, not a result.
 
 Writes results/cabin_iterative_identification/{metrics.json, identification.png,
 identification_one_shot.png, recovery.png, recovery_one_shot.png, outputs.png, report.md}.
 
 Usage: python -m experiments.cabin_iterative_identification [--out DIR] [--seed 0]
        [--n-samples 2000] [--epochs N] [--generator surrogate|model] [--fixed-observation]
-       [--reduced | --quick]
+       [--no-baseline] [--paper-size | --reduced | --quick]
 """
 
 from __future__ import annotations
@@ -85,10 +88,17 @@ PAPER = {
     "hardware": "one NVIDIA A30 GPU",
 }
 SPLIT = (1600, 399, 1)  # train, validation, test (the paper's)
+HOUR_EPOCHS = 60  # formal-inference epochs of the default ("hour") configuration
+
+
+MODES = ("quick", "reduced", "hour", "paper")
 
 
 def settings(mode: str, epochs: int | None) -> tuple[IdentificationConfig, dict]:
-    """The workflow's configuration for a mode: "full" (defaults), "reduced" or "quick"."""
+    """The workflow's configuration for a mode: "hour" (the default), "paper" (--paper-size),
+    "reduced" or "quick"."""
+    if mode not in MODES:
+        raise ValueError(f"settings: mode must be one of {MODES}; got {mode!r}")
     if mode == "quick":
         posterior = BayesFlowConfig(summary="mlp", summary_size=8, summary_hidden=16, n_blocks=2,
                                     coupling_hidden=(16, 16),
@@ -106,7 +116,18 @@ def settings(mode: str, epochs: int | None) -> tuple[IdentificationConfig, dict]
             epochs=60, batch_size=64, learning_rate=3e-3, schedule="multistep", milestones=(36, 51), decay=0.2,
             progress=False))
         config = IdentificationConfig(posterior=posterior, surrogate=surrogate)
-    else:
+    elif mode == "hour":
+        # issue 19: the configuration meant for about an hour on 2 CPU cores. An MLP summary of
+        # the standardised (200, 4) trajectories learnt A_internal_mass better than the GRU in
+        # 30 epochs (validation R² 0.72 vs 0.28 on the step-1 data); more epochs than --reduced
+        # for the formal networks, a quarter of them for the trials.
+        posterior = BayesFlowConfig(summary="mlp", summary_size=32, summary_hidden=128, n_blocks=4,
+                                    coupling_hidden=(64, 64),
+                                    training=TrainingConfig(epochs=epochs or HOUR_EPOCHS, batch_size=64,
+                                                            learning_rate=1e-3, schedule="exponential",
+                                                            decay=0.97, progress=False))
+        config = IdentificationConfig(posterior=posterior, progress=False)
+    else:  # the paper's sizes: jcalib's default networks (LSTM summary, 6 couplings of 128 x 128, 100 epochs)
         posterior = BayesFlowConfig()
         if epochs is not None:
             posterior = dataclasses.replace(posterior, training=dataclasses.replace(posterior.training, epochs=epochs))
@@ -144,6 +165,9 @@ def row(result) -> dict:
     return {"mean_relative_error_percent": result.mean_relative_error, "n_covered": result.n_covered,
             "n_parameters": len(result.names), "output_mae_degC": result.output_mae,
             "n_steps": len(result.steps), "groups": [list(g) for g in result.groups],
+            "step1_candidates": list(result.steps[0].candidates),
+            "n_fallbacks": int(sum(bool(s.fallback) for s in result.steps)),
+            "selection_reasons": [s.selection_reason for s in result.steps],
             "largest_relative_error": {"parameter": result.names[worst], "relative_error_percent": float(rel[worst])},
             "not_covered": [n for n, c in zip(result.names, result.covered) if not c],
             "mean_normalized_sd": float(np.mean(result.normalized_sd)),
@@ -184,14 +208,21 @@ def report(metrics: dict) -> str:
     return "\n".join(lines)
 
 
+TARGETS = {  # issue 19: what a reproduction has to reach (the paper's numbers with some slack)
+    "mean_relative_error_percent": 3.0, "n_covered": 16, "output_mae_degC": 0.2, "n_steps": 6,
+}
+PAPER_STEP1 = ("ratioFrontRear", "ratioBottomUp", "A_internal_mass", "CF_alpha_internal")  # Fig. 4
+
+
 def paper_rows(it: dict, mode: str) -> list[dict]:
-    """paper_comparison.md rows: the iterative workflow's summary against PAPER. Criteria:
-    errors (ER, output MAE) at most twice the paper's, coverage within 2 of 16 / 19, steps,
-    worst parameter and uncovered set equal; n/a in --quick (a smoke test, at most 2 steps)."""
-    p = PAPER
+    """paper_comparison.md rows: the iterative workflow's summary against PAPER, with the issue-19
+    targets as the criteria (ER <= 3 %, >= 16 / 19 intervals covering the truth, output MAE <=
+    0.2 degC, at most 6 steps without one-parameter fallbacks); n/a in --quick (a smoke test)."""
+    p, t = PAPER, TARGETS
     quick = mode == "quick"
-    gap = ("--reduced: smaller networks, fewer epochs than the paper's" if mode == "reduced"
-           else "not analysed yet (issue 19)")
+    gap = {"reduced": "--reduced: smaller networks, fewer epochs than the paper's",
+           "hour": "the ~1 h configuration (MLP summary, 60 epochs) on CPU, not the paper's networks",
+           "paper": "see docs/fidelity/cabin_iterative_identification.md"}.get(mode, "")
 
     def num(x, fmt):
         return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
@@ -203,26 +234,35 @@ def paper_rows(it: dict, mode: str) -> list[dict]:
         match = decide(match)
         if why is None:
             why = "--quick: tiny networks, 2 epochs, at most 2 steps" if quick else ("" if match else gap)
+        elif match:
+            why = ""
         return {"claim": claim, "paper": paper, "ours": ours, "match": match, "why": why}
 
     er, mae = it["mean_relative_error_percent"], it["output_mae_degC"]
     worst = it["largest_relative_error"]
+    step1 = it.get("step1_candidates", [])
+    n_fallbacks = it.get("n_fallbacks", 0)
     return [
-        row("mean relative error ER over 19 estimates [%] (match: at most 2x the paper's)",
+        row("step 1: Algorithm 1 candidates (same set)", f"4 of 19: {', '.join(PAPER_STEP1)}",
+            f"{len(step1)} of 19: {', '.join(step1)}", sorted(step1) == sorted(PAPER_STEP1)),
+        row(f"mean relative error ER over 19 estimates [%] (match: <= {t['mean_relative_error_percent']})",
             p["mean_relative_error_percent"], num(er, ".3f"),
-            None if er is None else er <= 2 * p["mean_relative_error_percent"]),
-        row("95 % intervals covering the truth (match: within 2 of the paper's)",
+            None if er is None else er <= t["mean_relative_error_percent"]),
+        row(f"95 % intervals covering the truth (match: >= {t['n_covered']})",
             f"{p['n_covered']} / {p['n_parameters']}", f"{it['n_covered']} / {it['n_parameters']}",
-            abs(it["n_covered"] - p["n_covered"]) <= 2),
-        row("output MAE at the estimate [°C] (match: at most 2x the paper's)", p["output_mae_degC"],
-            num(mae, ".4f"), None if mae is None else mae <= 2 * p["output_mae_degC"]),
-        row("number of identification steps", p["n_steps"], it["n_steps"], it["n_steps"] == p["n_steps"]),
+            it["n_covered"] >= t["n_covered"]),
+        row(f"output MAE at the estimate [°C] (match: <= {t['output_mae_degC']})", p["output_mae_degC"],
+            num(mae, ".4f"), None if mae is None else mae <= t["output_mae_degC"]),
+        row(f"identification steps (match: <= {t['n_steps']}, no one-parameter fallback)", p["n_steps"],
+            f"{it['n_steps']} ({n_fallbacks} fallbacks)", it["n_steps"] <= t["n_steps"] and n_fallbacks == 0),
         row("parameter with the largest relative error",
             f"{p['largest_relative_error']['parameter']} {p['largest_relative_error']['relative_error_percent']} %",
             f"{worst['parameter']} {num(worst['relative_error_percent'], '.2f')} %",
-            worst["parameter"] == p["largest_relative_error"]["parameter"]),
+            worst["parameter"] == p["largest_relative_error"]["parameter"],
+            None if quick else "the model is our reduced-order stand-in: its weakest parameters are not the paper's"),
         row("parameters whose 95 % interval misses the truth (same set)", ", ".join(p["not_covered"]),
-            ", ".join(it["not_covered"]) or "none", sorted(it["not_covered"]) == sorted(p["not_covered"])),
+            ", ".join(it["not_covered"]) or "none", sorted(it["not_covered"]) == sorted(p["not_covered"]),
+            None if quick else "the model is our reduced-order stand-in: its weakest parameters are not the paper's"),
         row("wall time of the steps", f"{p['steps_h']} h ({p['hardware']})",
             f"{num(it['steps_h'] * 60, '.1f')} min (CPU)", None,
             "different hardware and model (reduced-order cabin stand-in, ~1 ms per simulation)"),
@@ -239,10 +279,12 @@ def main(argv=None):
                         help="keep the simulated test trajectory in every step (default: the paper's protocol)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the one-shot baseline")
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--reduced", action="store_true", help="smaller networks, fewer epochs (~15 min on 2 cores)")
+    size.add_argument("--paper-size", action="store_true",
+                      help="the paper's sizes: LSTM summary, 6 couplings of 128 x 128, 100 epochs (hours on 2 cores)")
+    size.add_argument("--reduced", action="store_true", help="GRU summary, 30 epochs (~15-30 min on 2 cores)")
     size.add_argument("--quick", action="store_true", help="tiny sizes, for CI (a smoke test)")
     args = parser.parse_args(argv)
-    mode = "quick" if args.quick else "reduced" if args.reduced else "full"
+    mode = "quick" if args.quick else "reduced" if args.reduced else "paper" if args.paper_size else "hour"
     n_samples = args.n_samples or (100 if args.quick else 2000)
     if n_samples < 10:
         parser.error(f"--n-samples must be at least 10; got {n_samples}")

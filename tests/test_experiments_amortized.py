@@ -43,4 +43,7 @@ def test_cabin_iterative_identification_quick(tmp_path):
     assert metrics["config"]["regenerate_observation"] is True
     assert "| mean ER [%] |" in (tmp_path / "report.md").read_text()
     table = (tmp_path / "paper_comparison.md").read_text().splitlines()
-    assert len([line for line in table if line.startswith("|")][2:]) == 7  # one row per claim of Fig. 6
+    # one row per claim of Fig. 6 and issue 19 (step-1 candidates, ER, coverage, MAE, steps, worst,
+    # uncovered set, wall time)
+    assert len([line for line in table if line.startswith("|")][2:]) == 8
+    assert metrics["iterative"]["summary"]["n_fallbacks"] == sum(s["fallback"] for s in iterative["steps"])
