@@ -126,7 +126,7 @@ def settings(mode: str, epochs: int | None) -> tuple[IdentificationConfig, dict]
                                     training=TrainingConfig(epochs=epochs or HOUR_EPOCHS, batch_size=64,
                                                             learning_rate=1e-3, schedule="exponential",
                                                             decay=0.97, progress=False))
-        config = IdentificationConfig(posterior=posterior, progress=False)
+        config = IdentificationConfig(posterior=posterior)
     else:  # the paper's sizes: jcalib's default networks (LSTM summary, 6 couplings of 128 x 128, 100 epochs)
         posterior = BayesFlowConfig()
         if epochs is not None:
