@@ -91,6 +91,16 @@ def _marginal_axis(values: np.ndarray, log: bool, rule, n_grid: int):
     return 10.0**grid, density
 
 
+def _positive_crossing_zero(results, i: int, rule, n_grid: int) -> bool:
+    """Whether parameter ``i`` has only positive draws in every result while a linear KDE of
+    one of them reaches zero or below (a rate sampled in linear coordinates): it then gets
+    the log axis of a log-scale parameter."""
+    from jcalib.bayes.kde import kde_1d
+
+    draws = [np.asarray(r.samples)[..., i].reshape(-1) for r in results]
+    return all(np.all(d > 0) for d in draws) and any(kde_1d(d, rule=rule, n_grid=n_grid)[0][0] <= 0 for d in draws)
+
+
 def _readable_ticks(ax, log: bool) -> None:
     """At most about 5 short tick labels on the x axis: decades (or 1-2-5 steps within a
     decade) as ``1e-05`` on a log axis, 4 bins with a scientific offset on a linear one."""
@@ -123,9 +133,10 @@ def plot_marginals(results, *, truth=None, coordinates="physical", rule="paper",
         truth: true values, ``{name: physical value}`` or an array (vertical lines).
         coordinates: ``"physical"`` (default) or ``"internal"``: KDE of the internal
             coordinates (log for log-scale parameters, often smoother). In physical
-            coordinates a log-scale parameter is drawn on a log axis with the KDE of
+            coordinates a log-scale parameter, and one whose draws are all positive
+            while its linear KDE would reach zero, is drawn on a log axis with the KDE of
             log10 of its draws (density per decade): a linear KDE of a positive,
-            decades-wide parameter would put density below zero.
+            decades-wide parameter would put density at and below zero.
         rule: bandwidth rule of `jcalib.bayes.kde` (``"paper"``: eq. A28; ``"scott"``, ...).
         n_grid: grid points per panel.
         title: figure title.
@@ -145,7 +156,8 @@ def plot_marginals(results, *, truth=None, coordinates="physical", rule="paper",
         items = [("", results)]
     first = items[0][1]
     internal = is_internal(coordinates, "plot_marginals")
-    log_axis = [bool(log) and not internal for log in first.log_scale]
+    log_axis = [not internal and (bool(log) or _positive_crossing_zero([r for _, r in items], i, rule, n_grid))
+                for i, log in enumerate(first.log_scale)]
     fig, axes = grid_axes(len(first.names), width=3.6, height=3.0, extra_width=0.6)
     true = _truth_vector(first, truth, internal)
     if normalize not in (True, False, "auto"):

@@ -149,3 +149,18 @@ def test_marginals_of_a_log_scale_parameter_stay_positive_with_readable_ticks(sp
         for a, b in zip(boxes, boxes[1:]):
             assert not a.overlaps(b), [t.get_text() for t in ax.get_xticklabels()]
     plt.close(fig)
+
+
+def test_marginals_of_a_positive_rate_sampled_in_k_get_a_log_axis():
+    """A rate sampled in linear coordinates (log_scale False) whose draws are all positive but
+    whose linear KDE would reach below zero is drawn like a log-scale one; a parameter with
+    negative draws keeps its linear axis."""
+    rng = np.random.default_rng(1)
+    z = np.stack([rng.uniform(1e-6, 8e-5, size=(2, 400)), rng.normal(size=(2, 400))], -1)
+    posterior = PosteriorResult.from_chains(z, -0.5 * np.sum(z**2, -1), np.full(2, 0.6), samples=z,
+                                            names=["kac", "c"], units=["1/s", ""], log_scale=[False, False])
+    fig = plotting.plot_marginals(posterior)
+    rate, other = fig.axes[:2]
+    assert rate.get_xscale() == "log" and other.get_xscale() == "linear"
+    assert all(np.all(np.asarray(line.get_xdata()) > 0) for line in rate.get_lines())
+    plt.close(fig)
