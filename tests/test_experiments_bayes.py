@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jcalib
+from jcalib.bayes import SamplingWarning
 from jcalib.bayes.result import PosteriorResult
 from tests.helpers import load_script
 
@@ -29,18 +30,60 @@ def test_unused_outputs_leave_the_a_only_posterior():
     np.testing.assert_allclose(difference, difference[0], atol=1e-8)
 
 
+def test_paper_model_samples_k_under_the_papers_uniform_prior():
+    """The paper's prior is uniform in k on the box: the linear model's log prior is flat in k."""
+    script = load_script("experiments/reactions_bayesian.py")
+    model = jcalib.models.get("four_substance_reactions")
+    linear = script.paper_model(model)
+    assert not any(linear.parameters.log_scale) and linear.parameters.names == model.parameters.names
+    data = jcalib.synthetic_measurements(jax.random.key(0), model, jnp.asarray(model.parameters.nominal), sigma=0.1)
+    problem = script.sampling_problem(linear, data, "A", 0.1)
+    inside = jnp.asarray([[1e-5, 1e-5, 1e-5], [9e-4, 9e-5, 2e-6]])
+    assert float(problem.log_prior(inside[0])) == float(problem.log_prior(inside[1]))
+    np.testing.assert_allclose(np.asarray(linear.simulate(inside[0])), np.asarray(model.simulate(inside[0])),
+                               rtol=1e-10)
+
+
+def test_convergence_check_refuses_chains_that_disagree():
+    """R-hat <= 1.01 and bulk ESS >= 400 for every parameter; otherwise not converged, and a
+    case reports the converged run with the larger ESS (or, none converged, the smaller R-hat)."""
+    script = load_script("experiments/reactions_bayesian.py")
+    rng = np.random.default_rng(0)
+    mixed = rng.normal(size=(4, 1000, 2))
+    apart = mixed + np.array([0.0, 0.0, 1.0, 1.0])[:, None, None]  # two chains sit elsewhere
+
+    def result(z):
+        return PosteriorResult.from_chains(z, -0.5 * np.sum(z**2, -1), np.full(4, 0.6), samples=z,
+                                           names=["a", "b"], units=["", ""], log_scale=[False, False])
+
+    with pytest.warns(SamplingWarning, match="R-hat above 1.05"), pytest.warns(SamplingWarning, match="bulk ESS"):
+        bad = script.convergence(result(apart))
+    good = script.convergence(result(mixed))
+    assert good["converged"] and good["max_rhat"] <= 1.01 and good["min_ess_bulk"] >= 400
+    assert not bad["converged"] and bad["max_rhat"] > 1.01
+    assert script.reported_sampler({"x": bad, "y": good}) == "y"
+    assert script.reported_sampler({"x": bad, "y": dict(bad, max_rhat=bad["max_rhat"] + 1)}) == "x"
+
+
 @pytest.mark.slow  # ~70 s: three posteriors; tests/bayes and the CLI cover the sampler by default
 def test_reactions_bayesian_quick(tmp_path):
     metrics = load_script("experiments/reactions_bayesian.py").main(["--out", str(tmp_path), "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
-    for name in ("marginals.png", "marginals_log.png", "pair_A_sigma0.1.png", "bands_A_sigma0.1.png",
-                 "bands_ABCD_sigma0.1.png", "bands_ABCD_sigma0.03.png", "trace_A_sigma0.1.png"):
+    for name in ("marginals.png", "marginals_ABCD.png", "pair_A_sigma0.1.png", "bands_A_sigma0.1.png",
+                 "bands_ABCD_sigma0.1.png", "bands_ABCD_sigma0.03.png", "trace_A_sigma0.1_paper_mala.png",
+                 "trace_A_sigma0.1_mala_laplace.png"):
         assert (tmp_path / name).stat().st_size > 0
-    posterior = PosteriorResult.load(tmp_path / "posterior_A_sigma0.1.npz")
+    posterior = PosteriorResult.load(tmp_path / "posterior_A_sigma0.1_paper_mala.npz")
     assert posterior.names == ("kab", "kac", "kad") and posterior.samples.shape == (2, 500, 3)
+    assert PosteriorResult.load(tmp_path / "posterior_A_sigma0.1_mala_laplace.npz").samples.shape == (2, 400, 3)
     cases = metrics["cases"]
     for label, case in cases.items():  # the paper: 75 % (A only); 50-70 % is ideal
-        assert 0.4 <= case["acceptance"] <= 0.95, (label, case["acceptance"])
+        acceptance = case["samplers"]["paper MALA"]["acceptance"]
+        assert 0.4 <= acceptance <= 0.95, (label, acceptance)
+        # every run's convergence check is recorded and the reported run is one of them
+        assert set(case["samplers"]) == {"paper MALA", "MALA, Laplace metric"}
+        assert case["reported_sampler"] in case["samplers"]
+        assert case["converged"] == case["samplers"][case["reported_sampler"]]["converged"]
     # §3.1.1-3.1.2: with A alone kac and kad spread over decades; B, C, D pin them down
     ratio = metrics["sd_ratio_A_over_ABCD_sigma0.1"]  # posterior sd ratio (not a timing)
     assert ratio["kac"] >= 5 and ratio["kad"] >= 5, ratio
@@ -52,7 +95,7 @@ def test_reactions_bayesian_quick(tmp_path):
     assert cases["A, sigma=0.1"]["band_D"]["confidence"]["fraction_inside"] >= 0.9
     assert cases["ABCD, sigma=0.1"]["band_D"]["prediction"]["fraction_inside"] >= 0.6
     table = (tmp_path / "paper_comparison.md").read_text().splitlines()
-    assert len([line for line in table if line.startswith("|")][2:]) == 7  # one row per claim of §3.1.1-3.1.4
+    assert len([line for line in table if line.startswith("|")][2:]) == 8  # claims of §3.1.1-3.1.4, convergence
 
 
 @pytest.mark.slow  # ~100 s CPU: three compiled samplers of the stiff model
