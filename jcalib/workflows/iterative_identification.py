@@ -65,6 +65,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -625,7 +626,7 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
     t0 = time.perf_counter()
     posterior = _train(jax.random.fold_in(k_formal, 1), config.posterior, model, kept, train_thetas, train_xs)
     cols = [space.index(n) for n in kept]
-    samples = np.asarray(posterior.sample(k_obs, jnp.asarray(observation), config.n_samples), np.float64)
+    samples = _draws(posterior, k_obs, observation, config.n_samples, f"step {index}: the observation")
     samples = samples.reshape(config.n_samples, len(kept))
     estimate = samples.mean(axis=0)
     sd = samples.std(axis=0, ddof=1)
@@ -633,7 +634,7 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
     lower, upper = np.quantile(samples, [alpha, 1.0 - alpha], axis=0)
     sub = space.subset(kept)
     width = sub.upper - sub.lower
-    val_samples = np.asarray(posterior.sample(k_val, jnp.asarray(val_xs), config.n_val_samples), np.float64)
+    val_samples = _draws(posterior, k_val, val_xs, config.n_val_samples, f"step {index}: the validation set")
     val_samples = val_samples.reshape(val_xs.shape[0], config.n_val_samples, len(kept))
     recovery = recovery_metrics(val_thetas[:, cols], val_samples, space=sub, level=config.level)
     val_mean, val_truth = np.asarray(recovery.estimates), val_thetas[:, cols]
@@ -696,6 +697,21 @@ def _train(key, bf_config: BayesFlowConfig, model, names, thetas, xs) -> Amortiz
     description = FunctionSimulator(lambda theta: jnp.zeros(xs.shape[1:]), space.subset(names),
                                     tuple(model.output_names), ts=model.ts)
     return AmortizedPosterior(description, bf_config).fit(key, thetas[:, cols], xs)
+
+
+def _draws(posterior, key, x, n, what: str) -> np.ndarray:
+    """Posterior draws inside the box (`AmortizedPosterior.sample`); when the bounded sampler gives
+    up (below 2 % acceptance for some trajectory: a narrow posterior just outside a bound, e.g. a
+    validation parameter at its bound), the network's unbounded draws with a warning, so that one
+    trajectory does not end a run of many steps (issue 19: step 1 of a 1 h run ended so)."""
+    try:
+        return np.asarray(posterior.sample(key, jnp.asarray(x), n), np.float64)
+    except ValueError as err:
+        if "fell inside the parameter bounds" not in str(err):
+            raise
+        warnings.warn(f"iterative_identification: {what}: {err}; using the network's unbounded draws there",
+                      UserWarning, stacklevel=2)
+    return np.asarray(posterior._fn("sample")(key, jnp.asarray(x), n=n), np.float64)
 
 
 def _trial_means(posterior, key, xs, n):

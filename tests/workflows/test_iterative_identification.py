@@ -289,6 +289,9 @@ class _LeakyPosterior:
     def estimate(self, key, xs, n):
         raise ValueError(f"AmortizedPosterior.sample: {self.message}")
 
+    def sample(self, key, xs, n):
+        raise ValueError(f"AmortizedPosterior.sample: {self.message}")
+
     def _fn(self, name):
         assert name == "sample"
         return lambda key, xs, n: jnp.asarray(self.draws[:, :n])
@@ -305,3 +308,17 @@ def test_trial_means_fall_back_to_unbounded_draws():
     np.testing.assert_allclose(means, [[1.0, 2.0], [3.0, 4.0]])
     with pytest.raises(ValueError, match="NaN in x"):
         _trial_means(_LeakyPosterior(draws, "NaN in x"), jax.random.key(0), np.zeros((2, 5, 1)), 4)
+
+
+def test_formal_draws_fall_back_to_unbounded_draws_with_a_warning():
+    """Issue 19: one validation trajectory whose narrow posterior sat just outside a bound ended a
+    1 h run in its first step; the formal network's draws there are now its unbounded ones, with
+    a warning naming the step. Other errors still propagate."""
+    from jcalib.workflows.iterative_identification import _draws
+
+    draws = np.arange(16.0).reshape(2, 4, 2)
+    with pytest.warns(UserWarning, match="step 3: the validation set: .*unbounded draws"):
+        out = _draws(_LeakyPosterior(draws), jax.random.key(0), np.zeros((2, 5, 1)), 4, "step 3: the validation set")
+    np.testing.assert_array_equal(out, draws)
+    with pytest.raises(ValueError, match="NaN in x"):
+        _draws(_LeakyPosterior(draws, "NaN in x"), jax.random.key(0), np.zeros((2, 5, 1)), 4, "step 1")
