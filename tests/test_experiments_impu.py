@@ -54,6 +54,7 @@ def test_paper_checks_give_the_cause_of_each_failing_claim(script):
             "MP": [6.0, 14.0, 3.7, 2.4], "RI": [5.5, 18.0, 3.0, 2.6], "MP-FBoI": [1.0, 2.0, 0.6, 0.6],
             "RI-FBoI": [1.1, 2.8, 0.6, 0.7]}
     table5 = {f: {"mare": dict(zip(names, v))} for f, v in rows.items()}
+    rows = {f: dict(zip(names, v)) for f, v in rows.items()}
     zone = np.tile(np.array([[1.0], [1.0], [0.9], [3.0], [4.0], [60.0]]), (1, 4))  # (6 zones, 4 params)
     zones = {"mare": {"RI-FBoI": [zone.tolist()]}, "median": {"RI-FBoI": [(zone / 2).tolist()]},
              "centre": {"RI-FBoI": [(zone / 10).tolist()]}, "retained": [2544],
@@ -75,6 +76,11 @@ def test_paper_checks_give_the_cause_of_each_failing_claim(script):
     assert not te["holds"] and "(2, 8)" in te["why"] and "d1 3.00" in te["why"]
     ratio = next(c for c in checks if "about twice" in c["paper"])
     assert not ratio["holds"] and "zone 6 / zone 1 = d1 60.0, d2 60.0" in ratio["why"]
+    order = next(c for c in checks if "zone 3 most accurate" in c["paper"])
+    assert order["holds"] and order["why"] == ""  # zone 6 worst, zone 3 best for d1 and d2
+    sweep = {"sizes": [100, 1000], "mare": {"RI-FBoI": [dict(zip(names, [4.0, 12.1, 3.0, 2.6])), rows["RI-FBoI"]]}}
+    first = script.paper_checks(table5, names, zones, diag, sweep)[0]
+    assert "d2 against n_s: 100 12.10 %, 1000 2.80 %" in first["why"]
     # without diagnostics (a --quick run) the checks are the same, only the evidence is missing
     assert [c["holds"] for c in script.paper_checks(table5, names, zones)] == holds
 
