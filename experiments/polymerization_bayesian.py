@@ -4,9 +4,8 @@ Figures 9-13, Appendix B.2).
 Data and tests are those of ``polymerization_classical.py``: the "real" model (recipe 1)
 gives [M] at 30 times and Mw, EG at 4, noise-free and rounded to 3 significant digits; the
 simple model (quasi-steady radicals, ``qss=True``: < 2e-4 from the full model, explicit
-solves) is calibrated in internal coordinates (f linear on [0.1, 1], log ktc on [1e4, 1e9],
-log ktd on [1, 1e8]; uniform priors there). Likelihood: relative Gaussian with σ = 0.05
-(exp(-R_X n / 2σ²)), prescaled MALA with τ = 1/200 of each range. Posteriors of
+solves) is calibrated with the paper's priors (uniform in f on [0.1, 1], in log ktc on
+[1e4, 1e9], in log ktd on [1, 1e8]). Likelihood: relative Gaussian with σ = 0.05. Posteriors of
 
 - Test 1: f, ktc from [M] (paper: vast high-probability region, above all in f; 12,000 steps,
   2,000 discarded; acceptance 72 %);
@@ -15,40 +14,50 @@ log ktd on [1, 1e8]; uniform priors there). Likelihood: relative Gaussian with �
 - Test 4: f, ktc, ktd from [M] + Mw + EG (f, ktc slim, ktd spread over 10..1e7; 6,000/1,000;
   71 %; the paper also fits the molar-mass distribution, out of scope here).
 
-Differences from the paper: ``WARMUP`` = 300 steps adapt one global factor on the prescaled
-step sizes (on the M + Mw + EG posterior the prescaling alone accepted nothing; the factors
-and the acceptance are recorded); chains start at the classical script's two Gauss-Newton
-starts, alternately (the paper runs one chain from the Gauss-Newton optimum or from the
-first start), so chains that do not meet on a flat ridge or sit in different modes show up
-in R-hat and in the per-chain means; every chain is its own run with its own prescaling and
-warm-up (a factor shared by chains in different modes fits neither); a chain whose mean log density lies more than
-``STUCK_NATS`` (20) below the best chain's is left out of the summaries and bands (its mode
-has relative mass < e^-20; all chains are saved and plotted in the traces);
-``--steps-factor`` (default 1/2) scales the paper's step counts per chain, with 2 chains
-(as many draws as the paper's single chain, and R-hat); ktd's prior box is [1, 1e8] in
-Tests 3 and 4 (paper: [10, 1e8] in Test 4).
+Two samplers per test, side by side (issue 19), every chain started at the test's best
+Gauss-Newton estimate (the paper's start; both of the classical script's starts are run and
+the one with the smaller residual is taken):
 
-Recipe 2 (Table 2, Figure 13): 90 % band of the simple model's forward simulations over the
-Test 4 posterior, for σ = 0.05 and re-sampled with σ = 0.1, against the real model's
-recipe-2 output (noise-free, not rounded): where [M] leaves the band (the paper: Mw and EG
-reasonably captured, [M] not, even with σ = 0.1; the simple model lacks primary-radical
-termination).
+- ``mala``: the paper's prescaled MALA as the paper runs it: coordinates (f, log ktc, log ktd),
+  step sizes from the prescaling with τ = 1/200 of each range, no warm-up, the paper's burn-in
+  and steps (times ``--steps-factor``), `N_CHAINS` chains (the paper runs one);
+- ``nuts``: NUTS with the Laplace metric at the estimate, on (log f, log ktc, log ktd) with
+  the prior on f still uniform in f (`Uniform`, Jacobian included: the same posterior). On [M]
+  alone the posterior is a ridge f/kt ≈ const, curved in (f, log ktc) and straight in
+  (log f, log ktc), which a constant metric can whiten.
+
+A run is converged when every parameter has rank-normalised split R-hat <= 1.01 and bulk ESS
+>= 400 (`RHAT_MAX`, `ESS_MIN`). The experiment reports (intervals, comparison, recipe 2) the
+converged run with the larger smallest ESS; when neither converged it says so in metrics
+(``converged: false``) and in every row of ``paper_comparison.md`` that uses it. No chain is
+dropped. NUTS draws are stored in the paper's coordinates (f linear) so that both samplers'
+summaries compare directly.
+
+Recipe 2 (Table 2, Figure 13): the 90 % band (5 % and 95 % quantiles per time) of the simple
+model's forward simulations (no noise, as the paper: "in each time step ... only 5 % of the
+forward simulations lie" above or below) over the Test 4 posterior, for σ = 0.05 and
+re-sampled with σ = 0.1, against the real model's recipe-2 output (noise-free, not rounded).
+Also recorded: the prediction band (with the σ noise), and the structural difference of the
+two models (``model_difference``): the real model's effective initiator efficiency
+EG / (2 (I0 - I)) at both recipes against the simple model's constant f, and the simple
+model's best recipe-1 misfit.
 
 Every test is sampled on the simple model with all outputs (M, Mw, EG) and σ =
 ``UNUSED_SIGMA`` (1e6) on the outputs the test does not use (see ``reactions_bayesian.py``),
 so Tests 1-2 and Tests 3-4 (and the σ = 0.1 run) each share one compiled sampler.
 
 Usage: python -m experiments.polymerization_bayesian [--out results/polymerization_bayesian]
-       [--seed 0] [--n-chains 2] [--steps-factor 0.5] [--quick]
+       [--seed 0] [--n-chains 4] [--steps-factor 0.5] [--nuts-draws 1000] [--quick]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
 
-jax.config.update("jax_enable_x64", True)  # entry point: simulations and MALA run in float64
+jax.config.update("jax_enable_x64", True)  # entry point: simulations and samplers run in float64
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -56,25 +65,24 @@ import numpy as np  # noqa: E402
 import jcalib  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.polymerization_classical import OUTPUTS, TESTS, real_data  # noqa: E402  (same data and tests)
-from experiments.reactions_bayesian import (  # noqa: E402  (shared posterior and band summaries)
-    UNUSED_SIGMA,
-    band_draws,
-    band_misses,
-    posterior_summary,
-    sampling_problem,
-)
-from jcalib.bayes import Prescaled, mala  # noqa: E402
+from experiments.polymerization_classical import run_test as gauss_newton_test  # noqa: E402
+from experiments.reactions_bayesian import UNUSED_SIGMA, band_misses, sampling_problem  # noqa: E402  (shared)
+from jcalib.bayes import Laplace, Prescaled, Uniform, mala  # noqa: E402
 from jcalib.bayes.predictive import output_bands, prediction_bands  # noqa: E402
 from jcalib.bayes.result import PosteriorResult  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
+from jcalib.models.radical_polymerization import recipe_concentrations  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
 
 SIGMA, SIGMA_HIGH = 0.05, 0.1  # Appendix B.2 and Figure 13
 FRACTION = 1 / 200  # τ_i = range / 200 (Appendix B.2.1)
-WARMUP = 300  # dual-averaging steps on the global step-size factor (not in the paper)
+N_CHAINS = 4
+NUTS_WARMUP = 300  # dual-averaging steps of NUTS's step size (discarded)
+RHAT_MAX, ESS_MIN = 1.01, 400  # issue 19: every reported posterior, every parameter
+SAMPLERS = ("mala", "nuts")
+N_BAND_DRAWS = 1000  # posterior draws simulated for the recipe-2 bands (evenly spaced over all chains)
 DIGITS = 3  # significant digits of the recipe-1 data (as polymerization_classical.py)
 UNITS = ("mol/L", "kg/mol", "mmol/L")
-STUCK_NATS = 20.0  # chains this far below the best chain's mean log density are left out
 PAPER = {  # Appendix B.2: one chain, steps (of which burn-in discarded), acceptance; §3.2.2
     "Test 1": {"n_steps": 12000, "burn_in": 2000, "acceptance": 0.72,
                "note": "vast region of probable parameters, especially f (Figure 9)"},
@@ -96,59 +104,158 @@ def recipe2_data() -> Measurements:
     return Measurements(real.ts, y, mask=real.experiment.mask, output_names=OUTPUTS)
 
 
-def run_test(key, name, model, data, sigma, n_chains, n_steps, burn_in, progress):
-    """Prescaled MALA on one test: one run per chain, alternating between the test's two
-    starts, each with its own warm-up (one step-size factor for chains in different modes
-    fits neither). Returns the pooled posterior and all chains (`pool_chains`)."""
+def log_f_model(model):
+    """``model`` with f on a log scale (internal log f); sampled with ``prior={"f": Uniform()}``
+    the posterior is the paper's (uniform in f), only the sampler's coordinates change."""
+    return dataclasses.replace(model, parameters=model.parameters.replace("f", log_scale=True))
+
+
+def best_estimate(name: str, ts, y, mask) -> dict:
+    """The test's Gauss-Newton estimate (both starts of ``polymerization_classical``, the
+    smaller residual): the start of every chain, as in the paper."""
+    rows, fits, _ = gauss_newton_test(TESTS[name], ts, y, mask, True)
+    best = int(np.argmin([f.loss for f in fits]))
+    return {"estimate": rows[best]["estimate"], "R_X": rows[best]["R_X"], "start": rows[best]["start"],
+            "all_R_X": [r["R_X"] for r in rows]}
+
+
+def run_sampler(key, sampler: str, name: str, model, data, sigma: float, start: dict, sizes: dict,
+                progress: bool) -> PosteriorResult:
+    """One sampler on one test, ``sizes[sampler]`` = (burn-in or warm-up, draws per chain);
+    the result is in the paper's coordinates (f, log ktc, log ktd) either way."""
     spec = TESTS[name]
-    problem = sampling_problem(model, data, spec["outputs"], sigma, free=spec["free"], fixed=spec["fixed"])
-    starts = [{n: s[n] for n in problem.free_names} for s in spec["starts"]]
-    runs = [mala.sample(k, problem, starts[c % len(starts)], n_steps, n_chains=1, burn_in=burn_in,
-                        preconditioner=Prescaled(FRACTION), warmup=WARMUP, progress=progress)
-            for c, k in enumerate(jax.random.split(key, n_chains))]
-    return pool_chains(runs)
+    skip, n_steps = sizes[sampler]
+    if sampler == "mala":  # the paper's procedure (Appendix A.2, B.2)
+        problem = sampling_problem(model, data, spec["outputs"], sigma, free=spec["free"], fixed=spec["fixed"])
+        return mala.sample(key, problem, start, n_steps, n_chains=sizes["n_chains"], burn_in=skip,
+                           preconditioner=Prescaled(FRACTION), progress=progress)
+    problem = sampling_problem(log_f_model(model), data, spec["outputs"], sigma, free=spec["free"],
+                               fixed=spec["fixed"], prior={"f": Uniform()})
+    result = mala.sample(key, problem, start, n_steps, n_chains=sizes["n_chains"], kernel="nuts", warmup=skip,
+                         preconditioner=Laplace(), progress=progress)
+    return paper_coordinates(result, model)
 
 
-def pool_chains(runs: list[PosteriorResult]) -> tuple[PosteriorResult, PosteriorResult]:
-    """One-chain runs as one posterior, without the chains whose mean log density lies more
-    than `STUCK_NATS` below the best chain's: such a chain sits in a mode of relative mass
-    < e^-20 that it cannot leave (Test 4: the disproportionation mode of the second start,
-    ~100 below), so its draws do not represent the posterior. Returns (kept chains, all
-    chains); ``extra`` holds the per-chain step sizes, warm-up factors and the dropped chains."""
-    z, lp, accept, samples = (np.concatenate([getattr(r, a) for r in runs])
-                              for a in ("samples_internal", "logdensity", "acceptance_rate", "samples"))
-    mean_logdensity = lp.mean(axis=1)
-    keep = mean_logdensity >= mean_logdensity.max() - STUCK_NATS
-    first = runs[0]
-    extra = {"per_chain": "one run per chain", "step_size_factor": [r.extra["step_size_factor"] for r in runs],
-             "warmup_acceptance_mean": [r.extra["warmup_acceptance_mean"] for r in runs],
-             "step_sizes": [r.step_sizes for r in runs], "chain_mean_logdensity": mean_logdensity,
-             "dropped_chains": np.flatnonzero(~keep).tolist()}
+def paper_coordinates(result: PosteriorResult, model) -> PosteriorResult:
+    """A log-f run re-expressed in the paper's coordinates (f linear): draws unchanged, the
+    log density without the log-Jacobian log f (so it is the density in f, as MALA's)."""
+    free = list(result.names)
+    space = model.parameters
+    index = [space.index(n) for n in free]
+    theta = result.samples
+    full = np.broadcast_to(np.asarray(space.nominal), theta.shape[:2] + (space.n_params,)).copy()
+    full[..., index] = theta
+    z = np.asarray(space.to_internal(jnp.asarray(full)))[..., index]
+    logdensity = result.logdensity - np.log(theta[..., free.index("f")])
+    settings = {f: getattr(result, f) for f in ("method", "n_steps", "burn_in", "thin", "warmup",
+                                                 "n_logdensity_evaluations", "wall_time_s")}
+    return PosteriorResult.from_chains(
+        z, logdensity, result.acceptance_rate, samples=theta, names=result.names, units=result.units,
+        log_scale=tuple(space.log_scale[i] for i in index), step_sizes=result.step_sizes, warn=False,
+        extra={**result.extra, "sampled_coordinates": "log f, log ktc, log ktd (prior uniform in f)"}, **settings)
 
-    def pooled(chains):
-        return PosteriorResult.from_chains(
-            z[chains], lp[chains], accept[chains], samples=samples[chains], names=first.names, units=first.units,
-            log_scale=first.log_scale, method=first.method, n_steps=first.n_steps, burn_in=first.burn_in,
-            thin=first.thin, warmup=first.warmup,
-            n_logdensity_evaluations=sum(r.n_logdensity_evaluations for r in runs),
-            wall_time_s=sum(r.wall_time_s for r in runs), extra=extra)
 
-    return pooled(keep), pooled(np.ones_like(keep))
+def band_draws(result: PosteriorResult, n: int = N_BAND_DRAWS) -> np.ndarray:
+    """``n`` physical draws evenly spaced over all chains (a fixed count: one compiled batch)."""
+    flat = result.flat_samples()
+    return flat[np.linspace(0, flat.shape[0] - 1, n).round().astype(int)]
+
+
+def posterior_summary(result: PosteriorResult) -> dict:
+    """Acceptance, diagnostics, 90 % intervals (physical and in the paper's coordinates f,
+    log ktc, log ktd), sd and correlation in those coordinates, and each chain's mean and mean
+    log density."""
+    flat = result.flat_samples(coordinates="internal")
+    lo, hi = result.interval(0.9)
+    lo_z, hi_z = result.interval(0.9, coordinates="internal")
+    names = result.names
+    return {
+        "acceptance": result.acceptance,
+        "acceptance_rate": result.acceptance_rate,
+        "interval90": {n: [lo[i], hi[i]] for i, n in enumerate(names)},
+        "interval90_internal": {n: [lo_z[i], hi_z[i]] for i, n in enumerate(names)},
+        "sd_internal": dict(zip(names, flat.std(axis=0, ddof=1))),
+        "correlation_internal": np.corrcoef(flat.T),
+        "rhat": dict(zip(names, result.rhat)),
+        "ess_bulk": dict(zip(names, result.ess_bulk)),
+        "chains": [{"mean": dict(zip(names, result.samples[c].mean(axis=0))),
+                    "mean_logdensity": result.logdensity[c].mean(), "acceptance": result.acceptance_rate[c]}
+                   for c in range(result.n_chains)],
+        "posterior": result.to_dict(),
+    }
+
+
+def convergence(result: PosteriorResult) -> dict:
+    """Issue 19's check of one run: max R-hat, min bulk ESS, wall time, min ESS/s, and whether
+    R-hat <= `RHAT_MAX` and bulk ESS >= `ESS_MIN` hold for every parameter."""
+    max_rhat, min_ess = float(np.max(result.rhat)), float(np.min(result.ess_bulk))
+    divergences = result.extra.get("divergences")
+    return {"method": result.method, "n_chains": result.n_chains, "n_draws": result.n_draws,
+            "warmup": result.warmup, "burn_in": result.burn_in, "acceptance": result.acceptance,
+            "max_rhat": max_rhat, "min_ess_bulk": min_ess, "wall_time_s": result.wall_time_s,
+            "min_ess_per_s": min_ess / result.wall_time_s,
+            "n_logdensity_evaluations": result.n_logdensity_evaluations,
+            "divergences": None if divergences is None else np.asarray(divergences).tolist(),
+            "mean_integration_steps": result.extra.get("mean_integration_steps"),
+            "converged": bool(np.isfinite(max_rhat) and max_rhat <= RHAT_MAX and min_ess >= ESS_MIN)}
+
+
+def reported_sampler(checks: dict) -> str:
+    """The converged run with the larger min ESS; none converged: the smaller max R-hat (then
+    ``converged`` is false and every use of it is flagged)."""
+    converged = [s for s, c in checks.items() if c["converged"]]
+    if converged:
+        return max(converged, key=lambda s: checks[s]["min_ess_bulk"])
+    return min(checks, key=lambda s: checks[s]["max_rhat"] if np.isfinite(checks[s]["max_rhat"]) else np.inf)
+
+
+def efficiency(model, theta) -> np.ndarray:
+    """Effective initiator efficiency EG / (2 (I0 - I)) at the model's times (full states)."""
+    states = np.asarray(model.physical_states(model.solve(jnp.asarray(theta)).ys, jnp.asarray(theta)))
+    i0 = float(model.experiment.conditions["I0"])
+    return states[:, 4] / (2 * (i0 - states[:, 0]))
+
+
+def model_difference(estimate: dict, y, mask) -> dict:
+    """What the simple model cannot follow: the real model's effective efficiency at recipes 1
+    and 2 (the simple model's is f, constant) and the simple model's best recipe-1 misfit."""
+    out = {}
+    for recipe in (1, 2):
+        real = jcalib.models.get("radical_polymerization_real", recipe=recipe, outputs=OUTPUTS)
+        eff = efficiency(real, real.parameters.nominal)
+        out[f"real_efficiency_recipe{recipe}"] = {f"{t:g} s": float(eff[list(real.ts).index(t)])
+                                                  for t in (1, 500, 1000, 2000, 5000)}
+    i0 = {r: recipe_concentrations(r)["I"] for r in (1, 2)}
+    out["initiator_ratio"] = i0[2] / i0[1]
+    simple = jcalib.models.get("radical_polymerization_simple", recipe=1, outputs=OUTPUTS, qss=True)
+    simple = simple.with_bounds_check(False)  # Tests 1-2 hold ktd = 0, below its bound
+    theta = simple.parameters.to_vector(estimate)
+    rel = np.asarray(simple.simulate(jnp.asarray(theta))) / y - 1
+    out["simple_fit_recipe1"] = {"estimate": estimate, "max_abs_relative_residual": {
+        o: float(np.max(np.abs(rel[mask[:, j], j]))) for j, o in enumerate(OUTPUTS)},
+        "rms_relative_residual": {o: float(np.sqrt(np.mean(rel[mask[:, j], j] ** 2))) for j, o in enumerate(OUTPUTS)}}
+    return out
 
 
 def paper_rows(metrics, quick: bool) -> list[dict]:
-    """One row per statement in ``PAPER``. Criteria: acceptance within 0.10 of the paper's;
-    Test 1 "vast, especially f" the 90 % interval of f wider than 0.3 (a third of its prior
-    range); Test 2 "much slimmer" posterior sd (internal) of f and ktc at most 1/4 of Test 1's;
-    Test 3 "broad, non-unique" the 90 % intervals of ktc and ktd each over more than 2 decades;
-    Test 4 ktd's 90 % interval over at least 3 decades with f, ktc narrower (sd) than in Test 3;
-    recipe 2 [M] outside the band at more than half the times for both σ, Mw and EG within
-    10 % of it. Tests 3-4 are not run with --quick, and recipe 2 then comes from Test 2 (n/a)."""
-    gap = "not analysed yet (issue 19)"
+    """One row per statement in ``PAPER`` plus one convergence row per test. Criteria:
+    acceptance of the paper's MALA (as the paper runs it) within 0.10 of the paper's; Test 1
+    "vast, especially f" the 90 % interval of f wider than 0.3 (a third of its prior range);
+    Test 2 "much slimmer" posterior sd (f, log ktc) of f and ktc at most 1/4 of Test 1's; Test 3
+    "broad, non-unique" the 90 % intervals of ktc and ktd each over more than 2 decades; Test 4
+    ktd's 90 % interval over at least 3 decades with f, ktc narrower (sd) than in Test 3; recipe
+    2 [M] outside the band at more than half the times for both σ, Mw and EG within 10 % of it.
+    A statement about a posterior that did not converge (R-hat > 1.01 or ESS < 400) is not
+    judged (match n/a, "NOT CONVERGED" in ours). Tests 3-4 are not run with --quick, and recipe
+    2 then comes from Test 2 (n/a)."""
     tests, recipe = metrics["tests"], metrics["recipe2"]
     rows = []
 
-    def row(claim, paper, ours, ok, why=gap):
+    def row(claim, paper, ours, ok, why="", needs=()):
+        bad = [n for n in needs if not tests[n]["converged"]]
+        if bad:
+            ours = f"NOT CONVERGED ({', '.join(bad)}): {ours}"
+            ok, why = None, ""
         rows.append({"claim": claim, "paper": paper, "ours": ours, "match": None if ok is None else bool(ok),
                      "why": why if ok is False else ""})
 
@@ -158,24 +265,36 @@ def paper_rows(metrics, quick: bool) -> list[dict]:
 
     absent = "not run (--quick: Tests 1-2 only)"
     for name in TESTS:
-        paper = PAPER[name]["acceptance"]
+        claim = f"{name}: posterior converged (R-hat <= {RHAT_MAX}, bulk ESS >= {ESS_MIN}, every parameter)"
+        paper_run = f"one chain of {PAPER[name]['n_steps']} steps (no diagnostics reported)"
         if name not in tests:
-            row(f"{name}: acceptance (within 0.10)", paper, absent, None)
+            row(claim, paper_run, absent, None)
+            row(f"{name}: acceptance of the paper's MALA (within 0.10)", PAPER[name]["acceptance"], absent, None)
             continue
-        acc = tests[name]["acceptance"]
-        row(f"{name}: acceptance (within 0.10)", paper, f"{acc:.2f}", abs(acc - paper) <= 0.10,
-            f"our warm-up adapts a global step-size factor ({WARMUP} steps, not in the paper; module docstring); "
-            + gap)
+        checks = tests[name]["samplers"]
+        ours = "; ".join(f"{s}: R-hat {c['max_rhat']:.3g}, ESS {c['min_ess_bulk']:.0f}, {c['wall_time_s']:.0f} s"
+                         for s, c in checks.items()) + f"; reported: {tests[name]['reported_sampler']}"
+        row(claim, paper_run, ours, None if quick else tests[name]["converged"],
+            "neither sampler reached the criterion at these sizes (see the samplers' rows in metrics.json)")
+        acc = checks["mala"]["acceptance"]
+        paper = PAPER[name]["acceptance"]
+        row(f"{name}: acceptance of the paper's MALA (within 0.10)", paper, f"{acc:.2f}", abs(acc - paper) <= 0.10,
+            "step sizes P of A.26 (tau = range/200, no warm-up) do not fit our posterior's scales (acceptance "
+            "far from 0.5-0.7); the paper does not report its P")
     lo, hi = tests["Test 1"]["interval90"]["f"]
     row("Test 1: vast region of probable parameters, especially f (90 % interval of f wider than 0.3)",
-        PAPER["Test 1"]["note"], f"f {lo:.3g}-{hi:.3g}", hi - lo > 0.3)
+        PAPER["Test 1"]["note"], f"f {lo:.3g}-{hi:.3g}", hi - lo > 0.3,
+        f"{tests['Test 1']['fraction_f_below_0.3']:.0%} of our Test-1 draws have f < 0.3 (prior [0.1, 1]): along the "
+        "ridge f/kt ~ const the [M] misfit of our data decreases towards small f", needs=("Test 1",))
     ratio = metrics["sd_ratio_test1_over_test2_internal"]
     row("Test 2: much slimmer than Test 1 (sd ratio Test 1 / Test 2 >= 4 for f and ktc)", PAPER["Test 2"]["note"],
-        ", ".join(f"{n} {v:.2g}" for n, v in ratio.items()), all(v >= 4 for v in ratio.values()))
+        ", ".join(f"{n} {v:.2g}" for n, v in ratio.items()), all(v >= 4 for v in ratio.values()),
+        needs=("Test 1", "Test 2"))
     if "Test 3" in tests:
         d = {n: decades("Test 3", n) for n in ("ktc", "ktd")}
         row("Test 3: broad, non-unique (90 % intervals of ktc and ktd over > 2 decades)", PAPER["Test 3"]["note"],
-            ", ".join(f"{n} {v:.2g} decades" for n, v in d.items()), all(v > 2 for v in d.values()))
+            ", ".join(f"{n} {v:.2g} decades" for n, v in d.items()), all(v > 2 for v in d.values()),
+            needs=("Test 3",))
     else:
         row("Test 3: broad, non-unique (90 % intervals of ktc and ktd over > 2 decades)", PAPER["Test 3"]["note"],
             absent, None)
@@ -185,59 +304,87 @@ def paper_rows(metrics, quick: bool) -> list[dict]:
         row(claim4, PAPER["Test 4"]["note"],
             f"ktd {decades('Test 4', 'ktd'):.2g} decades; sd f {sd4['f']:.2g} (Test 3 {sd3['f']:.2g}), "
             f"log ktc {sd4['ktc']:.2g} (Test 3 {sd3['ktc']:.2g})",
-            decades("Test 4", "ktd") >= 3 and sd4["f"] < sd3["f"] and sd4["ktc"] < sd3["ktc"])
+            decades("Test 4", "ktd") >= 3 and sd4["f"] < sd3["f"] and sd4["ktc"] < sd3["ktc"],
+            needs=("Test 3", "Test 4"))
     else:
         row(claim4, PAPER["Test 4"]["note"], absent, None)
     sigmas = [k for k in recipe if k.startswith("sigma=")]
+    source = recipe["from"]
+    unconverged = [k for k in sigmas if not recipe[k]["converged"]]
+    flag = f"NOT CONVERGED ({', '.join(unconverged)}): " if unconverged else ""
     m_out = {k: recipe[k]["confidence"]["M"]["fraction_outside"] for k in sigmas}
-    row(f"recipe 2 (from {recipe['from']}): [M] leaves the 90 % band at more than half the times, both sigma",
-        PAPER["recipe 2"], "; ".join(f"{k}: {v:.0%} outside" for k, v in m_out.items()),
-        None if quick else all(v > 0.5 for v in m_out.values()))
-    miss = {k: max(recipe[k]["confidence"][o]["max_relative_miss"] for o in ("Mw", "EG")) for k in sigmas}
-    row(f"recipe 2 (from {recipe['from']}): Mw and EG reasonably captured (within 10 % of the band, both sigma)",
-        PAPER["recipe 2"], "; ".join(f"{k}: largest miss {v:.1%}" for k, v in miss.items()),
-        None if quick else all(v <= 0.10 for v in miss.values()))
+    row(f"recipe 2 (from {source}): [M] leaves the 90 % band at more than half the times, both sigma",
+        PAPER["recipe 2"], flag + "; ".join(f"{k}: {v:.0%} outside" for k, v in m_out.items()),
+        None if quick or unconverged else all(v > 0.5 for v in m_out.values()))
+    miss = {k: {o: recipe[k]["confidence"][o] for o in ("Mw", "EG")} for k in sigmas}
+    diff = recipe["model_difference"]
+    eff1, eff2 = diff["real_efficiency_recipe1"], diff["real_efficiency_recipe2"]
+    row(f"recipe 2 (from {source}): Mw and EG reasonably captured (within 10 % of the band, both sigma)",
+        PAPER["recipe 2"], flag + "; ".join(
+            f"{k}: " + ", ".join(f"{o} {c['fraction_outside']:.0%} outside, largest miss {c['max_relative_miss']:.1%}"
+                                 for o, c in m.items()) for k, m in miss.items()),
+        None if quick or unconverged else all(c["max_relative_miss"] <= 0.10 for m in miss.values()
+                                              for c in m.values()),
+        "model difference, not band construction: the real model's effective efficiency EG/(2(I0-I)) falls "
+        f"from {eff1['1 s']:.2f} to {eff1['5000 s']:.2f} in recipe 1 but from {eff2['1 s']:.2f} to "
+        f"{eff2['5000 s']:.2f} in recipe 2 ({diff['initiator_ratio']:.1f}x the initiator: cage and "
+        "primary-radical termination grow with [R]); the simple model's f is constant and fitted to recipe 1, "
+        "and already misses the recipe-1 data by "
+        + ", ".join(f"{o} {v:.0%}" for o, v in diff["simple_fit_recipe1"]["max_abs_relative_residual"].items())
+        + " (largest relative residual at the Gauss-Newton estimate), so its σ = 0.05 posterior is narrow "
+        "around a compromise")
     return rows
 
 
 def main(argv=None):
     parser = common.parser(__doc__, "polymerization_bayesian",
-                           quick_help="Tests 1 and 2 only (recipe 2 from Test 2), 2 chains x 300 steps after 300 "
-                                      "burn-in")
-    parser.add_argument("--n-chains", type=int, default=2)
+                           quick_help="Tests 1 and 2 only (recipe 2 from Test 2), 4 chains: MALA 150 burn-in + "
+                                      "150 steps, NUTS 100 warm-up + 100 draws")
+    parser.add_argument("--n-chains", type=int, default=N_CHAINS)
     parser.add_argument("--steps-factor", type=float, default=0.5,
-                        help="steps and burn-in per chain as a fraction of the paper's")
+                        help="MALA's steps and burn-in per chain as a fraction of the paper's")
+    parser.add_argument("--nuts-draws", type=int, default=1000, help="NUTS draws per chain after the warm-up")
     args = parser.parse_args(argv)
     common.prepare_out(args.out)
     t0 = time.perf_counter()
     names = ("Test 1", "Test 2") if args.quick else tuple(TESTS)
-    n_chains = 2 if args.quick else args.n_chains
     ts, y, mask = real_data(True, DIGITS)
     data = Measurements(ts, y, mask=mask, output_names=OUTPUTS)
     model = jcalib.models.get("radical_polymerization_simple", recipe=1, outputs=OUTPUTS, qss=True)
     keys = jax.random.split(jax.random.key(args.seed), len(names) + 3)  # tests, sigma 0.1, 2 band noises
 
-    tests, results = {}, {}
+    def sizes_of(name):
+        if args.quick:
+            return {"mala": (150, 150), "nuts": (100, 100), "n_chains": 4}
+        return {"mala": (int(args.steps_factor * PAPER[name]["burn_in"]),
+                         int(args.steps_factor * (PAPER[name]["n_steps"] - PAPER[name]["burn_in"]))),
+                "nuts": (NUTS_WARMUP, args.nuts_draws), "n_chains": args.n_chains}
+
+    tests, results, starts = {}, {}, {}
     for name, key in zip(names, keys):
-        n_steps, burn_in = (300, 300) if args.quick else (
-            int(args.steps_factor * (PAPER[name]["n_steps"] - PAPER[name]["burn_in"])),
-            int(args.steps_factor * PAPER[name]["burn_in"]))
-        results[name], run = run_test(key, name, model, data, SIGMA, n_chains, n_steps, burn_in, not args.quick)
-        result, spec = results[name], TESTS[name]
-        tag = name.lower().replace(" ", "")
-        run.save(args.out / f"posterior_{tag}.npz")  # all chains
+        spec, sizes, tag = TESTS[name], sizes_of(name), name.lower().replace(" ", "")
+        starts[name] = best_estimate(name, ts, y, mask)
+        start = starts[name]["estimate"]
+        runs = {s: run_sampler(k, s, name, model, data, SIGMA, start, sizes, not args.quick)
+                for s, k in zip(SAMPLERS, jax.random.split(key, len(SAMPLERS)))}
+        checks = {s: convergence(r) for s, r in runs.items()}
+        chosen = reported_sampler(checks)
+        results[name] = runs[chosen]
+        for s, run in runs.items():
+            run.save(args.out / f"posterior_{tag}_{s}.npz")
+            common.save(plot_trace(run, coordinates="internal", title=f"{name}: {s} traces ({run.method})"),
+                        args.out / f"trace_{tag}_{s}.png", dpi=110)
+        flat = results[name].flat_samples()
         tests[name] = {"free": spec["free"], "fixed": spec["fixed"], "outputs": spec["outputs"], "sigma": SIGMA,
-                       "starts": spec["starts"], "n_chains": n_chains, "n_steps": n_steps, "burn_in": burn_in,
-                       "warmup": WARMUP, "step_size_factor_per_chain": result.extra["step_size_factor"],
-                       "warmup_acceptance_mean": result.extra["warmup_acceptance_mean"],
-                       "dropped_chains": result.extra["dropped_chains"],
-                       "all_chains": posterior_summary(run)["chains"],
-                       **posterior_summary(result), "paper": PAPER[name]}
-        common.save(plot_pair(result, coordinates="internal",
-                              title=f"{name}: posterior ({', '.join(spec['outputs'])})"),
+                       "start": starts[name], "sizes": sizes, "samplers": checks, "reported_sampler": chosen,
+                       "converged": checks[chosen]["converged"],
+                       "per_sampler": {s: posterior_summary(r) for s, r in runs.items()},
+                       "fraction_f_below_0.3": float(np.mean(flat[:, 0] < 0.3)),
+                       **posterior_summary(results[name]), "paper": PAPER[name]}
+        status = "" if checks[chosen]["converged"] else " NOT CONVERGED"
+        common.save(plot_pair(results[name], coordinates="internal",
+                              title=f"{name}: posterior ({', '.join(spec['outputs'])}; {chosen}{status})"),
                     args.out / f"pair_{tag}.png", dpi=110)
-        common.save(plot_trace(run, coordinates="internal", title=f"{name}: prescaled MALA traces (all chains)"),
-                    args.out / f"trace_{tag}.png", dpi=110)
     for pair in (("Test 1", "Test 2"), ("Test 3", "Test 4")):
         if all(n in results for n in pair):
             common.save(plot_marginals({n: results[n] for n in pair}, coordinates="internal",
@@ -249,34 +396,44 @@ def main(argv=None):
     # the full simple model: recipe 2 reaches full conversion, where its qss form turns [M] negative
     recipe2 = jcalib.models.get("radical_polymerization_simple", recipe=2, outputs=OUTPUTS)
     real2 = recipe2_data()
-    high = run_test(keys[len(names)], source, model, data, SIGMA_HIGH, n_chains, tests[source]["n_steps"],
-                    tests[source]["burn_in"], not args.quick)[0]
+    high_sampler = tests[source]["reported_sampler"]
+    high = run_sampler(keys[len(names)], high_sampler, source, model, data, SIGMA_HIGH,
+                       starts[source]["estimate"], sizes_of(source), not args.quick)
+    high_check = convergence(high)
     recipe = {"from": source, "data": "radical_polymerization_real, recipe 2, noise-free",
+              "band": "5 % and 95 % quantiles per time of the simple model's output over 1000 posterior draws "
+                      "(confidence: no noise, as the paper; prediction: plus the sigma noise)",
+              "model_difference": model_difference({**TESTS[source]["fixed"], **starts[source]["estimate"]}, y, mask),
               "paper": PAPER["recipe 2"]}
-    for sigma, result, key in ((SIGMA, results[source], keys[-2]), (SIGMA_HIGH, high, keys[-1])):
+    for sigma, result, check, key in ((SIGMA, results[source], tests[source]["samplers"][high_sampler], keys[-2]),
+                                      (SIGMA_HIGH, high, high_check, keys[-1])):
         draws = band_draws(result)
         problem = sampling_problem(model, data, OUTPUTS, sigma, free=TESTS[source]["free"],
                                    fixed=TESTS[source]["fixed"])
-        bands = output_bands(problem, draws, coordinates="internal", experiment=recipe2)
-        noisy = prediction_bands(key, problem, draws, coordinates="internal", experiment=recipe2)
+        bands = output_bands(problem, draws, experiment=recipe2)
+        noisy = prediction_bands(key, problem, draws, experiment=recipe2)
         recipe[f"sigma={sigma}"] = {
-            "posterior_acceptance": result.acceptance, "dropped_chains": result.extra["dropped_chains"],
+            "sampler": check, "converged": check["converged"],
             "posterior_summary": result.to_dict()["summary"],
             "confidence": {o: band_misses(bands, real2, o) for o in OUTPUTS},
             "prediction": {o: band_misses(noisy, real2, o) for o in OUTPUTS},
+            "n_failed": bands.n_failed,
         }
+        status = "" if check["converged"] else ", NOT CONVERGED"
         common.save(plot_bands(bands, real2, units=UNITS, time_unit="s",
-                               title=f"recipe 2: 90 % band over the {source} posterior (sigma={sigma}) vs the "
-                                     "real model"),
+                               title=f"recipe 2: 90 % band over the {source} posterior (sigma={sigma}{status}) vs "
+                                     "the real model"),
                     args.out / f"recipe2_bands_sigma{sigma}.png", dpi=110)
 
     sd1, sd2 = (np.asarray(list(tests[n]["sd_internal"].values())) for n in ("Test 1", "Test 2"))
     metrics = {
         "data": {"model": "radical_polymerization_real", "recipe": 1, "qss": True, "rounded_digits": DIGITS,
                  "noise": "none"},
-        "settings": {"sigma": SIGMA, "fraction": FRACTION, "warmup": WARMUP, "n_chains": n_chains,
-                     "steps_factor": None if args.quick else args.steps_factor, "unused_sigma": UNUSED_SIGMA,
-                     "parameter_scaling": "internal coordinates: f linear, log ktc, log ktd; uniform priors"},
+        "settings": {"sigma": SIGMA, "fraction": FRACTION, "n_chains": 4 if args.quick else args.n_chains,
+                     "nuts_warmup": NUTS_WARMUP, "steps_factor": None if args.quick else args.steps_factor,
+                     "nuts_draws": None if args.quick else args.nuts_draws, "unused_sigma": UNUSED_SIGMA,
+                     "rhat_max": RHAT_MAX, "ess_min": ESS_MIN,
+                     "coordinates": "summaries in (f, log ktc, log ktd); priors uniform in f, log ktc, log ktd"},
         "tests": tests,
         "sd_ratio_test1_over_test2_internal": dict(zip(TESTS["Test 1"]["free"], sd1 / sd2)),
         "recipe2": recipe,
@@ -286,15 +443,16 @@ def main(argv=None):
     }
     metrics = common.write_metrics(args.out, metrics)
     common.write_paper_comparison(args.out, "Wulkow et al. 2021, §3.2.2 and Appendix B.2 (radical polymerization, "
-                                  "prescaled MALA)", paper_rows(metrics, args.quick), quick=args.quick)
+                                  "prescaled MALA and NUTS)", paper_rows(metrics, args.quick), quick=args.quick)
 
-    print(f"{'test':7s} {'accept':>6s} {'paper':>5s} {'factors':>9s} {'R-hat':>5s} {'dropped':>7s}  "
-          "90 % interval (physical)")
+    print(f"{'test':7s} {'sampler':7s} {'accept':>6s} {'R-hat':>6s} {'ESS':>6s} {'wall s':>7s} {'ESS/s':>6s} conv")
     for name, t in tests.items():
-        iv = "; ".join(f"{n} {lo:.3g}-{hi:.3g}" for n, (lo, hi) in t["interval90"].items())
-        factor = "/".join(f"{v:.2g}" for v in t["step_size_factor_per_chain"])
-        print(f"{name:7s} {t['acceptance']:6.2f} {t['paper']['acceptance']:5.2f} {factor:>9s} "
-              f"{max(v or 1.0 for v in t['rhat'].values()):5.2f} {str(t['dropped_chains']):>7s}  {iv}")
+        for s, c in t["samplers"].items():
+            mark = " <- reported" if s == t["reported_sampler"] else ""
+            print(f"{name:7s} {s:7s} {c['acceptance']:6.2f} {c['max_rhat']:6.3f} {c['min_ess_bulk']:6.0f} "
+                  f"{c['wall_time_s']:7.1f} {c['min_ess_per_s']:6.2f} {c['converged']}{mark}")
+    print(f"{source} sigma={SIGMA_HIGH} {high_sampler}: R-hat {high_check['max_rhat']:.3f}, "
+          f"ESS {high_check['min_ess_bulk']:.0f}, converged {high_check['converged']}")
     print("sd ratio Test 1 / Test 2 (internal):",
           {k: round(v, 1) for k, v in metrics["sd_ratio_test1_over_test2_internal"].items()})
     for sigma in (SIGMA, SIGMA_HIGH):
