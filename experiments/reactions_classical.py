@@ -91,7 +91,8 @@ def grid_start(problem, n: int = N_GRID) -> list[float]:
                                                       np.asarray(problem.space.upper_internal))]
     z = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(axes))
     losses = np.asarray(_grid_losses(problem, jnp.asarray(z)))
-    return np.exp(z[int(np.nanargmin(losses))]).tolist()
+    best = np.asarray(problem.space.to_physical(jnp.asarray(z[int(np.nanargmin(losses))])))
+    return np.clip(best, problem.space.lower, problem.space.upper).tolist()  # exp(log(bound)) may round outside
 
 
 def fit_all_starts(problem) -> dict:
