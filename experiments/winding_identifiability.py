@@ -40,6 +40,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)  # entry point: simulations run in float64
 
+import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -56,6 +57,7 @@ from jcalib.sensitivity.identifiability import (  # noqa: E402
     noise_rank_rtol,
     numerical_rank,
 )
+from jcalib.sensitivity.local import output_sensitivities  # noqa: E402
 
 SIGMA = 0.01  # V, additive noise on y1 = γ1 T1 and y2 = γ3 T3 (model spec)
 PLANT_SPREAD = 0.25  # plant parameters: nominal x exp(U(-ln 1.25, ln 1.25)), inside the box
@@ -161,6 +163,11 @@ def kw3_gamma3_factor(model, theta):
             "dlnT3_dlnkW3": float(k_eta * i3 / (k_eta * i3 - friction))}
 
 
+def without_kw(order):
+    """A ranking without the setpoint calibration gains kW1, kW3."""
+    return [n for n in order if n not in ("kW1", "kW3")]
+
+
 def paper_rows(ours, comparison):
     """paper_comparison.md rows: each checked item and each PAPER claim against ours."""
 
@@ -193,7 +200,11 @@ def paper_rows(ours, comparison):
             "Table 3", "Table 3 values (γ1,3 class 2 as the paper's count of 17 requires)", True, ""),
         row("excitation", "passive data at constant tension/speed setpoints; u = (I1*, Ω2*, I3*) from the "
             "PLC (not given)", "spec multisine on u (2-10 % at 0.02-0.43 Hz), synthetic", None,
-            "the paper's u(t) are not published; ours is a stand-in of similar size"),
+            "the paper's u(t) are not published; ours is a stand-in. With u held constant (only the radii "
+            "drift) the rank would be " + (
+                f"{ours['constant_u_ranks']['solver_tolerance']} (noise-aware "
+                f"{ours['constant_u_ranks']['noise_delta_1']}), not 14: the rank needs u to move"
+                if ours.get("constant_u_ranks") else "(not computed in --quick)")),
         row("data (plant) behind J's residual", "real plant; its fit (Table 4) puts γ3, γ1 25-31x below "
             "nominal, cv3, cv1 at 0.77, 0.94 x nominal", f"seeded random plant (each θ x [0.8, 1.25]) + "
             f"noise σ = {SIGMA} V; also the Table 4 plant", None,
@@ -217,13 +228,17 @@ def paper_rows(ours, comparison):
             f"{names(ours['j_first_four'])}; Table 4 plant: {names(t4['j_order'][:4])}",
             ours["j_first_four"] == PAPER["j_first_four"],
             f"kW3 first (above); cv1 is {ours['j_order'].index('cv1') + 1}th "
-            f"(Table 4 plant: {t4['j_order'].index('cv1') + 1}th)"),
+            f"(Table 4 plant: {t4['j_order'].index('cv1') + 1}th). Without kW1, kW3 (a model where they do not "
+            f"set the steady currents) the order would be {names(without_kw(ours['j_order'])[:4])} "
+            f"(Table 4 plant: {names(without_kw(t4['j_order'])[:4])}; cv1 "
+            f"{without_kw(t4['j_order']).index('cv1') + 1}th)"),
         row("least J-sensitive identifiable parameter (dJ/dθ)", PAPER["j_sensitivity_least"],
             f"{ours['j_sensitivity_least_identifiable']}; Table 4 plant: {t4['j_order'][-1]}",
             comparison["j_least_matches"],
             f"|dJ/dθ|: Jp {ours['j_abs']['Jp']:.2g}, BP1 {ours['j_abs']['BP1']:.2g}, BP3 {ours['j_abs']['BP3']:.2g}: "
-            "the BP's nominal 100 % divides their absolute J-sensitivity by 100; in our model the current "
-            "loop is algebraic (no armature inductance), so BP barely acts"),
+            "the BP's nominal 100 % divides their absolute J-sensitivity by 100, and our model neglects the "
+            "armature inductance (spec), so BP only sets the proportional gain of an instantaneous current loop "
+            f"(Jp/BP ratio of |dJ/dθ|: {ours['j_abs']['Jp'] / max(ours['j_abs']['BP1'], ours['j_abs']['BP3']):.2g})"),
         row("least J-sensitive identifiable parameter (dJ/d ln θ)", PAPER["j_sensitivity_least"],
             ours["j_sensitivity_log_least_identifiable"], comparison["j_log_least_matches"], ""),
         row("correlation ranking (S_J columns), first four in order (§4.5.2)",
@@ -238,7 +253,10 @@ def paper_rows(ours, comparison):
         row("proposed initial subset (paper: the common prefix of both rankings)", names(PAPER["initial_subset"]),
             f"{names(ours['common_prefix_subset'])} (σ_min rule {SIGMA_MIN_THRESHOLD:g}: "
             f"{names(ours['initial_subset'])}); Table 4 plant: {names(t4['common_prefix_subset'])}",
-            sorted(ours["common_prefix_subset"]) == sorted(PAPER["initial_subset"]), ""),
+            sorted(ours["common_prefix_subset"]) == sorted(PAPER["initial_subset"]),
+            f"the two rankings part at position {len(ours['common_prefix_subset']) + 1}: J-sensitivity "
+            f"{ours['j_order'][len(ours['common_prefix_subset'])]}, correlation "
+            f"{ours['correlation_order'][len(ours['common_prefix_subset'])]}"),
         row("correlation ranking of the output sensitivities dy/d ln θ (our pre-issue-19 variant), first four",
             names(PAPER["correlation_first_four"]), f"{names(ours['output_correlation_order'][:4])} "
             f"(σ_min subset {names(ours['output_sigma_min_subset'])})",
@@ -315,6 +333,17 @@ def main(argv=None):
                        names, report.null_parameters, SIGMA_MIN_THRESHOLD)
     j_abs = np.asarray(report.j_sensitivity)
 
+    # the same rank with constant setpoints (no excitation): how much the rank owes to u(t)
+    constant_u_ranks = None
+    if not args.quick:
+        flat = eqx.tree_at(lambda m: m.excitation_amplitudes, model, jnp.zeros_like(model.excitation_amplitudes))
+        s_flat = np.asarray(output_sensitivities(flat, jnp.asarray(space.nominal), scaling="log")).reshape(
+            -1, len(names))
+        constant_u_ranks = {"solver_tolerance": numerical_rank(s_flat, rtol=RANK_RTOL)}
+        for delta in NOISE_RANK_DELTAS:
+            constant_u_ranks[f"noise_delta_{delta:g}"] = numerical_rank(
+                s_flat, rtol=noise_rank_rtol(s_flat, SIGMA, delta=delta))
+
     corr = report.correlation
     j_order = list(report.j_sensitivity_order)
     j_identifiable = [n for n in j_order if n not in report.null_parameters]
@@ -323,6 +352,7 @@ def main(argv=None):
     ours = {
         "rank": report.rank,
         "ranks": ranks,
+        "constant_u_ranks": constant_u_ranks,
         "jp_relative_singular_value": float(s[report.rank - 1] / s[0]),
         "jp_cramer_rao_sd_ln": float(SIGMA / s[report.rank - 1]),
         "identifiable": list(report.identifiable_parameters),
