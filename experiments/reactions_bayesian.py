@@ -228,7 +228,7 @@ def paper_rows(metrics, quick: bool) -> list[dict]:
         PAPER["A, sigma=0.1"]["note"], fmt(ratio),
         all(v > 1 for v in ratio.values()) and min(ratio["kac"], ratio["kad"]) > ratio["kab"],
         "all three are broadened alike relative to ABCD; in absolute terms the A-only 90 % intervals span "
-        f"{fmt(decades)} decades (kac and kad the widest, as in the paper's Figure 6)",
+        f"{fmt(decades)} decades (kac and kad the widest, as the paper says)",
         labels=("A, sigma=0.1", "ABCD, sigma=0.1"))
     for label in ("A, sigma=0.1", "ABCD, sigma=0.1"):
         inside = cases[label]["truth_in_interval90"]
