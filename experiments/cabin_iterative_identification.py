@@ -224,8 +224,9 @@ def paper_rows(it: dict, mode: str) -> list[dict]:
     p, t = PAPER, TARGETS
     quick = mode == "quick"
     gap = {"reduced": "--reduced: smaller networks, fewer epochs than the paper's",
-           "hour": ("settings / learning, not the model: all 19 are locally identifiable at the nominal θ from the noise-free "
-                    "outputs (sd <= 4.4 % of the range at 0.01 K noise, Jacobian condition 868), but after step 1 "
+           "hour": ("settings / learning, not the model: all 19 are locally identifiable at the nominal θ from "
+                    "the noise-free outputs (sd <= 4.4 % of the range at 0.01 K noise, Jacobian condition 868), "
+                    "but after step 1 "
                     "the surrogate's Sobol' indices decay smoothly, Algorithm 1 keeps 15 of 16, 13 of 14, ..., a "
                     "trial of that many candidates (15 epochs) confirms 1-2, so the 10-step cap puts the 6 hardest "
                     "into one last network (4 of them at validation R² 0.12-0.64; ER up to 100 %)"),
