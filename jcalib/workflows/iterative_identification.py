@@ -108,7 +108,8 @@ its magnitude does not vary (e.g. fixed by the initial state) and is not rescale
 
 def _default_surrogate() -> PELSVAEConfig:
     # the PELS-VAE benchmark's cabin network (hidden 64, latent 16, 100 epochs: test MAE 0.23 K
-    # on 2,000 new samples, benchmarks/pelsvae.py); validation-based early stopping is off
+    # on 2,000 new samples, benchmarks/pelsvae.py, measured with the cabin's constants before issue 19
+    # changed them; not re-measured since); validation-based early stopping is off
     return PELSVAEConfig(latent_size=16, hidden_size=64, training=TrainingConfig(
         epochs=100, batch_size=64, learning_rate=3e-3, schedule="multistep", milestones=(60, 85), decay=0.2))
 
