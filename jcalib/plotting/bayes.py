@@ -242,10 +242,16 @@ def plot_pair(result, *, truth=None, coordinates="physical", rule="paper", n_gri
                 if true is not None and np.all(np.isfinite(true[[j, i]])):
                     ax.plot(true[j], true[i], "*", color="C3", ms=9)
             if i == n - 1:
-                ax.set_xlabel(labels[j])
+                ax.set_xlabel(labels[j], fontsize=8)
             if j == 0 and i > 0:
-                ax.set_ylabel(labels[i])
+                ax.set_ylabel(labels[i], fontsize=8)
             ax.tick_params(labelsize=7)
+            _readable_ticks(ax, False)  # at most ~5 x labels with a scientific offset
+            if i != j:
+                from matplotlib import ticker
+
+                ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=4))
+                ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4), useMathText=True)
     fig.suptitle(title or f"posterior pairs ({result.n_chains} chains x {result.n_draws} draws)")
     fig.tight_layout()
     return fig
