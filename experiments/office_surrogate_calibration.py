@@ -72,11 +72,14 @@ plateau stop 14 + 14 = 210, MSE 0.00654 (13 steps) / 261, 0.0117; to scipy's tol
 0.00634 / 3486, 0.0114; 32 starts 789 + 681 = 10,323, 0.00634 / 6311, 0.0114. DE on the true
 model to convergence (same problem, key and settings as the default run, run on its own): the
 spread rule held after 558 generations, 117,390 simulations (41 min), best MSE 0.00668 / paper
-748,020, 0.0104. Table 4 (n_train 32 ... 4096): the plateau stop ends the polish after 10-27
-steps, at MSE 0.00636-0.00821 (0.8-5.7 % above the same polish run to scipy's tolerances, which
-takes 47-117 steps); n_total in the paper's currency 455, 411, 552, 606, 678, 1283, 1856, 2381,
-4340 (paper 260, 188, 299, 562, 651, 1089, 1616, 2113, 4297); the gap MSE_f - MSE_PELS-VAE
-2.1-10.9 for n_train <= 128 and 0.008-0.23 for n_train >= 512 (paper 1.05-3.44 and 0.02-0.22).
+748,020, 0.0104. SLSQP and Powell from the default run's 16 starts (run on their own, the same
+starts): 1221 + 1128 = 17,013, best MSE 0.00643 / 18,245, 0.0117 and 77,712, 0.00734 / 79,120,
+0.0134 (15 of the 16 Powell starts hit the 5000-call limit). Table 4 (n_train 32 ... 4096): the
+plateau stop ends the polish after 10-27 steps, at MSE 0.00636-0.00821 (0.8-5.7 % above the
+same polish run to scipy's tolerances, which takes 47-117 steps); n_total in the paper's
+currency 455, 411, 552, 606, 678, 1283, 1856, 2381, 4340 (paper 260, 188, 299, 562, 651, 1089,
+1616, 2113, 4297); the gap MSE_f - MSE_PELS-VAE 2.1-10.9 for n_train <= 128 and 0.008-0.23 for
+n_train >= 512 (paper 1.05-3.44 and 0.02-0.22).
 
 Usage: python -m experiments.office_surrogate_calibration [--out results/office_surrogate_calibration]
        [--seed 0] [--stride 16] [--n-train 32 64 ...] [--starts 16 32] [--scalar-starts 16]
