@@ -57,10 +57,9 @@ train for 2000 Adam steps whatever n_train: the paper trained on a GPU. ``--quic
 SLSQP at 5 iterations, DE with 20 members for 2 generations, LS-TRF capped at 15 residual
 evaluations (a smoke test, not a result).
 
-Cost of the default run on 2 shared CPU cores (measured per call: a simulation 0.05 s, a
-Jacobian 0.23 s, a DE generation of 210 about 3.6 s): Nelder-Mead and Powell with 16 starts
-up to 2 x 16 x 5000 simulations (about 2.5 h), DE up to 1000 generations (about 1 h), Table 4
-about 20 min, the rest about 10 min: about 4 h in all.
+Cost of the default run on 2 shared CPU cores, from its parts measured below: Powell with 16
+starts 18 min, Nelder-Mead with 16 starts about 40 min (152 s for its first start), SLSQP 2.4
+min, DE to convergence 41 min, LS-TRF multistart 3.3 min, Table 4 15 min: about 2 h in all.
 
 Measured (seed 0, 2 shared CPU cores; ``--scalar-starts 1 --de-generations 10``, 28 min: the
 default run's Nelder-Mead/Powell multistarts and DE did not fit). MSE at the truth 0.0092; our
