@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import jax
@@ -46,6 +47,7 @@ __all__ = ["Parameter", "ParameterSpace"]
 
 
 _TINY = float(np.finfo(np.float64).tiny)  # smallest normal float64, 2.2e-308
+_COPY_NAME = re.compile(r"[A-Za-z_]\w*\[[^\[\]]+\]")  # one experiment's copy: "offset[recipe 2]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +55,8 @@ class Parameter:
     """One model parameter.
 
     Args:
-        name: identifier, unique within a space.
+        name: identifier, unique within a space; or ``identifier[label]``, the name of one
+            experiment's copy of a parameter in a joint problem (``offset[recipe 2]``).
         nominal: default value in physical units (finite, inside the bounds; strictly inside
             on an open side: above 0 for a log-scale parameter, above ``lower`` / below
             ``upper`` for a half-open linear one).
@@ -83,8 +86,9 @@ class Parameter:
     log_scale: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ValueError(f"Parameter name must be an identifier string; got {self.name!r}")
+        if not isinstance(self.name, str) or not (self.name.isidentifier() or _COPY_NAME.fullmatch(self.name)):
+            raise ValueError(f"Parameter name must be an identifier string (or 'identifier[label]'); got "
+                             f"{self.name!r}")
         allowed = {"nominal": "finite", "lower": "finite or -inf", "upper": "finite or inf"}
         for field, what in allowed.items():
             value = float(getattr(self, field))

@@ -52,13 +52,187 @@ from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.probability.likelihoods import AbstractLikelihood, get_likelihood, noise_parameter_space
 from jcalib.probability.priors import AbstractPrior, GaussianPrior, ParameterPriors, bind_priors
 
-__all__ = ["CalibrationProblem", "GaussianPrior", "InitialStateParameters", "WEIGHTINGS",
+__all__ = ["AbstractProblem", "CalibrationProblem", "GaussianPrior", "InitialStateParameters", "WEIGHTINGS",
            "initial_state_from_parameters", "with_initial_state_parameters"]
 
 WEIGHTINGS = ("relative", "absolute", "sigma")
 
 
-class CalibrationProblem(eqx.Module):
+class AbstractProblem(eqx.Module):
+    """What every calibration problem offers the methods: residuals, their Jacobian, loss and
+    log densities of ``theta_internal`` (internal coordinates of the free parameters, ordered as
+    ``free_names``), and the maps between internal and physical values.
+
+    Implemented by `CalibrationProblem` (one model, one experiment) and
+    `jcalib.joint_problem.JointProblem` (several experiments). A subclass provides ``space``,
+    ``free_names``, ``noise_names``, ``prior``, ``noise_prior``, ``n_observed``,
+    ``sigma_available``, ``fixed``, ``forward_mode``, ``solve_status`` and the
+    ``_residuals_impl``, ``_jacobian_impl`` and ``_log_likelihood_impl`` implementations.
+    """
+
+    @property
+    def n_free(self) -> int:
+        return len(self.free_names)
+
+    @property
+    def n_noise(self) -> int:
+        """Number of sampled noise levels (the last ``n_noise`` entries of theta_internal)."""
+        return len(self.noise_names)
+
+    @property
+    def n_model_free(self) -> int:
+        return len(self.free_names) - len(self.noise_names)
+
+    @property
+    def model_free_names(self) -> tuple[str, ...]:
+        """The free model parameters (``free_names`` without the noise parameters)."""
+        return self.free_names[: self.n_model_free]
+
+    @property
+    def model_space(self) -> ParameterSpace:
+        """The free model parameters (``space`` without the noise parameters)."""
+        return ParameterSpace(tuple(self.space)[: self.n_model_free])
+
+    # --- coordinates ----------------------------------------------------------------------
+    def _check(self, theta_internal, what: str = "theta_internal"):
+        z = jnp.asarray(theta_internal)
+        self.space.check_shape(z, what)
+        if z.dtype != jnp.float64:
+            raise ValueError(
+                f"{what} must be float64 (got {z.dtype}); call "
+                "jax.config.update('jax_enable_x64', True) before creating arrays"
+            )
+        return z
+
+    def to_physical(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_free"]:
+        """Internal -> physical values of the free parameters."""
+        return self.space.to_physical(self._check(theta_internal))
+
+    def to_internal(self, theta: Float[ArrayLike, " n_free"]) -> Float[Array, " n_free"]:
+        """Physical values of the free parameters -> internal coordinates."""
+        return self.space.to_internal(self._check(theta, "theta"))
+
+    def initial_internal(self) -> Float[Array, " n_free"]:
+        """Internal coordinates of the nominal values (a starting point)."""
+        return self.space.to_internal(jnp.asarray(self.space.nominal))
+
+    def estimate_dict(self, theta_internal: Float[ArrayLike, " n_free"],
+                      include_fixed: bool = False) -> dict[str, float]:
+        """``{name: physical value}`` of the free parameters (and the fixed ones if asked)."""
+        theta = np.asarray(self.to_physical(theta_internal))
+        out = {n: float(v) for n, v in zip(self.free_names, theta)}
+        return {**out, **self.fixed} if include_fixed else out
+
+    # --- misfit ---------------------------------------------------------------------------
+    def residuals(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_observed"]:
+        """Weighted residuals of the measured entries; NaN if the solve failed."""
+        return _jitted("_residuals_impl", self, self._check(theta_internal))
+
+    def jacobian(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, "n_observed n_free"]:
+        """d residuals / d theta_internal by forward-mode autodiff through the solver.
+
+        Raises:
+            ValueError: the problem samples noise levels (use `without_noise_parameters`).
+        """
+        if self.n_noise:
+            raise ValueError(
+                f"jacobian: this problem samples the noise levels {_quoted(self.noise_names)}, "
+                "which the residuals do not depend on (zero Jacobian columns); estimators and "
+                "sensitivities need problem.without_noise_parameters()"
+            )
+        return _jitted("_jacobian_impl", self, self._check(theta_internal))
+
+    def loss(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
+        """Mean squared residual; for ``"relative"`` this is R_X (Wulkow 2021, eq. 6)."""
+        return _jitted("_loss_impl", self, self._check(theta_internal))
+
+    # --- probability ----------------------------------------------------------------------
+    def log_likelihood(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
+        """Log likelihood of the measured entries under ``self.likelihood``; -inf when the
+        solve fails.
+
+        The default (``likelihood=None``) keeps the weighting's noise model: for
+        ``"relative"``, F ~ N(X, (σ X)²) per entry, i.e. exp(-R_X n_obs / (2σ²)) for a
+        constant σ as in Wulkow 2021, normalised as a density:
+        -½ Σ r²/σ² - Σ log(σ |X|) - n/2 log 2π; for ``"absolute"`` and ``"sigma"``,
+        X ~ N(F, σ²). See `jcalib.probability.likelihoods` for all noise models; sampled σ come
+        from the last ``n_noise`` entries of ``theta_internal``.
+
+        Raises:
+            ValueError: no noise level for some output (``measurements.sigma`` and
+                ``likelihood.sigma`` are None and it is not a noise parameter).
+        """
+        self._check_sigma("log_likelihood")
+        return _jitted("_log_likelihood_impl", self, self._check(theta_internal))
+
+    def log_prior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
+        """Log prior density in internal coordinates (log-Jacobian included for priors
+        given in physical units); -inf outside the box (uniform and per-parameter priors)."""
+        return self._log_prior_impl(self._check(theta_internal))
+
+    def log_posterior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
+        """Unnormalised log posterior, ``log_prior + log_likelihood``.
+
+        With the uniform or per-parameter priors the model is not evaluated where the
+        prior is zero (outside the box; the likelihood is taken at the box centre and
+        discarded), so the value there is -inf, never NaN, and the gradient there is
+        finite (zero). A failed solve inside the box gives -inf.
+
+        Raises:
+            ValueError: no noise level for some output (see `log_likelihood`).
+        """
+        self._check_sigma("log_posterior")
+        return _jitted("_log_posterior_impl", self, self._check(theta_internal))
+
+    # --- implementations (pure; called through one filter_jit, so eager calls compile once) --
+    def _check_sigma(self, what: str) -> None:
+        if not self.sigma_available:
+            raise ValueError(
+                f"{what}: measurements.sigma is None, but the likelihood needs the noise "
+                "level; pass sigma to Measurements, fix it with likelihood=...(sigma=...), or "
+                "sample it with noise_parameters=True"
+            )
+
+    def _loss_impl(self, z):
+        return jnp.mean(self._residuals_impl(z) ** 2)
+
+    def _log_prior_impl(self, z):
+        n_model = self.n_model_free
+        z_model = z[:n_model]
+        if isinstance(self.prior, GaussianPrior):
+            lp = self.prior.log_prob(z_model)
+        elif self.prior is not None:
+            lp = self.prior.log_prob_internal(z_model)
+        else:
+            space = self.model_space
+            for p in space:
+                if not p.has_box:
+                    raise ValueError(
+                        f"log_prior: the default prior='uniform' (uniform in internal coordinates on the "
+                        f"bounds) is improper for {p.name!r}, whose bounds [{p.lower}, {p.upper}] leave its "
+                        f"internal coordinate unbounded; pass a proper prior for it, e.g. CalibrationProblem(..., "
+                        f"prior={{{p.name!r}: Normal(mean, std)}}) (jcalib.probability.priors)"
+                    )
+            lower, upper = space.lower_internal, space.upper_internal
+            inside = jnp.all((z_model >= jnp.asarray(lower)) & (z_model <= jnp.asarray(upper)))
+            lp = jnp.where(inside, -float(np.sum(np.log(upper - lower))), -jnp.inf)
+        if self.noise_prior is not None:
+            lp = lp + self.noise_prior.log_prob_internal(z[n_model:])
+        return lp
+
+    def _log_posterior_impl(self, z):
+        lp = self._log_prior_impl(z)
+        if isinstance(self.prior, GaussianPrior):
+            return lp + self._log_likelihood_impl(z)
+        inside = jnp.isfinite(lp)
+        # where the prior is zero the model is evaluated at the nominal values instead (always
+        # inside the bounds, finite in internal coordinates), so it never sees values outside
+        nominal = jnp.asarray(self.space.nominal_internal)
+        z_safe = jnp.where(jnp.broadcast_to(inside, z.shape), z, nominal)
+        return jnp.where(inside, lp + self._log_likelihood_impl(z_safe), -jnp.inf)
+
+
+class CalibrationProblem(AbstractProblem):
     """What to fit: model, measurements, free parameters, weighting, likelihood and prior.
 
     Jittable and vmappable: pass a problem through ``eqx.filter_jit`` or close over it
@@ -383,24 +557,6 @@ class CalibrationProblem(eqx.Module):
         return ParameterSpace(tuple(model_space) + tuple(self.noise_space))
 
     @property
-    def model_free_names(self) -> tuple[str, ...]:
-        """The free model parameters (``free_names`` without the noise parameters)."""
-        return self.free_names[: self.n_model_free]
-
-    @property
-    def n_model_free(self) -> int:
-        return len(self.free_names) - len(self.noise_names)
-
-    @property
-    def n_noise(self) -> int:
-        """Number of sampled noise levels (the last ``n_noise`` entries of theta_internal)."""
-        return len(self.noise_names)
-
-    @property
-    def n_free(self) -> int:
-        return len(self.free_names)
-
-    @property
     def n_observed(self) -> int:
         """Number of residuals: the measured entries."""
         return int(self.observed_index.shape[0])
@@ -477,16 +633,6 @@ class CalibrationProblem(eqx.Module):
         return self._rebuild(prior=spec, likelihood=likelihood, noise_parameters=None)
 
     # --- coordinates ----------------------------------------------------------------------
-    def _check(self, theta_internal, what: str = "theta_internal"):
-        z = jnp.asarray(theta_internal)
-        self.space.check_shape(z, what)
-        if z.dtype != jnp.float64:
-            raise ValueError(
-                f"{what} must be float64 (got {z.dtype}); call "
-                "jax.config.update('jax_enable_x64', True) before creating arrays"
-            )
-        return z
-
     def theta_full(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_params"]:
         """The model's full physical parameter vector: free values mapped, fixed values kept
         (noise parameters are not model parameters and are left out)."""
@@ -516,98 +662,23 @@ class CalibrationProblem(eqx.Module):
         self._check_sigma("sigma_of")
         return self._sigma_impl(self._check(theta_internal))
 
-    def to_physical(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_free"]:
-        """Internal -> physical values of the free parameters."""
-        return self.space.to_physical(self._check(theta_internal))
-
-    def to_internal(self, theta: Float[ArrayLike, " n_free"]) -> Float[Array, " n_free"]:
-        """Physical values of the free parameters -> internal coordinates."""
-        return self.space.to_internal(self._check(theta, "theta"))
-
-    def initial_internal(self) -> Float[Array, " n_free"]:
-        """Internal coordinates of the nominal values (a starting point)."""
-        return self.space.to_internal(jnp.asarray(self.space.nominal))
-
-    def estimate_dict(self, theta_internal: Float[ArrayLike, " n_free"],
-                      include_fixed: bool = False) -> dict[str, float]:
-        """``{name: physical value}`` of the free parameters (and the fixed ones if asked)."""
-        theta = np.asarray(self.to_physical(theta_internal))
-        out = {n: float(v) for n, v in zip(self.free_names, theta)}
-        return {**out, **self.fixed} if include_fixed else out
-
     # --- misfit ---------------------------------------------------------------------------
     def simulate(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, "n_times n_outputs"]:
         """Model outputs at the measurement times (NaN if the solve failed)."""
         return _jitted("_simulate_impl", self, self._check(theta_internal))
 
-    def residuals(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_observed"]:
-        """Weighted residuals of the measured entries; NaN if the solve failed."""
-        return _jitted("_residuals_impl", self, self._check(theta_internal))
+    def forward_mode(self) -> CalibrationProblem:
+        """This problem with its model in forward mode (``adjoint=ForwardMode()``), for
+        ``jax.jacfwd`` through the solver (`jacobian` does this itself)."""
+        return eqx.tree_at(lambda p: p.model, self, self.model.forward_mode())
 
-    def jacobian(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, "n_observed n_free"]:
-        """d residuals / d theta_internal by forward-mode autodiff through the solver.
-
-        Raises:
-            ValueError: the problem samples noise levels (use `without_noise_parameters`).
-        """
-        if self.n_noise:
-            raise ValueError(
-                f"jacobian: this problem samples the noise levels {_quoted(self.noise_names)}, "
-                "which the residuals do not depend on (zero Jacobian columns); estimators and "
-                "sensitivities need problem.without_noise_parameters()"
-            )
-        return _jitted("_jacobian_impl", self, self._check(theta_internal))
-
-    def loss(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Mean squared residual; for ``"relative"`` this is R_X (Wulkow 2021, eq. 6)."""
-        return _jitted("_loss_impl", self, self._check(theta_internal))
-
-    # --- probability ----------------------------------------------------------------------
-    def log_likelihood(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Log likelihood of the measured entries under ``self.likelihood``; -inf when the
-        solve fails.
-
-        The default (``likelihood=None``) keeps the weighting's noise model: for
-        ``"relative"``, F ~ N(X, (σ X)²) per entry, i.e. exp(-R_X n_obs / (2σ²)) for a
-        constant σ as in Wulkow 2021, normalised as a density:
-        -½ Σ r²/σ² - Σ log(σ |X|) - n/2 log 2π; for ``"absolute"`` and ``"sigma"``,
-        X ~ N(F, σ²). See `jcalib.probability.likelihoods` for all noise models; sampled σ come
-        from the last ``n_noise`` entries of ``theta_internal``.
-
-        Raises:
-            ValueError: no noise level for some output (``measurements.sigma`` and
-                ``likelihood.sigma`` are None and it is not a noise parameter).
-        """
-        self._check_sigma("log_likelihood")
-        return _jitted("_log_likelihood_impl", self, self._check(theta_internal))
-
-    def log_prior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Log prior density in internal coordinates (log-Jacobian included for priors
-        given in physical units); -inf outside the box (uniform and per-parameter priors)."""
-        return self._log_prior_impl(self._check(theta_internal))
-
-    def log_posterior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Unnormalised log posterior, ``log_prior + log_likelihood``.
-
-        With the uniform or per-parameter priors the model is not evaluated where the
-        prior is zero (outside the box; the likelihood is taken at the box centre and
-        discarded), so the value there is -inf, never NaN, and the gradient there is
-        finite (zero). A failed solve inside the box gives -inf.
-
-        Raises:
-            ValueError: no noise level for some output (see `log_likelihood`).
-        """
-        self._check_sigma("log_posterior")
-        return _jitted("_log_posterior_impl", self, self._check(theta_internal))
+    def solve_status(self, theta_internal: Float[ArrayLike, " n_free"]) -> int:
+        """The `jcalib.model.SolveStatus` code of the simulation at ``theta_internal``."""
+        return int(_jitted("_status_impl", self, self._check(theta_internal)))
 
     # --- implementations (pure; called through one filter_jit, so eager calls compile once) --
-    def _check_sigma(self, what: str) -> None:
-        if not self.sigma_available:
-            raise ValueError(
-                f"{what}: measurements.sigma is None, but the likelihood needs the noise "
-                "level; pass sigma to Measurements, fix it with likelihood=...(sigma=...), or "
-                "sample it with noise_parameters=True"
-            )
+    def _status_impl(self, z):
+        return self.model.simulate_with_status(self.theta_full(z))[1]
 
     def _simulated_observed(self, model: AbstractModel, z) -> Float[Array, " n_observed"]:
         return model.simulate(self.theta_full(z)).reshape(-1)[self.observed_index]
@@ -631,9 +702,6 @@ class CalibrationProblem(eqx.Module):
         forward = self.model.forward_mode()
         return jax.jacfwd(lambda zz: self._residuals_with(forward, zz))(z)
 
-    def _loss_impl(self, z):
-        return jnp.mean(self._residuals_impl(z) ** 2)
-
     def _sigma_impl(self, z):
         if self.noise_slot is None:
             return self.sigma_observed
@@ -645,41 +713,6 @@ class CalibrationProblem(eqx.Module):
         f = self._simulated_observed(self.model, z)
         value = jnp.sum(self.likelihood.log_density(self.x_observed, f, self._sigma_impl(z)))
         return jnp.where(jnp.isnan(value), -jnp.inf, value)
-
-    def _log_prior_impl(self, z):
-        n_model = self.n_model_free
-        z_model = z[:n_model]
-        if isinstance(self.prior, GaussianPrior):
-            lp = self.prior.log_prob(z_model)
-        elif self.prior is not None:
-            lp = self.prior.log_prob_internal(z_model)
-        else:
-            space = self.model.parameters.subset(self.model_free_names)
-            for p in space:
-                if not p.has_box:
-                    raise ValueError(
-                        f"log_prior: the default prior='uniform' (uniform in internal coordinates on the "
-                        f"bounds) is improper for {p.name!r}, whose bounds [{p.lower}, {p.upper}] leave its "
-                        f"internal coordinate unbounded; pass a proper prior for it, e.g. CalibrationProblem(..., "
-                        f"prior={{{p.name!r}: Normal(mean, std)}}) (jcalib.probability.priors)"
-                    )
-            lower, upper = space.lower_internal, space.upper_internal
-            inside = jnp.all((z_model >= jnp.asarray(lower)) & (z_model <= jnp.asarray(upper)))
-            lp = jnp.where(inside, -float(np.sum(np.log(upper - lower))), -jnp.inf)
-        if self.noise_prior is not None:
-            lp = lp + self.noise_prior.log_prob_internal(z[n_model:])
-        return lp
-
-    def _log_posterior_impl(self, z):
-        lp = self._log_prior_impl(z)
-        if isinstance(self.prior, GaussianPrior):
-            return lp + self._log_likelihood_impl(z)
-        inside = jnp.isfinite(lp)
-        # where the prior is zero the model is evaluated at the nominal values instead (always
-        # inside the bounds, finite in internal coordinates), so it never sees values outside
-        nominal = jnp.asarray(self.space.nominal_internal)
-        z_safe = jnp.where(jnp.broadcast_to(inside, z.shape), z, nominal)
-        return jnp.where(inside, lp + self._log_likelihood_impl(z_safe), -jnp.inf)
 
 
 def initial_state_from_parameters(

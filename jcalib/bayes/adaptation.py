@@ -42,7 +42,7 @@ from jcalib._precision import as_float64
 from jcalib.algorithm import Algorithm
 from jcalib.bayes._target import _evaluate_batch, _positive, _resolve_bounds, problem_logdensity
 from jcalib.parameters import ParameterSpace
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem, CalibrationProblem
 
 __all__ = [
     "DualAveragingState",
@@ -132,7 +132,7 @@ def prescaling(
         >>> pre.step_sizes.shape
         (2,)
     """
-    if not callable(logdensity_fn) or isinstance(logdensity_fn, CalibrationProblem):
+    if not callable(logdensity_fn) or isinstance(logdensity_fn, AbstractProblem):
         raise ValueError(f"prescaling: logdensity_fn must be a function of the internal coordinates; got "
                          f"{type(logdensity_fn).__name__} (for a CalibrationProblem use prior_prescaling)")
     if isinstance(bounds, ParameterSpace) or bounds is None:
@@ -194,7 +194,7 @@ def prior_prescaling(
             parameter with infinite bounds and no proper prior; no draw with a finite log
             posterior and gradient.
     """
-    if not isinstance(problem, CalibrationProblem):
+    if not isinstance(problem, AbstractProblem):
         raise ValueError(f"prior_prescaling: problem must be a CalibrationProblem; got {type(problem).__name__} "
                          "(for a log density function use prescaling)")
     _check_draw_settings(n_draws, 0.1)

@@ -111,7 +111,7 @@ from jcalib.bayes.preconditioning import (
     as_preconditioner,
 )
 from jcalib.bayes.result import PosteriorResult
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem, CalibrationProblem
 
 __all__ = [
     "BACKENDS",
@@ -382,7 +382,7 @@ def sample(
     start_time = time.perf_counter()
     if not jax.config.jax_enable_x64:
         raise ValueError("sample: MALA runs in float64; call jax.config.update('jax_enable_x64', True) first")
-    if not isinstance(problem, CalibrationProblem):
+    if not isinstance(problem, AbstractProblem):
         raise ValueError(f"sample: problem must be a CalibrationProblem; got {type(problem).__name__} (for a log "
                          "density function use mala_algorithm, hmc_algorithm or nuts_algorithm with "
                          "jcalib.algorithm.run)")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -38,14 +37,9 @@ class FailedStartError(ValueError):
     finite at the start. A ``ValueError``; the message names which and what to do."""
 
 
-@eqx.filter_jit
-def _status(problem, z):
-    return problem.model.simulate_with_status(problem.theta_full(z))[1]
-
-
 def solve_status(problem, theta_internal) -> int:
     """The `SolveStatus` code of ``problem``'s simulation at ``theta_internal``."""
-    return int(_status(problem, jnp.asarray(theta_internal, dtype=jnp.float64)))
+    return problem.solve_status(jnp.asarray(theta_internal, dtype=jnp.float64))
 
 
 def describe_status(code: int) -> str:

@@ -68,7 +68,7 @@ from jaxtyping import ArrayLike, Float
 from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem, CalibrationProblem
 from jcalib.sensitivity.identifiability import (
     FLAT_RATIO,
     GAP_RATIO,
@@ -448,7 +448,7 @@ def start_internal(problem: CalibrationProblem, theta0, *, coordinates: str = "p
 
 # --- helpers ----------------------------------------------------------------------------------
 def _check_options(problem, flat_ratio, gap_ratio, n_essential, min_damping, damping_growth):
-    if not isinstance(problem, CalibrationProblem):
+    if not isinstance(problem, AbstractProblem):
         raise ValueError(f"gauss_newton: problem must be a CalibrationProblem; got "
                          f"{type(problem).__name__}")
     if not (isinstance(flat_ratio, (int, float)) and flat_ratio > 1):

@@ -65,7 +65,7 @@ from jcalib.estimation.least_squares import (
 )
 from jcalib.estimation.result import EstimationResult
 from jcalib.parameters import unit_samples
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem, CalibrationProblem
 
 __all__ = [
     "DE_STRATEGIES",
@@ -432,7 +432,7 @@ def differential_evolution(
             finite bounds; unknown ``strategy`` or ``init``; bad sizes or settings.
     """
     start = time.perf_counter()
-    if not isinstance(problem, CalibrationProblem):
+    if not isinstance(problem, AbstractProblem):
         raise ValueError(
             f"differential_evolution: problem must be a CalibrationProblem; got {type(problem).__name__} (for a "
             "loss function use differential_evolution_algorithm(loss_fn, lower, upper, ...) with "

@@ -555,7 +555,7 @@ def levenberg_marquardt_batch(
     if chunk < 1:
         raise ValueError(f"levenberg_marquardt_batch: chunk_size must be positive; got {chunk_size}")
     chunk = min(chunk, n)
-    forward = eqx.tree_at(lambda p: p.model, problem, problem.model.forward_mode())
+    forward = problem.forward_mode()
     outputs = []
     for i in range(0, n, chunk):
         block = u0s[i : i + chunk]

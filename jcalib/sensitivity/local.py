@@ -48,6 +48,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from jcalib._precision import as_float64
 from jcalib.model import AbstractModel, AbstractSimulator, SolveStatus, check_simulator
+from jcalib.problem import CalibrationProblem
 
 __all__ = [
     "J_SCALINGS",
@@ -280,6 +281,10 @@ def running_loss_gradient(problem, theta_internal, jacobian, residuals, scaling:
                           where: str = "running_loss_gradient"):
     """`j_sensitivity_functions` from a residual Jacobian: the cumulative sum over observation
     times of the per-row terms (2/n) r dr/dθ of `loss_gradient`; NumPy ``(n_times, n_free)``."""
+    if not isinstance(problem, CalibrationProblem):
+        raise ValueError(f"{where}: the running cost over observation times needs a single-experiment "
+                         f"CalibrationProblem; got {type(problem).__name__} (use loss_gradient, or one of its "
+                         "experiment_problems)")
     jacobian = _scale_problem_jacobian(problem, theta_internal, np.asarray(jacobian), scaling, where)
     residuals = np.asarray(residuals)
     terms = 2.0 / residuals.size * residuals[:, None] * jacobian
@@ -299,7 +304,7 @@ def residual_jacobian(problem, theta_internal):
 
 @eqx.filter_jit
 def _residual_jacobian(problem, z):
-    forward = eqx.tree_at(lambda p: p.model, problem, problem.model.forward_mode())
+    forward = problem.forward_mode()
 
     def with_value(zz):
         r = forward.residuals(zz)
@@ -333,10 +338,10 @@ def _scale_problem_jacobian(problem, theta_internal, jacobian, scaling, where):
     """d r / d θ_internal -> the columns of ``scaling`` (J_SCALINGS)."""
     _check_choice(scaling, J_SCALINGS, where, "scaling")
     if not np.all(np.isfinite(jacobian)):
-        theta_full = problem.theta_full(jnp.asarray(theta_internal))
+        cause = _cause_of_status(problem.solve_status(jnp.asarray(theta_internal)))
         raise ValueError(
             f"{where}: the residual Jacobian has NaN or inf entries at theta = "
-            f"{problem.estimate_dict(theta_internal)}: {failure_cause(problem.model, theta_full)}; "
+            f"{problem.estimate_dict(theta_internal)}: {cause}; "
             "a failed solve has no sensitivities (choose another point or fix the solve)"
         )
     if scaling == "internal":
@@ -357,7 +362,10 @@ def failure_cause(model, theta) -> str:
     its `jcalib.model.SolveStatus` name and text) or only its derivatives are NaN."""
     if not isinstance(model, AbstractSimulator):
         return "the model's outputs or derivatives are not finite there"
-    code = int(_solve_status(model, jnp.asarray(theta)))
+    return _cause_of_status(int(_solve_status(model, jnp.asarray(theta))))
+
+
+def _cause_of_status(code: int) -> str:
     if code != SolveStatus.SUCCESS:
         try:
             text = f"{SolveStatus(code).name}: {SolveStatus.describe(code)}"
