@@ -6,6 +6,7 @@ tests) call ``jax.config.update("jax_enable_x64", True)`` themselves.
 
 from jcalib import models
 from jcalib.data import Measurements, synthetic_measurements
+from jcalib.joint_problem import JointProblem
 from jcalib.model import (
     AbstractModel,
     AbstractSimulator,
@@ -25,6 +26,7 @@ __all__ = [
     "Experiment",
     "FunctionSimulator",
     "GaussianPrior",
+    "JointProblem",
     "Measurements",
     "Parameter",
     "ParameterSpace",

@@ -35,9 +35,10 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jcalib.bayes.result import is_internal
+from jcalib.joint_problem import JointProblem
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractModel, Experiment, SolveStatus, simulate_batch
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem, CalibrationProblem
 
 __all__ = ["PredictiveBands", "expand_draws", "output_bands", "prediction_bands"]
 
@@ -116,6 +117,10 @@ def expand_draws(problem: CalibrationProblem, draws: Float[ArrayLike, "... n_fre
     Raises:
         ValueError: bad shapes or non-finite draws; unknown ``coordinates``.
     """
+    if isinstance(problem, JointProblem):
+        raise ValueError("expand_draws: a JointProblem has one parameter vector per experiment; expand the draws of "
+                         "one experiment: expand_draws(problem.experiment_problems[k], draws[..., "
+                         "problem.experiment_columns(k)], coordinates='internal') with internal draws")
     z = _internal_draws(problem, draws, coordinates, "expand_draws")
     return np.asarray(_theta_full_batch(problem, jnp.asarray(z)))
 
@@ -145,7 +150,9 @@ def output_bands(
             (``samples_internal``).
         quantiles: probabilities in (0, 1), increasing (default 5 %, 50 %, 95 %).
         experiment: None (the measurement times), an `Experiment` of the same model, or
-            another model with the same parameter names (another recipe).
+            another model with the same parameter names (another recipe); for a
+            `jcalib.joint_problem.JointProblem`, the name (or index) of one of its
+            experiments: the bands of that experiment at its measurement times.
         chunk_size: passed to `simulate_batch`.
 
     Returns:
@@ -158,6 +165,8 @@ def output_bands(
             ``coordinates`` or experiment; every simulation failed.
     """
     q = _check_quantiles(quantiles)
+    problem, thetas, coordinates, experiment = _one_experiment(problem, thetas, coordinates, experiment,
+                                                               "output_bands")
     model, _, values, ok = _simulated_draws(problem, thetas, coordinates, experiment, chunk_size, "output_bands")
     return _bands(model, values[ok], q, "confidence", int((~ok).sum()))
 
@@ -188,6 +197,8 @@ def prediction_bands(
         ValueError: as `output_bands`; no noise level known for some output; per-entry
             ``measurements.sigma`` with another experiment.
     """
+    problem, thetas, coordinates, experiment = _one_experiment(problem, thetas, coordinates, experiment,
+                                                               "prediction_bands")
     if isinstance(problem, CalibrationProblem):
         problem._check_sigma("prediction_bands")
     q = _check_quantiles(quantiles)
@@ -228,9 +239,23 @@ def _flat_draws(draws, n: int, what: str, names: str) -> np.ndarray:
     return arr
 
 
+def _one_experiment(problem, thetas, coordinates, experiment, where):
+    """A joint problem's draws as draws of its experiment ``experiment`` (name or index):
+    ``(that experiment's CalibrationProblem, its internal draws, "internal", None)``; a
+    single-experiment problem passes through."""
+    if not isinstance(problem, JointProblem):
+        return problem, thetas, coordinates, experiment
+    if experiment is None or isinstance(experiment, (Experiment, AbstractModel)):
+        raise ValueError(f"{where}: for a JointProblem pass experiment=<name> (one of {problem.experiment_names}); "
+                         "the bands are per experiment")
+    k = problem.experiment_index(experiment)
+    z = _internal_draws(problem, thetas, coordinates, where)
+    return problem.experiment_problems[k], z[:, problem.experiment_columns(k)], "internal", None
+
+
 def _internal_draws(problem, draws, coordinates: str, where: str) -> np.ndarray:
     """The draws of the free parameters as internal coordinates, ``(n, n_free)``."""
-    if not isinstance(problem, CalibrationProblem):
+    if not isinstance(problem, AbstractProblem):
         raise ValueError(f"{where}: problem must be a CalibrationProblem; got {type(problem).__name__}")
     internal = is_internal(coordinates, where)
     z = _flat_draws(draws, problem.n_free, "thetas", f"free parameters {problem.free_names}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from jcalib.joint_problem import JointProblem
 from jcalib.plotting._grid import plt
-from jcalib.plotting.simulation import plot_simulation
+from jcalib.plotting.simulation import draw_outputs, plot_simulation
 
 __all__ = ["plot_cost_versus_parameters", "plot_fit", "plot_multistart_waterfall", "plot_profile", "plot_residuals"]
 
@@ -36,46 +37,79 @@ def plot_multistart_waterfall(result, *, title=""):
 
 def plot_fit(problem, result, *, n_dense=200, title="", units=None, time_unit=""):
     """Fit versus data: the model at ``result``'s estimate (an `EstimationResult` of
-    ``problem``) with the measurements, one panel per output (wraps `plot_simulation`).
+    ``problem``) with the measurements, one panel per output (wraps `plot_simulation`); for a
+    `jcalib.joint_problem.JointProblem`, one row of panels per experiment.
 
     ``n_dense`` points between the first and last measurement time give smooth curves (one
     extra compile of the re-timed model); None plots at the measurement times only."""
-    import equinox as eqx
     import jax.numpy as jnp
 
     z = jnp.asarray(np.asarray(result.theta_internal))
-    ts = np.asarray(problem.measurements.ts)
-    if n_dense:
-        ts = np.linspace(ts[0], ts[-1], int(n_dense))
-        model = problem.model.with_times(ts)
-        values = np.asarray(eqx.filter_jit(lambda m, th: m.simulate(th))(model, problem.theta_full(z)))
-    else:
-        values = np.asarray(problem.simulate(z))  # the problem's compiled solve
     label = f"{result.method} fit (loss {result.loss:.3g})"
-    return plot_simulation(ts, {label: values}, problem.model.output_names,
-                           data=problem.measurements, title=title, units=units,
-                           time_unit=time_unit)
+    if not isinstance(problem, JointProblem):
+        ts, values = _fit_curve(problem, z, n_dense)
+        return plot_simulation(ts, {label: values}, problem.model.output_names,
+                               data=problem.measurements, title=title, units=units,
+                               time_unit=time_unit)
+    n_out = max(p.model.n_outputs for p in problem.experiment_problems)
+    fig, axes = plt.subplots(problem.n_experiments, n_out, figsize=(3.8 * n_out, 2.9 * problem.n_experiments),
+                             squeeze=False)
+    for k, (name, single) in enumerate(zip(problem.experiment_names, problem.experiment_problems)):
+        ts, values = _fit_curve(single, z[problem.experiment_columns(k)], n_dense)
+        draw_outputs(list(axes[k]), ts, {label: values}, single.model.output_names, data=single.measurements,
+                     units=units, time_unit=time_unit)
+        axes[k][0].set_title(name, fontsize=9, loc="left")
+        for ax in axes[k][single.model.n_outputs:]:
+            ax.set_visible(False)
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _fit_curve(problem, z, n_dense):
+    """(times, outputs) of a single-experiment problem at internal ``z``: dense or at the
+    measurement times."""
+    import equinox as eqx
+
+    ts = np.asarray(problem.measurements.ts)
+    if not n_dense:
+        return ts, np.asarray(problem.simulate(z))  # the problem's compiled solve
+    ts = np.linspace(ts[0], ts[-1], int(n_dense))
+    model = problem.model.with_times(ts)
+    return ts, np.asarray(eqx.filter_jit(lambda m, th: m.simulate(th))(model, problem.theta_full(z)))
 
 
 def plot_residuals(problem, result, *, title=""):
-    """Weighted residuals at ``result``'s estimate over time, one marker series per output."""
+    """Weighted residuals at ``result``'s estimate over time, one marker series per output;
+    for a `jcalib.joint_problem.JointProblem`, one panel per experiment."""
     import jax.numpy as jnp
 
-    r = np.asarray(problem.residuals(jnp.asarray(np.asarray(result.theta_internal))))
-    index = np.asarray(problem.observed_index)
-    n_out = problem.measurements.n_outputs
-    rows, cols = index // n_out, index % n_out
-    ts = np.asarray(problem.measurements.ts)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for j, name in enumerate(problem.model.output_names):
-        sel = cols == j
-        if sel.any():
-            ax.plot(ts[rows[sel]], r[sel], "o", ms=4, label=name)
-    ax.axhline(0.0, color="gray", lw=1)
-    ax.set(xlabel="t", ylabel=f"residual ({problem.weighting})",
-           title=title or f"residuals, loss {float(np.mean(r**2)):.3g}")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    z = jnp.asarray(np.asarray(result.theta_internal))
+    r = np.asarray(problem.residuals(z))
+    if isinstance(problem, JointProblem):
+        parts = [(name, single, r[rows]) for name, single, rows in
+                 zip(problem.experiment_names, problem.experiment_problems, problem.experiment_rows)]
+    else:
+        parts = [("", problem, r)]
+    fig, axes = plt.subplots(len(parts), 1, figsize=(6, 3.0 * len(parts) + 0.6), squeeze=False)
+    for ax, (name, single, rk) in zip(axes[:, 0], parts):
+        index = np.asarray(single.observed_index)
+        n_out = single.measurements.n_outputs
+        rows, cols = index // n_out, index % n_out
+        ts = np.asarray(single.measurements.ts)
+        for j, output in enumerate(single.model.output_names):
+            sel = cols == j
+            if sel.any():
+                ax.plot(ts[rows[sel]], rk[sel], "o", ms=4, label=output)
+        ax.axhline(0.0, color="gray", lw=1)
+        ax.set(xlabel="t", ylabel=f"residual ({problem.weighting})")
+        if name:
+            ax.set_title(name, fontsize=9, loc="left")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or f"residuals, loss {float(np.mean(r**2)):.3g}")
     fig.tight_layout()
     return fig
 

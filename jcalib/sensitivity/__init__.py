@@ -2,9 +2,11 @@
 
 from jcalib.sensitivity.identifiability import (
     CorrelationRanking,
+    ExperimentContributions,
     IdentifiabilityReport,
     JacobianAnalysis,
     correlation_ranking,
+    experiment_contributions,
     identifiability,
     jacobian_analysis,
     n_essential_directions,
@@ -21,8 +23,10 @@ from jcalib.sensitivity.local import (
 from jcalib.sensitivity.sobol import Selection, SobolResult, saltelli_design, select_identifiable, sobol_indices
 
 __all__ = [
-    "CorrelationRanking", "IdentifiabilityReport", "JacobianAnalysis", "Selection", "SobolResult",
-    "correlation_ranking", "identifiability", "j_sensitivity", "j_sensitivity_functions", "jacobian_analysis",
-    "n_essential_directions", "noise_rank_rtol", "null_parameters", "numerical_rank", "output_sensitivities",
-    "saltelli_design", "select_identifiable", "sensitivity_matrix", "sobol_indices",
+    "CorrelationRanking", "ExperimentContributions", "IdentifiabilityReport", "JacobianAnalysis", "Selection",
+    "SobolResult",
+    "correlation_ranking", "experiment_contributions", "identifiability", "j_sensitivity",
+    "j_sensitivity_functions", "jacobian_analysis", "n_essential_directions", "noise_rank_rtol", "null_parameters",
+    "numerical_rank", "output_sensitivities", "saltelli_design", "select_identifiable", "sensitivity_matrix",
+    "sobol_indices",
 ]

@@ -46,8 +46,9 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from jcalib.joint_problem import JointProblem
 from jcalib.jsonable import to_jsonable
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem, CalibrationProblem
 from jcalib.sensitivity.local import (
     J_SCALINGS,
     _check_choice,
@@ -608,7 +609,7 @@ def identifiability(
         ValueError: ``problem`` is not a `CalibrationProblem`; bad arguments (named in the
             message) or non-finite sensitivities (a failed solve).
     """
-    if not isinstance(problem, CalibrationProblem):
+    if not isinstance(problem, AbstractProblem):
         raise ValueError(
             f"identifiability: problem must be a CalibrationProblem; got {type(problem).__name__}; for a "
             "model without data pass CalibrationProblem.from_simulation(model, theta)"
@@ -626,6 +627,83 @@ def identifiability(
     return _report(matrix, problem.free_names, np.asarray(problem.to_physical(z)), scaling, rank_rtol,
                    flat_ratio, gap_ratio, start, normalize_columns, sigma_min_threshold, j_sens,
                    j_sensitivity_scaling, columns)
+
+
+class ExperimentContributions(eqx.Module):
+    """Which experiment of a `jcalib.joint_problem.JointProblem` adds which essential direction.
+
+    Attributes:
+        experiment_names: the experiments, in the order they are added.
+        parameter_names: the joint problem's free parameters (the analysed columns).
+        alone: one `JacobianAnalysis` per experiment, of its rows alone (columns of other
+            experiments' parameters are zero there, so they count as flat).
+        cumulative: one `JacobianAnalysis` per experiment, of the rows of experiments 1..k.
+        rank_alone, rank_cumulative: numerical ranks of the same matrices.
+        added: essential directions that experiment k adds, ``cumulative[k].n_essential``
+            minus that of experiments 1..k-1 (the first experiment: its own count).
+    """
+
+    experiment_names: tuple[str, ...] = eqx.field(static=True)
+    parameter_names: tuple[str, ...] = eqx.field(static=True)
+    alone: tuple[JacobianAnalysis, ...]
+    cumulative: tuple[JacobianAnalysis, ...]
+    rank_alone: tuple[int, ...] = eqx.field(static=True)
+    rank_cumulative: tuple[int, ...] = eqx.field(static=True)
+    added: tuple[int, ...] = eqx.field(static=True)
+
+    def to_dict(self) -> dict:
+        return {"experiment_names": list(self.experiment_names), "parameter_names": list(self.parameter_names),
+                "rank_alone": list(self.rank_alone), "rank_cumulative": list(self.rank_cumulative),
+                "essential_alone": [a.n_essential for a in self.alone],
+                "essential_cumulative": [c.n_essential for c in self.cumulative], "added": list(self.added),
+                "alone": [a.to_dict() for a in self.alone], "cumulative": [c.to_dict() for c in self.cumulative]}
+
+
+def experiment_contributions(
+    problem: JointProblem,
+    theta: Float[ArrayLike, " n_free"] | None = None,
+    *,
+    coordinates: str = "physical",
+    scaling: str = "internal",
+    rank_rtol: float | None = None,
+    flat_ratio: float = FLAT_RATIO,
+    gap_ratio: float | None = GAP_RATIO,
+) -> ExperimentContributions:
+    """Rank and essential directions of a joint problem's Jacobian, experiment by experiment.
+
+    One forward-mode Jacobian of all experiments (rows stacked in experiment order); its
+    rows of experiment k alone, and of experiments 1..k together, are analysed as in
+    `identifiability` (same ``scaling``, ``rank_rtol``, ``flat_ratio``, ``gap_ratio``), so
+    the result says what each further experiment adds (e.g. a second initial concentration
+    that makes a flat direction essential).
+
+    Args:
+        problem: a `jcalib.joint_problem.JointProblem`.
+        theta, coordinates, scaling, rank_rtol, flat_ratio, gap_ratio: as in `identifiability`.
+
+    Returns:
+        An `ExperimentContributions`.
+
+    Raises:
+        ValueError: ``problem`` is not a JointProblem; bad arguments; non-finite sensitivities.
+    """
+    if not isinstance(problem, JointProblem):
+        raise ValueError(f"experiment_contributions: problem must be a JointProblem; got {type(problem).__name__}")
+    _check_choice(scaling, J_SCALINGS, "experiment_contributions", "scaling")
+    z = problem_point(problem, theta, coordinates, "experiment_contributions")
+    jac, _ = residual_jacobian(problem, z)
+    matrix = _scale_problem_jacobian(problem, z, jac, scaling, "experiment_contributions")
+    rtol = _rtol(rank_rtol, matrix.shape, "experiment_contributions", "rank_rtol")
+    alone, cumulative, rank_alone, rank_cumulative, added = [], [], [], [], []
+    for rows in problem.experiment_rows:
+        own, upto = matrix[rows], matrix[: rows.stop]
+        alone.append(jacobian_analysis(own, problem.free_names, flat_ratio=flat_ratio, gap_ratio=gap_ratio))
+        cumulative.append(jacobian_analysis(upto, problem.free_names, flat_ratio=flat_ratio, gap_ratio=gap_ratio))
+        rank_alone.append(numerical_rank(own, rtol=rtol))
+        rank_cumulative.append(numerical_rank(upto, rtol=rtol))
+        added.append(cumulative[-1].n_essential - (cumulative[-2].n_essential if len(cumulative) > 1 else 0))
+    return ExperimentContributions(problem.experiment_names, problem.free_names, tuple(alone), tuple(cumulative),
+                                   tuple(rank_alone), tuple(rank_cumulative), tuple(added))
 
 
 def _report(matrix, names, theta, scaling, rank_rtol, flat_ratio, gap_ratio, start,
