@@ -366,14 +366,61 @@ def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, sta
     return problem, {n: theta0.get(n, m.parameters[n].nominal) for n in free}
 
 
+def _joint_problem(m, data: list[pathlib.Path], free: str | None, fix: list[str] | None, start: list[str] | None,
+                   conditions: list[str] | None, per_experiment: list[str] | None, **problem_options):
+    """JointProblem of one experiment per --data file (named by the file's stem; its times
+    from the file, its conditions the model's with --condition STEM:name=value applied), and
+    the start {name: value} (a copy name[STEM] starts at its parameter's start).
+
+    Raises ValueError (bad CSV, names, conditions or values) or OSError (unreadable file)."""
+    from jcalib.joint_problem import JointProblem
+    from jcalib.model import Experiment
+
+    names = [pathlib.Path(path).stem for path in data]
+    if len(set(names)) < len(names):
+        raise ValueError(f"--data: the files' names {names} must differ (each names its experiment)")
+    overrides: dict[str, dict[str, float]] = {n: {} for n in names}
+    for item in conditions or []:
+        target, sep, assignment = item.partition(":")
+        if not sep or target not in overrides:
+            raise ValueError(f"--condition {item!r}: expected EXPERIMENT:name=value with EXPERIMENT one of {names}")
+        for key, text in _parse_assignments([assignment], "--condition").items():
+            if key not in m.experiment.conditions:
+                raise ValueError(f"--condition {item!r}: the model has no condition {key!r}; its conditions: "
+                                 f"{sorted(m.experiment.conditions)}")
+            overrides[target][key] = _number(text, f"--condition {item}")
+    fixed = _parameter_values(m.parameters, fix, "--fix", check_bounds=False)
+    theta0 = _parameter_values(m.parameters, start, "--start")
+    pairs = []
+    for name, path in zip(names, data):
+        measurements = _data_file(path)
+        cond = {k: float(v) for k, v in m.experiment.conditions.items()} | overrides[name]
+        try:
+            model = m.with_experiment(Experiment(np.asarray(measurements.ts), t0=float(m.experiment.t0),
+                                                 conditions=cond, name=name))
+        except ValueError as err:
+            raise ValueError(f"--data {os.fspath(path)!r}: {err}") from None
+        pairs.append((model, measurements))
+    copies = [p.strip() for p in per_experiment or []]
+    shared = ([f.strip() for f in free.split(",")] if free is not None
+              else [n for n in m.parameters.names if n not in fixed and n not in copies])
+    problem = JointProblem(pairs, free=shared, per_experiment=copies, fixed=fixed, **problem_options)
+    unknown = sorted(set(theta0) - set(shared) - set(copies))
+    if unknown:
+        raise ValueError(f"--start: {', '.join(unknown)} not free; free: {', '.join(shared + copies)}")
+    base = {n: theta0.get(n, m.parameters[n].nominal) for n in shared + copies}
+    return problem, {n: base[n.split("[")[0]] for n in problem.free_names}
+
+
 CALIBRATION_METHODS = ("gauss-newton", "trf", "de", "multistart")
 
 
 @app.command()
 def calibrate(
     name: str,
-    data: Annotated[pathlib.Path, typer.Option(help="measurements CSV (as written by "
-                                                    "`jcalib simulate --csv` or Measurements.to_csv)")],
+    data: Annotated[list[pathlib.Path], typer.Option(help="measurements CSV (as written by `jcalib simulate --csv` "
+                                                          "or Measurements.to_csv); repeat for several experiments "
+                                                          "fitted jointly, each named by its file's stem")],
     method: Annotated[str, typer.Option(help="gauss-newton | trf | de | multistart")] = "gauss-newton",
     free: Annotated[str | None, typer.Option(help="comma-separated free parameters "
                                                   "(default: all not fixed)")] = None,
@@ -386,14 +433,22 @@ def calibrate(
     out: Annotated[pathlib.Path | None, typer.Option(
         help="output folder (default results/calibrate/NAME_METHOD)")] = None,
     option: Annotated[list[str] | None, typer.Option(help="factory option name=value")] = None,
+    condition: Annotated[list[str] | None, typer.Option(help="experiment condition STEM:name=value (several "
+                                                             "--data; STEM: the data file's stem)")] = None,
+    per_experiment: Annotated[list[str] | None, typer.Option(help="parameter with one copy per experiment, "
+                                                                  "named name[STEM] (several --data)")] = None,
 ):
-    """Estimate parameters from measured data; writes metrics.json, fit and residual plots."""
+    """Estimate parameters from measured data (one or several experiments); writes metrics.json, fit and
+    residual plots."""
     from jcalib import estimation, plotting
 
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"--method must be one of {', '.join(CALIBRATION_METHODS)}; got {method!r}")
     m = _build(name, option)
-    problem, theta0 = _problem(m, data, free, fix, start, weighting=weighting)
+    if len(data) == 1 and not condition and not per_experiment:
+        problem, theta0 = _problem(m, data[0], free, fix, start, weighting=weighting)
+    else:
+        problem, theta0 = _joint_problem(m, data, free, fix, start, condition, per_experiment, weighting=weighting)
     out = _output_dir(out, pathlib.Path("results") / "calibrate" / f"{name}_{method}")
     key = jax.random.key(seed)
     if method == "gauss-newton":
@@ -408,8 +463,8 @@ def calibrate(
     if not (math.isfinite(result.loss) and np.all(np.isfinite(np.asarray(result.theta)))):
         why = (starts.extra.get("failure") if method == "multistart" else None) or result.reason
         raise ValueError(f"--method {method} found no finite answer (loss {result.loss}): {why}")
-    metrics = {"model": name, "data": str(data), "weighting": weighting,
-               "fixed": problem.fixed, "start": theta0, "result": result.to_dict()}
+    metrics = {"model": name, "data": [str(d) for d in data] if len(data) > 1 else str(data[0]),
+               "weighting": weighting, "fixed": problem.fixed, "start": theta0, "result": result.to_dict()}
     figures = {"fit.png": plotting.plot_fit(problem, result, title=f"{name}: {method}"),
                "residuals.png": plotting.plot_residuals(problem, result)}
     if method == "multistart":
@@ -417,7 +472,7 @@ def calibrate(
         figures["waterfall.png"] = plotting.plot_multistart_waterfall(starts)
     _write_results(out, metrics, figures)
     for pname, value in result.estimate.items():
-        typer.echo(f"  {pname:24s} {value:14.6g}  {m.parameters[pname].unit}")
+        typer.echo(f"  {pname:24s} {value:14.6g}  {m.parameters[pname.split('[')[0]].unit}")
     cond = result.condition_number
     typer.echo(f"loss {result.loss:.6g}; condition {cond:.4g}; essential directions "
                f"{result.n_essential_directions} of {len(result.names)}; {result.n_steps} steps, "

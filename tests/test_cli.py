@@ -1,5 +1,6 @@
 import json
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -148,6 +149,33 @@ def test_calibrate_bad_input(tmp_path, reactions_csv):
     missing = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data",
                                   str(tmp_path / "nope.csv")])
     assert missing.exit_code == 2 and "nope.csv" in missing.output
+
+
+def test_calibrate_several_experiments_jointly(tmp_path, reactions_csv):
+    """--data twice: the nominal-A0 file and one at A0 = 5 (--condition), kad per experiment;
+    noise-free data give the nominal parameters back, with kad[<stem>] names."""
+    from jcalib.data import Measurements
+    from jcalib.model import Experiment
+
+    base = jcalib.models.get("four_substance_reactions")
+    low = base.with_experiment(Experiment(np.asarray(base.ts), t0=float(base.experiment.t0), conditions={"A0": 5.0}))
+    path = tmp_path / "low.csv"
+    Measurements(low.ts, np.asarray(low.simulate(jnp.asarray(base.parameters.nominal))),
+                 output_names=low.output_names).to_csv(path)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
+                                 "--data", str(path), "--condition", "low:A0=5", "--per-experiment", "kad",
+                                 "--free", "kab,kac", "--weighting", "absolute", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    estimate = metrics["result"]["estimate"]
+    assert set(estimate) == {"kab", "kac", "kad[reactions]", "kad[low]"}
+    for name, value in estimate.items():
+        np.testing.assert_allclose(value, base.parameters[name.split("[")[0]].nominal, rtol=1e-6)
+    assert metrics["data"] == [str(reactions_csv), str(path)]
+    bad = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
+                              "--data", str(path), "--condition", "nope:A0=5"])
+    assert bad.exit_code == 2 and "EXPERIMENT one of" in bad.output
 
 
 @pytest.mark.parametrize("preconditioner", [
