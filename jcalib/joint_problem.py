@@ -69,7 +69,8 @@ class JointProblem(AbstractProblem):
             ``name[experiment]``; their bounds and nominal values are the model's.
         fixed: ``{name: value}`` (the same physical value in every experiment) or
             ``{name: {experiment: value}}`` (one per experiment; experiments left out keep
-            the nominal value). Neither free nor fixed: the nominal value.
+            the nominal value, or, for a ``per_experiment`` parameter, their free copy).
+            Neither free nor fixed: the nominal value.
         weighting, likelihood: as in `CalibrationProblem` (one noise model for all; σ per
             experiment from its measurements or the likelihood).
         prior: ``"uniform"`` on the box, a `GaussianPrior`, or ``{name: prior}`` in physical
@@ -93,7 +94,9 @@ class JointProblem(AbstractProblem):
     free_names: tuple[str, ...] = eqx.field(static=True)
     experiment_names: tuple[str, ...] = eqx.field(static=True)
     group_members: tuple[tuple[int, ...], ...] = eqx.field(static=True)
-    fixed_values: tuple[tuple[str, object], ...] = eqx.field(static=True)
+    fixed_values: tuple[tuple[str, object], ...] = eqx.field(static=True)  # hashable form of ``fixed``
+    shared_names: tuple[str, ...] = eqx.field(static=True)
+    per_experiment_names: tuple[str, ...] = eqx.field(static=True)
     weighting: str = eqx.field(static=True)
     noise_names: tuple[str, ...] = eqx.field(static=True, default=())
     noise_prior: None = None
@@ -114,8 +117,9 @@ class JointProblem(AbstractProblem):
         for name in free:
             params.append(_first_parameter(pairs, name))
         for name in per_experiment:
+            held = fixed.get(name, {})
             for k, (model, _) in enumerate(pairs):
-                if name in model.parameters.names:
+                if name in model.parameters.names and names[k] not in held:
                     p = model.parameters[name]
                     params.append(Parameter(f"{name}[{names[k]}]", p.nominal, p.lower, p.upper, p.unit, p.log_scale))
         space = ParameterSpace(tuple(params))
@@ -124,7 +128,8 @@ class JointProblem(AbstractProblem):
         problems, padded_inputs = [], []
         for k, (model, data) in enumerate(pairs):
             own = model.parameters.names
-            sub_free = [n for n in free if n in own] + [n for n in per_experiment if n in own]
+            sub_free = [n for n in free if n in own] + [n for n in per_experiment if n in own
+                                                         and names[k] not in fixed.get(n, {})]
             if not sub_free:
                 raise ValueError(f"JointProblem: experiment {names[k]!r} has none of the free parameters")
             sub_fixed = {}
@@ -161,7 +166,10 @@ class JointProblem(AbstractProblem):
         self.free_names = space.names
         self.experiment_names = names
         self.group_members = tuple(tuple(m) for m in members)
-        self.fixed_values = tuple((n, dict(v) if isinstance(v, Mapping) else float(v)) for n, v in fixed.items())
+        self.fixed_values = tuple((n, tuple((e, float(x)) for e, x in v.items()) if isinstance(v, Mapping)
+                                   else float(v)) for n, v in fixed.items())
+        self.shared_names = free
+        self.per_experiment_names = per_experiment
         self.weighting = weighting
         self.noise_names = ()
         self.noise_prior = None
@@ -179,7 +187,35 @@ class JointProblem(AbstractProblem):
     @property
     def fixed(self) -> dict[str, object]:
         """``{name: value}`` or ``{name: {experiment: value}}`` as given."""
-        return dict(self.fixed_values)
+        return {n: dict(v) if isinstance(v, tuple) else v for n, v in self.fixed_values}
+
+    def fix(self, values: Mapping[str, float]) -> JointProblem:
+        """A new problem with the free parameters in ``values`` (physical) fixed too: shared
+        names in every experiment, ``name[experiment]`` in that experiment only.
+
+        Raises:
+            ValueError: a name that is not free; nothing left free.
+        """
+        if not isinstance(values, Mapping):
+            raise ValueError(f"fix(): expected a {{name: value}} dict; got {values!r}")
+        fixed = self.fixed
+        for name, value in values.items():
+            if name not in self.free_names:
+                raise ValueError(f"fix(): {name!r} is not free; free: {', '.join(self.free_names)}")
+            base, _, experiment = name.partition("[")
+            if experiment:
+                fixed[base] = {**fixed.get(base, {}), experiment[:-1]: float(value)}
+            else:
+                fixed[name] = float(value)
+        if len(values) >= self.n_free:
+            raise ValueError(f"fix(): fixing {list(values)} leaves no free parameter")
+        pairs = [(p.model, p.measurements) for p in self.experiment_problems]
+        prior = "uniform" if self.prior is None else (
+            self.prior if isinstance(self.prior, GaussianPrior)
+            else {n: p for n, p in self.prior.as_dict().items() if n not in values})
+        return JointProblem(pairs, free=[n for n in self.shared_names if n not in values],
+                            per_experiment=self.per_experiment_names, fixed=fixed, weighting=self.weighting,
+                            prior=prior, likelihood=self.experiment_problems[0].likelihood)
 
     @property
     def sigma_available(self) -> bool:
@@ -316,11 +352,13 @@ def _check_names(pairs, names, free, per_experiment, fixed):
         duplicates = sorted({n for n in group if group.count(n) > 1})
         if duplicates:
             raise ValueError(f"JointProblem: {what}: duplicate names {duplicates}")
+    fixed_everywhere = tuple(n for n, v in fixed.items() if not isinstance(v, Mapping))
+    groups = {"free": free, "per_experiment": per_experiment, "fixed": tuple(fixed)}
     for a, b in (("free", "per_experiment"), ("free", "fixed"), ("per_experiment", "fixed")):
-        both = sorted(set({"free": free, "per_experiment": per_experiment, "fixed": tuple(fixed)}[a])
-                      & set({"free": free, "per_experiment": per_experiment, "fixed": tuple(fixed)}[b]))
+        both = sorted(set(groups[a]) & set(fixed_everywhere if b == "fixed" and a == "per_experiment" else groups[b]))
         if both:
-            raise ValueError(f"JointProblem: {both} both {a} and {b}; name each parameter once")
+            raise ValueError(f"JointProblem: {both} both {a} and {b}; name each parameter once (a per_experiment "
+                             "parameter may be fixed in some experiments: fixed={name: {experiment: value}})")
     if not free and not per_experiment:
         raise ValueError("JointProblem: no free parameter (give free= or per_experiment=)")
     for name, value in fixed.items():
@@ -353,7 +391,9 @@ def _padded_problem(model, data, settings, n_times, n_observed):
     exp = model.experiment
     model = model.with_experiment(Experiment(np.asarray(exp.ts), t0=float(exp.t0), t1=float(exp.t1),
                                              conditions={k: float(v) for k, v in exp.conditions.items()},
-                                             mask=exp.mask, name=""))
+                                             mask=exp.mask, name="",
+                                             preequilibration=None if exp.preequilibration is None else
+                                             {k: float(v) for k, v in exp.preequilibration.items()}))
     pad = n_times - data.n_times
     if pad:
         ts = np.concatenate([np.asarray(data.ts), np.repeat(np.asarray(data.ts)[-1:], pad)])

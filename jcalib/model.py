@@ -47,6 +47,7 @@ class SolveStatus(enum.IntEnum):
     SOLVER_FAILED = 3  # any other diffrax failure (step size collapse, Newton divergence)
     INVALID_INPUT = 4  # theta has NaN or inf (the solver was not run on it)
     OUT_OF_BOUNDS = 5  # a parameter lies outside its bounds while the model checks bounds
+    NO_STEADY_STATE = 6  # the pre-equilibration reached no steady state within max_steps
 
     @classmethod
     def describe(cls, code: int) -> str:
@@ -59,6 +60,8 @@ class SolveStatus(enum.IntEnum):
             cls.INVALID_INPUT: "invalid input: theta has NaN or inf",
             cls.OUT_OF_BOUNDS: ("a parameter lies outside its bounds (model.with_bounds_check(False) "
                                 "simulates anyway)"),
+            cls.NO_STEADY_STATE: ("the pre-equilibration reached no steady state within max_steps (check that "
+                                  "the pre-equilibration condition has a stable steady state, or raise max_steps)"),
         }[cls(int(code))]
 
 
@@ -87,6 +90,13 @@ class Experiment(eqx.Module):
         mask: ``(n_times, n_outputs)`` booleans of the entries that are measured in
             this experiment (ragged observations), or None for all.
         name: label for plots and tables.
+        preequilibration: None, or the conditions of a pre-equilibration: before t0 the
+            model is simulated from its initial state under ``conditions`` updated by these
+            values (``{}``: the experiment's own conditions) until it reaches a steady state
+            (diffrax's steady-state event: |dy/dt| below the controller's tolerances), and
+            that state is the experiment's initial state. No steady state within
+            ``max_steps`` gives the status ``NO_STEADY_STATE`` (NaN outputs). Every key must
+            be one of ``conditions``.
     """
 
     t0: Float[Array, ""]
@@ -94,11 +104,12 @@ class Experiment(eqx.Module):
     ts: Float[Array, " n_times"]
     conditions: dict[str, Float[Array, ""]]
     mask: Bool[Array, "n_times n_outputs"] | None
+    preequilibration: dict[str, Float[Array, ""]] | None
     name: str = eqx.field(static=True)
 
     def __init__(self, ts: ArrayLike, t0: float | None = None, t1: float | None = None,
                  conditions: Mapping[str, float] | None = None, mask: ArrayLike | None = None,
-                 name: str = ""):
+                 name: str = "", preequilibration: Mapping[str, float] | None = None):
         ts_np = np.asarray(ts, dtype=np.float64)
         if ts_np.ndim != 1 or ts_np.size == 0:
             raise ValueError(f"Experiment: ts must be a non-empty 1-D array; got shape {ts_np.shape}")
@@ -129,6 +140,17 @@ class Experiment(eqx.Module):
             mask = jnp.asarray(mask)
         self.mask = mask
         self.name = name
+        if preequilibration is not None:
+            unknown = sorted(set(preequilibration) - set(self.conditions))
+            if unknown:
+                raise ValueError(f"Experiment: preequilibration names {unknown}, which are not conditions of the "
+                                 f"experiment ({sorted(self.conditions)}); give every condition a value there")
+            preequilibration = {k: jnp.asarray(float(v)) for k, v in preequilibration.items()}
+        self.preequilibration = preequilibration
+
+    def preequilibration_conditions(self) -> dict[str, Float[Array, ""]]:
+        """The conditions of the pre-equilibration (the experiment's, updated)."""
+        return {**self.conditions, **(self.preequilibration or {})}
 
     @property
     def n_times(self) -> int:
@@ -312,6 +334,9 @@ class AbstractModel(AbstractSimulator):
         horizon = self.input_horizon
         if horizon is None:
             return
+        if experiment.preequilibration is not None:
+            raise ValueError(f"{where}: a pre-equilibration runs to a steady state (t -> inf), but this model's "
+                             f"inputs end at t = {horizon:.12g}; pre-equilibrate a model without an input table")
         t_end = float(np.max(np.asarray(experiment.t1)))
         if t_end > horizon:
             raise ValueError(
@@ -331,7 +356,8 @@ class AbstractModel(AbstractSimulator):
         t1 = float(ts.max()) if ts.size else float(exp.t1)
         new = Experiment(ts, t0=float(exp.t0), t1=t1,
                          conditions={k: float(v) for k, v in exp.conditions.items()},
-                         name=exp.name)
+                         name=exp.name, preequilibration=None if exp.preequilibration is None else
+                         {k: float(v) for k, v in exp.preequilibration.items()})
         self.check_horizon(new, "with_times")
         return eqx.tree_at(lambda m: m.experiment, self, new, is_leaf=lambda x: x is None)
 
@@ -363,15 +389,37 @@ class AbstractModel(AbstractSimulator):
         return dataclasses.replace(self, **settings)
 
     def solve(self, theta: Float[ArrayLike, " n_params"]) -> dfx.Solution:
-        """The raw diffrax solution (states at ``ts``); never throws."""
-        theta = self._check_theta(theta)
+        """The raw diffrax solution (states at ``ts``); never throws. With a
+        pre-equilibration, from its end state (see `Experiment`; whether it reached a steady
+        state is reported by `simulate_with_status`)."""
+        return self._solve(self._check_theta(theta))[0]
+
+    def _solve(self, theta) -> tuple[dfx.Solution, Array]:
+        """(solution, whether the pre-equilibration, if any, reached a steady state)."""
         term = dfx.ODETerm(self.vector_field)  # a bound method is a pytree: cached compiles
-        return dfx.diffeqsolve(
+        y0, steady = self.initial_state(theta), jnp.asarray(True)
+        if self.experiment.preequilibration is not None:
+            y0, steady = self._steady_state(theta)
+        sol = dfx.diffeqsolve(
             term, self.solver, self.experiment.t0, self.experiment.t1, self.dt0,
-            self.initial_state(theta), args=theta, saveat=dfx.SaveAt(ts=self.experiment.ts),
+            y0, args=theta, saveat=dfx.SaveAt(ts=self.experiment.ts),
             stepsize_controller=self.controller, adjoint=self.adjoint,
             max_steps=self.max_steps, throw=False,
         )
+        return sol, steady
+
+    def _steady_state(self, theta) -> tuple[Float[Array, " n_states"], Array]:
+        """The pre-equilibration: the state at the steady-state event under the
+        pre-equilibration conditions, and whether the event occurred."""
+        conditions = self.experiment.preequilibration_conditions()
+        pre = eqx.tree_at(lambda m: m.experiment.conditions, self, conditions)
+        sol = dfx.diffeqsolve(
+            dfx.ODETerm(pre.vector_field), self.solver, self.experiment.t0, jnp.inf, self.dt0,
+            pre.initial_state(theta), args=theta, saveat=dfx.SaveAt(t1=True),
+            stepsize_controller=self.controller, adjoint=self.adjoint, max_steps=self.max_steps,
+            event=dfx.Event(dfx.steady_state_event()), throw=False,
+        )
+        return sol.ys[-1], sol.result == dfx.RESULTS.event_occurred
 
     def simulate_with_status(
         self, theta: Float[ArrayLike, " n_params"]
@@ -392,7 +440,7 @@ class AbstractModel(AbstractSimulator):
             inside = jnp.asarray(True)
         valid = finite & inside
         safe_theta = jnp.where(valid, theta, jnp.asarray(self.parameters.nominal, dtype=theta.dtype))
-        sol = self.solve(safe_theta)
+        sol, steady = self._solve(safe_theta)
         finite_ys = jnp.all(jnp.isfinite(sol.ys))
         status = jnp.where(
             sol.result == dfx.RESULTS.successful,
@@ -400,6 +448,7 @@ class AbstractModel(AbstractSimulator):
             jnp.where(sol.result == dfx.RESULTS.max_steps_reached,
                       SolveStatus.MAX_STEPS, SolveStatus.SOLVER_FAILED),
         )
+        status = jnp.where(steady, status, SolveStatus.NO_STEADY_STATE)
         status = jnp.where(finite, jnp.where(inside, status, SolveStatus.OUT_OF_BOUNDS),
                            SolveStatus.INVALID_INPUT)
         ok = status == SolveStatus.SUCCESS

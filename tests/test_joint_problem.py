@@ -212,6 +212,14 @@ def test_estimators_recover_the_truth_jointly(joint, joint_fit):
     assert min(r.loss for r in multi.results) < 1e-14
     report = sensitivity.identifiability(joint, theta=truth)
     assert report.rank == 5
+    trf = estimation.least_squares_trf(joint, None)
+    np.testing.assert_allclose(trf.theta, truth, rtol=1e-5)
+    cov = estimation.parameter_covariance(joint, fit, sigma=0.01)
+    assert cov.names == joint.free_names and np.all(np.isfinite(cov.std))
+    profile = estimation.profile_likelihood(joint, fit, "kad[e1]", 3, sigma=0.01)
+    assert np.all(np.asarray(profile.delta_chi2) >= -1e-6)
+    de = estimation.differential_evolution(jax.random.key(2), joint, max_steps=2, population_size=12)
+    assert np.isfinite(de.loss) and de.names == joint.free_names
 
 
 @pytest.mark.filterwarnings("ignore::jcalib.bayes.SamplingWarning")
@@ -299,3 +307,17 @@ def test_plots_have_one_row_per_experiment(joint, joint_fit):
         plotted = np.concatenate([line.get_ydata() for line in ax.lines[:-1]])
         np.testing.assert_allclose(np.sort(plotted), np.sort(r[rows]))
     plt.close(fig)
+
+
+def test_fix_a_shared_parameter_or_one_copy(joint, z_off):
+    fixed = joint.fix({"kad[e1]": 5e-5, "kab": 1e-4})
+    assert fixed.free_names == ("kac", "kad[e0]", "kad[e2]")
+    assert fixed.fixed == {"kab": 1e-4, "kad": {"e1": 5e-5}}
+    z_full = np.asarray(joint.to_physical(z_off)).copy()
+    z_full[0], z_full[3] = 1e-4, 5e-5
+    z_fixed = fixed.to_internal(jnp.asarray(z_full[[1, 2, 4]]))
+    np.testing.assert_allclose(np.asarray(fixed.residuals(z_fixed)),
+                               np.asarray(joint.residuals(joint.to_internal(jnp.asarray(z_full)))),
+                               rtol=1e-9, atol=1e-12)  # e1 is now solved on its own: round-off only
+    with pytest.raises(ValueError, match="not free"):
+        joint.fix({"kad": 1e-5})

@@ -1,0 +1,112 @@
+"""Pre-equilibration (issue 20): simulate to a steady state under one condition, then the
+experiment under its own, checked against the analytic solution of a linear production /
+degradation model; no steady state gives NO_STEADY_STATE and NaN, never numbers."""
+
+import diffrax as dfx
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jcalib.data import Measurements
+from jcalib.joint_problem import JointProblem
+from jcalib.model import AbstractModel, Experiment, SolveStatus
+from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.problem import CalibrationProblem
+from tests.helpers import central_differences
+
+TS = np.linspace(0.5, 10.0, 12)
+
+
+class Production(AbstractModel):
+    """dy/dt = k_in u - k_out y (condition u, y(0) = y0); with ``oscillate``, a harmonic
+    oscillator that has no attracting steady state."""
+
+    def vector_field(self, t, y, theta):
+        k_in, k_out = theta
+        u = self.experiment.conditions["u"]
+        if self.state_names == ("y", "v"):
+            return jnp.stack([y[1], -k_out * y[0]])
+        return jnp.stack([k_in * u - k_out * y[0]])
+
+    def initial_state(self, theta):
+        if self.state_names == ("y", "v"):
+            return jnp.stack([self.experiment.conditions["y0"], jnp.zeros_like(theta[0])])
+        return jnp.stack([self.experiment.conditions["y0"] + jnp.zeros_like(theta[0])])
+
+    def observe(self, t, y, theta):
+        return y[:1]
+
+
+def _model(pre=None, u=2.0, oscillate=False, max_steps=4096):
+    space = ParameterSpace([Parameter("k_in", 1.5, 0.1, 10.0, log_scale=True),
+                            Parameter("k_out", 0.7, 0.1, 10.0, log_scale=True)])
+    return Production(parameters=space, output_names=("y",), state_names=("y", "v") if oscillate else ("y",),
+                      experiment=Experiment(TS, t0=0.0, conditions={"u": u, "y0": 0.3}, name=f"u={u}",
+                                            preequilibration=pre),
+                      solver=dfx.Kvaerno5(), controller=dfx.PIDController(rtol=1e-10, atol=1e-12),
+                      adjoint=dfx.RecursiveCheckpointAdjoint(), dt0=None, max_steps=max_steps)
+
+
+def _analytic(theta, u_pre, u):
+    k_in, k_out = theta
+    y_pre, y_inf = k_in * u_pre / k_out, k_in * u / k_out
+    return y_inf + (y_pre - y_inf) * np.exp(-k_out * TS)
+
+
+@pytest.fixture(scope="module")
+def pre_model():
+    return _model(pre={"u": 1.0})
+
+
+def test_simulation_starts_from_the_steady_state(pre_model):
+    theta = np.array([1.5, 0.7])
+    y = np.asarray(pre_model.simulate(jnp.asarray(theta)))[:, 0]
+    np.testing.assert_allclose(y, _analytic(theta, 1.0, 2.0), rtol=1e-7)
+    without = np.asarray(_model().simulate(jnp.asarray(theta)))[:, 0]
+    assert abs(without[0] - y[0]) > 0.1  # without pre-equilibration it starts from y0 = 0.3
+
+
+def test_sensitivities_through_the_preequilibration(pre_model):
+    """Forward-mode Jacobian (through the steady-state event) against the analytic
+    derivatives of y(t) and against central differences."""
+    theta = np.array([1.5, 0.7])
+    jac = np.asarray(pre_model.jacobian(jnp.asarray(theta)))[:, 0, :]
+    fd = central_differences(lambda th: np.asarray(pre_model.simulate(jnp.asarray(th)))[:, 0], theta)
+    np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-7)
+    k_in, k_out = theta
+    e = np.exp(-k_out * TS)
+    d_kin = 2.0 / k_out + (1.0 / k_out - 2.0 / k_out) * e
+    np.testing.assert_allclose(jac[:, 0], d_kin, rtol=1e-6)
+
+
+def test_no_steady_state_is_a_failed_solve_not_numbers():
+    model = _model(pre={"u": 1.0}, oscillate=True, max_steps=500)
+    y, status = model.simulate_with_status(jnp.asarray([1.5, 0.7]))
+    assert int(status) == SolveStatus.NO_STEADY_STATE
+    assert np.all(np.isnan(np.asarray(y)))
+    assert "steady state" in SolveStatus.describe(int(status))
+
+
+def test_bad_preequilibration_is_refused():
+    with pytest.raises(ValueError, match="not conditions of the experiment"):
+        Experiment(TS, conditions={"u": 1.0}, preequilibration={"w": 2.0})
+
+
+def test_joint_problem_with_preequilibrated_experiments(pre_model):
+    """Two experiments stepping from u = 1 to u = 2 and to u = 4 share k_in, k_out: the joint
+    fit of their noise-free data recovers them (a single one too, but the pair is one vmap)."""
+    theta = np.array([1.5, 0.7])
+    pairs = []
+    for u in (2.0, 4.0):
+        model = _model(pre={"u": 1.0}, u=u)
+        pairs.append((model, Measurements(TS, _analytic(theta, 1.0, u)[:, None], output_names=("y",))))
+    joint = JointProblem(pairs, weighting="absolute", free=["k_in", "k_out"])
+    assert joint.group_members == ((0, 1),)
+    z = joint.to_internal(jnp.asarray(theta))
+    np.testing.assert_allclose(np.asarray(joint.residuals(z)), 0.0, atol=1e-7)
+    single = CalibrationProblem(*pairs[1], weighting="absolute")
+    np.testing.assert_allclose(np.asarray(joint.jacobian(z))[joint.experiment_rows[1]],
+                               np.asarray(single.jacobian(z)), rtol=1e-9, atol=1e-12)
+    from jcalib.estimation import gauss_newton
+    fit = gauss_newton(joint, {"k_in": 1.0, "k_out": 1.0})
+    np.testing.assert_allclose(fit.theta, theta, rtol=1e-6)
