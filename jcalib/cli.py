@@ -486,7 +486,8 @@ LIKELIHOOD_WEIGHTING = {"relative": "relative", "absolute": "absolute", "lognorm
 @app.command()
 def sample(
     name: str,
-    data: Annotated[pathlib.Path, typer.Option(help="measurements CSV (as for `jcalib calibrate`)")],
+    data: Annotated[list[pathlib.Path], typer.Option(help="measurements CSV (as for `jcalib calibrate`); repeat "
+                                                          "for several experiments sampled jointly")],
     sigma: Annotated[float | None, typer.Option(help="fixed noise level of every output (relative "
                                                      "for relative/lognormal); default: the CSV's "
                                                      "sigma columns")] = None,
@@ -519,6 +520,10 @@ def sample(
     out: Annotated[pathlib.Path | None, typer.Option(
         help="output folder (default results/sample/NAME)")] = None,
     option: Annotated[list[str] | None, typer.Option(help="factory option name=value")] = None,
+    condition: Annotated[list[str] | None, typer.Option(help="experiment condition STEM:name=value (several "
+                                                             "--data, as for calibrate)")] = None,
+    per_experiment: Annotated[list[str] | None, typer.Option(help="parameter with one copy per experiment "
+                                                                  "(several --data)")] = None,
 ):
     """Sample the posterior by prescaled MALA (Wulkow et al. 2021), HMC or NUTS; writes posterior.npz,
     metrics.json, KDE marginals, pair, trace and 90 % band plots. Sampler warnings (low
@@ -551,8 +556,16 @@ def sample(
         raise ValueError(f"--fraction must be a positive number; got {fraction}")
     m = _build(name, option)
     lik = LIKELIHOODS[likelihood](sigma)
-    problem, theta0 = _problem(m, data, free, fix, start, weighting=LIKELIHOOD_WEIGHTING[likelihood],
-                               likelihood=lik, noise_parameters=True if sample_sigma else None)
+    joint = len(data) > 1 or bool(condition) or bool(per_experiment)
+    if joint and sample_sigma:
+        raise ValueError("--sample-sigma samples one noise level per output of one experiment; with several --data "
+                         "give --sigma or sigma columns in the CSVs")
+    if joint:
+        problem, theta0 = _joint_problem(m, data, free, fix, start, condition, per_experiment,
+                                         weighting=LIKELIHOOD_WEIGHTING[likelihood], likelihood=lik)
+    else:
+        problem, theta0 = _problem(m, data[0], free, fix, start, weighting=LIKELIHOOD_WEIGHTING[likelihood],
+                                   likelihood=lik, noise_parameters=True if sample_sigma else None)
     if not problem.sigma_available:
         raise ValueError("no noise level: give --sigma, sigma_<output> columns in the CSV, or --sample-sigma")
     out = _output_dir(out, pathlib.Path("results") / "sample" / name)
@@ -561,7 +574,8 @@ def sample(
         problem.to_physical(problem.initial_internal())[problem.n_model_free:]]))
     fit = None
     if gauss_newton:
-        fit = estimation.gauss_newton(problem.without_noise_parameters(), theta0, progress=True)
+        fit = estimation.gauss_newton(problem.without_noise_parameters() if problem.n_noise else problem, theta0,
+                                      progress=True)
         z0 = z0.at[:problem.n_model_free].set(jnp.asarray(fit.theta_internal))
     with warnings_module.catch_warnings(record=True) as caught:
         warnings_module.simplefilter("always")
@@ -572,16 +586,24 @@ def sample(
                              target_acceptance=target_acceptance, progress=kernel == "mala", kernel=kernel)
     sampler_warnings = _sampler_warnings(result, caught)
     result.save(out / "posterior.npz")
-    bands = predictive.output_bands(problem, result.samples_internal[:, :: max(1, result.n_draws // 250)],
-                                    coordinates="internal")
-    metrics = {"model": name, "data": str(data), "likelihood": likelihood, "sigma": sigma,
-               "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
+    draws = result.samples_internal[:, :: max(1, result.n_draws // 250)]
+    figures = {"marginals.png": plotting.plot_marginals(result, title=f"{name}: KDE marginals"),
+               "trace.png": plotting.plot_trace(result)}
+    band_metrics, coverage = {}, {}
+    for k, experiment in enumerate(problem.experiment_names if joint else [None]):
+        single = problem.experiment_problems[k] if joint else problem
+        bands = predictive.output_bands(problem, draws, coordinates="internal", experiment=experiment)
+        band_metrics[experiment or name] = bands.to_dict()
+        coverage[experiment or name] = bands.coverage(single.measurements)
+        suffix = f"_{experiment}" if joint else ""
+        figures[f"bands{suffix}.png"] = plotting.plot_bands(bands, single.measurements,
+                                                            title=f"{experiment or name}: 90 % band")
+    metrics = {"model": name, "data": [str(d) for d in data] if joint else str(data[0]), "likelihood": likelihood,
+               "sigma": sigma, "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
                "gauss_newton": None if fit is None else fit.to_dict(), "posterior": result.to_dict(),
                "warnings": sampler_warnings,
-               "bands_90": bands.to_dict(), "band_coverage_of_data": bands.coverage(problem.measurements)}
-    figures = {"marginals.png": plotting.plot_marginals(result, title=f"{name}: KDE marginals"),
-               "trace.png": plotting.plot_trace(result),
-               "bands.png": plotting.plot_bands(bands, problem.measurements, title=f"{name}: 90 % band")}
+               "bands_90": band_metrics if joint else band_metrics[name],
+               "band_coverage_of_data": coverage if joint else coverage[name]}
     if result.n_params > 1:
         figures["pair.png"] = plotting.plot_pair(result)
     _write_results(out, metrics, figures)

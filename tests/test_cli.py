@@ -176,6 +176,14 @@ def test_calibrate_several_experiments_jointly(tmp_path, reactions_csv):
     bad = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
                               "--data", str(path), "--condition", "nope:A0=5"])
     assert bad.exit_code == 2 and "EXPERIMENT one of" in bad.output
+    sampled = runner.invoke(app, ["sample", "four_substance_reactions", "--data", str(reactions_csv),
+                                  "--data", str(path), "--condition", "low:A0=5", "--free", "kab,kac",
+                                  "--likelihood", "absolute", "--sigma", "0.01", "--steps", "60", "--burn", "0",
+                                  "--chains", "2", "--warmup", "30", "--out", str(tmp_path / "sample")])
+    assert sampled.exit_code == 0, sampled.output
+    posterior = json.loads((tmp_path / "sample" / "metrics.json").read_text())
+    assert set(posterior["band_coverage_of_data"]) == {"reactions", "low"}
+    assert (tmp_path / "sample" / "bands_low.png").exists()
 
 
 @pytest.mark.parametrize("preconditioner", [
