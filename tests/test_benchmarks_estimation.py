@@ -37,3 +37,18 @@ def test_least_squares_benchmark_quick(tmp_path):
     assert ratios["mse_ratio_jcalib_over_scipy"] == pytest.approx(jc["mse"] / fd["mse"])
     # the target flag is its definition applied to the reported numbers (no timing threshold asserted)
     assert ratios["target_5x_full_runs_met"] == (ratios["wall_speedup"] >= 5.0 and jc["mse"] <= fd["mse"] * (1 + 1e-6))
+
+
+def test_joint_problem_benchmark_quick(tmp_path):
+    """benchmarks/joint_problem.py: one vmapped group per K, the joint residuals equal the loop's,
+    the ratios are the ratios of the reported timings (never compared with a threshold)."""
+    out = tmp_path / "joint_problem.json"
+    rows = load_script("benchmarks/joint_problem.py").main(["--quick", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert [r["n_experiments"] for r in report["rows"]] == [1, 4] == [r["n_experiments"] for r in rows]
+    for row in report["rows"]:
+        assert row["groups"] == 1 and row["n_free"] == 2 + row["n_experiments"]
+        assert row["max_abs_difference_residuals"] <= 1e-12
+        assert row["jacobian_shape"] == [row["n_observed"], row["n_free"]]
+        assert row["speedup_residuals_warm"] == pytest.approx(
+            row["loop"]["residuals_warm_s"] / row["joint"]["residuals_warm_s"])
