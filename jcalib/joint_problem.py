@@ -71,8 +71,11 @@ class JointProblem(AbstractProblem):
             ``{name: {experiment: value}}`` (one per experiment; experiments left out keep
             the nominal value, or, for a ``per_experiment`` parameter, their free copy).
             Neither free nor fixed: the nominal value.
-        weighting, likelihood: as in `CalibrationProblem` (one noise model for all; σ per
-            experiment from its measurements or the likelihood).
+        weighting: as in `CalibrationProblem`, one for all experiments (σ per experiment from
+            its measurements or its likelihood).
+        likelihood: as in `CalibrationProblem`, for every experiment, or ``{experiment:
+            likelihood}`` (experiments left out: the weighting's default), e.g. a relative
+            Gaussian for one instrument and a log-normal one for another.
         prior: ``"uniform"`` on the box, a `GaussianPrior`, or ``{name: prior}`` in physical
             units, where a per-experiment parameter's plain name gives every copy that prior
             and ``name[experiment]`` one copy.
@@ -107,6 +110,10 @@ class JointProblem(AbstractProblem):
                  prior: str | GaussianPrior | Mapping[str, AbstractPrior] = "uniform", likelihood=None):
         pairs = _check_pairs(experiments)
         names = _experiment_names([m for m, _ in pairs])
+        if isinstance(likelihood, Mapping):
+            unknown = sorted(set(likelihood) - set(names))
+            if unknown:
+                raise ValueError(f"JointProblem: likelihood names unknown experiments {unknown}; known: {list(names)}")
         free = () if free is None else ((free,) if isinstance(free, str) else tuple(free))
         per_experiment = (per_experiment,) if isinstance(per_experiment, str) else tuple(per_experiment)
         fixed = dict(fixed or {})
@@ -142,7 +149,8 @@ class JointProblem(AbstractProblem):
                 else:
                     sub_fixed[name] = float(value)
             columns_of.append([index[n] if n in free else index[f"{n}[{names[k]}]"] for n in sub_free])
-            settings = dict(free=sub_free, fixed=sub_fixed, weighting=weighting, likelihood=likelihood)
+            own_likelihood = likelihood.get(names[k]) if isinstance(likelihood, Mapping) else likelihood
+            settings = dict(free=sub_free, fixed=sub_fixed, weighting=weighting, likelihood=own_likelihood)
             try:
                 problems.append(CalibrationProblem(model, data, **settings))
             except ValueError as e:
@@ -215,7 +223,8 @@ class JointProblem(AbstractProblem):
             else {n: p for n, p in self.prior.as_dict().items() if n not in values})
         return JointProblem(pairs, free=[n for n in self.shared_names if n not in values],
                             per_experiment=self.per_experiment_names, fixed=fixed, weighting=self.weighting,
-                            prior=prior, likelihood=self.experiment_problems[0].likelihood)
+                            prior=prior, likelihood={name: p.likelihood for name, p in
+                                                     zip(self.experiment_names, self.experiment_problems)})
 
     @property
     def sigma_available(self) -> bool:

@@ -321,3 +321,18 @@ def test_fix_a_shared_parameter_or_one_copy(joint, z_off):
                                rtol=1e-9, atol=1e-12)  # e1 is now solved on its own: round-off only
     with pytest.raises(ValueError, match="not free"):
         joint.fix({"kad": 1e-5})
+
+
+def test_noise_model_per_experiment(ragged):
+    """``likelihood={experiment: ...}``: the log-likelihood is the sum of each experiment's
+    own, e.g. an absolute Gaussian of sigma 0.01 for e0 and 0.05 for e1 and e2."""
+    from jcalib.probability.likelihoods import AbsoluteGaussian
+
+    lik = {"e0": AbsoluteGaussian(0.01), "e1": AbsoluteGaussian(0.05), "e2": AbsoluteGaussian(0.05)}
+    joint = JointProblem(ragged, free=["kab", "kac", "kad"], weighting="absolute", likelihood=lik)
+    z = joint.initial_internal() + 0.02
+    expected = sum(float(CalibrationProblem(*pair, weighting="absolute", likelihood=lik[f"e{k}"]).log_likelihood(z))
+                   for k, pair in enumerate(ragged))
+    np.testing.assert_allclose(float(joint.log_likelihood(z)), expected, rtol=1e-12)
+    with pytest.raises(ValueError, match="unknown experiments"):
+        JointProblem(ragged, free=["kab"], weighting="absolute", likelihood={"e9": AbsoluteGaussian(0.1)})
