@@ -69,7 +69,9 @@ class JointProblem(AbstractProblem):
             ``name[experiment]``; their bounds and nominal values are the model's.
         fixed: ``{name: value}`` (the same physical value in every experiment) or
             ``{name: {experiment: value}}`` (one per experiment; experiments left out keep
-            the nominal value, or, for a ``per_experiment`` parameter, their free copy).
+            the nominal value, or, for a ``per_experiment`` parameter, their free copy), or
+            ``{name: "condition"}``: in each experiment the value of that condition of its
+            experiment (``Experiment(conditions=...)``).
             Neither free nor fixed: the nominal value.
         weighting: as in `CalibrationProblem`, one for all experiments (σ per experiment from
             its measurements or its likelihood).
@@ -143,7 +145,13 @@ class JointProblem(AbstractProblem):
             for name, value in fixed.items():
                 if name not in own:
                     continue
-                if isinstance(value, Mapping):
+                if isinstance(value, str):
+                    conditions = model.experiment.conditions
+                    if value not in conditions:
+                        raise ValueError(f"JointProblem: fixed[{name!r}] = {value!r}: experiment {names[k]!r} has no "
+                                         f"condition {value!r}; its conditions: {sorted(conditions)}")
+                    sub_fixed[name] = float(conditions[value])
+                elif isinstance(value, Mapping):
                     if names[k] in value:
                         sub_fixed[name] = float(value[names[k]])
                 else:
@@ -175,7 +183,7 @@ class JointProblem(AbstractProblem):
         self.experiment_names = names
         self.group_members = tuple(tuple(m) for m in members)
         self.fixed_values = tuple((n, tuple((e, float(x)) for e, x in v.items()) if isinstance(v, Mapping)
-                                   else float(v)) for n, v in fixed.items())
+                                   else v if isinstance(v, str) else float(v)) for n, v in fixed.items())
         self.shared_names = free
         self.per_experiment_names = per_experiment
         self.weighting = weighting
@@ -377,6 +385,8 @@ def _check_names(pairs, names, free, per_experiment, fixed):
                 raise ValueError(f"JointProblem: fixed[{name!r}] names unknown experiments {unknown}; known: "
                                  f"{list(names)}")
             values = list(value.values())
+        elif isinstance(value, str):
+            continue  # a condition's name: checked per experiment
         else:
             values = [value]
         for v in values:

@@ -336,3 +336,19 @@ def test_noise_model_per_experiment(ragged):
     np.testing.assert_allclose(float(joint.log_likelihood(z)), expected, rtol=1e-12)
     with pytest.raises(ValueError, match="unknown experiments"):
         JointProblem(ragged, free=["kab"], weighting="absolute", likelihood={"e9": AbsoluteGaussian(0.1)})
+
+
+def test_parameter_set_from_each_experiments_condition(ragged):
+    """``fixed={"A0": "A0"}``: an initial-state parameter takes each experiment's condition A0,
+    so the residuals are those of the experiments' own models."""
+    from jcalib.parameters import Parameter
+    from jcalib.problem import with_initial_state_parameters
+
+    pairs = [(with_initial_state_parameters(m, [Parameter("A0", 10.0, 1.0, 30.0)]), d) for m, d in ragged]
+    joint = JointProblem(pairs, free=["kab", "kac", "kad"], fixed={"A0": "A0"}, weighting="absolute")
+    plain = JointProblem(ragged, free=["kab", "kac", "kad"], weighting="absolute")
+    z = plain.initial_internal() + 0.03
+    np.testing.assert_allclose(np.asarray(joint.residuals(z)), np.asarray(plain.residuals(z)), rtol=1e-12,
+                               atol=1e-14)
+    with pytest.raises(ValueError, match="has no condition 'B0'"):
+        JointProblem(pairs, free=["kab"], fixed={"A0": "B0"}, weighting="absolute")
