@@ -1,0 +1,600 @@
+"""SBML models (levels 2 and 3, core) as jcalib models.
+
+`load` reads an SBML file or string with ``python-libsbml``, converts its MathML with
+``sbmlmath`` to sympy, and prints the sympy expressions as JAX code (sympy's own
+``JaxPrinter``); the result is an `SBMLModel`, an `AbstractModel` like any built-in one.
+
+Symbols and units. Every SBML symbol has the value SBML gives it: species are concentrations
+(amount / compartment size) unless ``hasOnlySubstanceUnits`` is true, then amounts; kinetic
+laws are extensive (substance / time), so for a concentration species
+``d[S]/dt = sum_j N_sj v_j / V`` and for an amount species ``dS/dt = sum_j N_sj v_j``. The
+vector field is built as array operations: the reaction rates ``v`` (one vector), then
+``(N @ v) * scale + rate_rules`` with the stoichiometric matrix ``N``, ``scale = 1/V`` or 1
+per state, and the rate-rule derivatives; its size grows linearly with the model.
+
+What becomes what:
+
+- constant global parameters (and the local parameters of kinetic laws, renamed
+  ``<reactionId>_<parameterId>``) are the calibrated parameters ``theta``, nominal = the SBML
+  value; ``constant_parameters`` moves some of them to the experiment's conditions instead;
+- compartment sizes, species initial values (as written: ``initialAmount`` or
+  ``initialConcentration``) and the initial values of rate-rule variables are
+  ``experiment.conditions``, keyed by their SBML ids (arrays: new values never recompile);
+- states: species that are neither constant, boundary nor set by an assignment rule, and all
+  targets of rate rules;
+- assignment rules, initial assignments, function definitions and piecewise expressions are
+  evaluated in the generated code (in dependency order).
+
+Default bounds: a parameter with nominal ``v > 0`` gets ``[v / 1e3, v * 1e3]`` on a log scale
+(`DEFAULT_BOUND_FACTOR`), ``v < 0`` gets ``[v * 1e3, v / 1e3]`` (linear) and ``v = 0`` gets
+``[0, 1]`` (linear); pass ``bounds={id: (lower, upper)}`` for anything else.
+
+Default solver: most SBML models of biology are stiff, so `load` uses diffrax's implicit
+``Kvaerno5`` with ``PIDController(rtol=1e-8, atol=1e-10)`` (the tolerances of the built-in
+models), ``max_steps=100_000``; change them with the arguments or `AbstractModel.with_solver`.
+
+Not supported, each refused with a ``ValueError`` that names the feature and the SBML element:
+events, algebraic rules, ``delay``, ``rateOf``, fast reactions, non-constant compartments
+(rules on compartments), variable stoichiometry (``stoichiometryMath`` or rules on species
+references), conversion factors, reactions without kinetic laws, and SBML packages
+(``comp``, ``fbc`` ...) that change the model's meaning.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import libsbml
+import numpy as np
+import sbmlmath
+import sympy as sp
+from jaxtyping import Array, Float
+from sympy.core.function import AppliedUndef
+from sympy.printing.numpy import JaxPrinter
+
+from jcalib.model import AbstractModel, Experiment
+from jcalib.parameters import Parameter, ParameterSpace
+
+__all__ = ["DEFAULT_BOUND_FACTOR", "SBMLModel", "load"]
+
+DEFAULT_BOUND_FACTOR = 1e3
+"""Default bounds of a parameter with nominal ``v > 0``: ``[v / 1e3, v * 1e3]``, six decades
+around the SBML value (wide enough for a first calibration; give ``bounds`` for real ones)."""
+
+_TIME = sp.Symbol("t")
+
+
+class SBMLModel(AbstractModel):
+    """An SBML model as a jcalib model (build it with `load`).
+
+    Attributes (besides `AbstractModel`'s):
+        stoichiometry: ``(n_states, n_reactions)`` stoichiometric matrix (0 rows for states set
+            by rate rules).
+        condition_names: the ids held in ``experiment.conditions`` (compartment sizes,
+            species initial values, constant parameters moved there), in code order.
+        reaction_ids: the SBML reaction ids, columns of `stoichiometry`.
+        source: the generated JAX code, for reading and debugging.
+    """
+
+    stoichiometry: Float[Array, "n_states n_reactions"]
+    condition_names: tuple[str, ...] = eqx.field(static=True)
+    reaction_ids: tuple[str, ...] = eqx.field(static=True)
+    source: str = eqx.field(static=True)
+    _rhs_fn: object = eqx.field(static=True)
+    _init_fn: object = eqx.field(static=True)
+    _observe_fn: object = eqx.field(static=True)
+
+    def _conditions(self):
+        conditions = self.experiment.conditions
+        if not self.condition_names:
+            return jnp.zeros((0,))
+        return jnp.stack([jnp.asarray(conditions[name], dtype=jnp.float64) for name in self.condition_names])
+
+    def vector_field(self, t, y, theta):
+        rates, scale, rate_rules = self._rhs_fn(t, y, theta, self._conditions())
+        return (self.stoichiometry @ rates) * scale + rate_rules
+
+    def initial_state(self, theta):
+        return self._init_fn(jnp.asarray(self.experiment.t0, dtype=jnp.float64), theta, self._conditions())
+
+    def observe(self, t, y, theta):
+        return self._observe_fn(t, y, theta, self._conditions())
+
+    def with_conditions(self, values: Mapping[str, float]) -> SBMLModel:
+        """A copy with other compartment sizes, initial values or constant parameters (see
+        `condition_names`); the pytree structure stays the same, so compiled solves are reused.
+
+        Raises:
+            ValueError: an id that is not a condition of the model.
+        """
+        unknown = sorted(set(values) - set(self.condition_names))
+        if unknown:
+            raise ValueError(f"with_conditions(): {unknown} are not conditions of the model; known: "
+                             f"{list(self.condition_names)}")
+        conditions = dict(self.experiment.conditions)
+        conditions.update({k: jnp.asarray(float(v)) for k, v in values.items()})
+        return eqx.tree_at(lambda m: m.experiment.conditions, self, conditions)
+
+    def reaction_rates(self, t, y, theta) -> Float[Array, " n_reactions"]:
+        """The reaction rates (kinetic laws, substance / time) at one state."""
+        return self._rhs_fn(t, y, theta, self._conditions())[0]
+
+
+class _Printer(JaxPrinter):
+    """sympy's JAX printer, with piecewise as nested ``jnp.where`` of float64 values (sympy's
+    ``jnp.select`` over Python integers would give integer arrays, which strict dtype promotion
+    refuses)."""
+
+    def _print_Piecewise(self, expr):
+        code = "jax.numpy.nan"
+        for value, condition in reversed(expr.args):
+            if condition == sp.true:
+                code = f"_f({self._print(value)})"
+            else:
+                code = f"jax.numpy.where({self._print(condition)}, _f({self._print(value)}), {code})"
+        return code
+
+    def _print_BooleanTrue(self, expr):
+        return "True"
+
+    def _print_BooleanFalse(self, expr):
+        return "False"
+
+
+def _f(value):
+    return jnp.asarray(value, dtype=jnp.float64)
+
+
+def _unsupported(feature: str, element: str) -> ValueError:
+    return ValueError(f"sbml.load: unsupported SBML feature: {feature} ({element}); jcalib.sbml does not simulate "
+                      "it, and would rather refuse the model than simulate something else")
+
+
+def _read_document(source: str | os.PathLike) -> libsbml.SBMLDocument:
+    reader = libsbml.SBMLReader()
+    text = str(source)
+    if isinstance(source, os.PathLike) or not text.lstrip().startswith("<"):
+        if not os.path.exists(text):
+            raise ValueError(f"sbml.load: {text!r} is neither an SBML string (starting with '<') nor an existing file")
+        document = reader.readSBMLFromFile(text)
+    else:
+        document = reader.readSBMLFromString(text)
+    errors = [document.getError(i) for i in range(document.getNumErrors())]
+    fatal = [e for e in errors if e.getSeverity() >= libsbml.LIBSBML_SEV_ERROR]
+    if fatal:
+        raise ValueError("sbml.load: the SBML could not be read: "
+                         + "; ".join(f"line {e.getLine()}: {e.getMessage().strip()}" for e in fatal[:3]))
+    if document.getModel() is None:
+        raise ValueError("sbml.load: the SBML document has no model")
+    namespaces = document.getNamespaces()
+    for i in range(namespaces.getLength() if document.getLevel() >= 3 else 0):
+        uri, prefix = namespaces.getURI(i), namespaces.getPrefix(i)
+        if prefix and document.getPackageRequired(uri):  # a package that changes the model's meaning
+            raise _unsupported(f"the required SBML package '{prefix}'", "sbml")
+    return document
+
+
+class _Converter:
+    """MathML -> sympy with SBML ids renamed to ``S_<id>`` and function definitions expanded."""
+
+    def __init__(self, model: libsbml.Model):
+        self.functions: dict[str, sp.Lambda] = {}
+        for fd in model.getListOfFunctionDefinitions():
+            if fd.getMath() is None:
+                raise _unsupported("a function definition without math", f"functionDefinition '{fd.getId()}'")
+            lam = sbmlmath.sbml_math_to_sympy(fd, ignore_units=True, floats_as_rationals=False)
+            if not isinstance(lam, sp.Lambda):
+                raise _unsupported("a function definition that is not a lambda",
+                                   f"functionDefinition '{fd.getId()}'")
+            self.functions[fd.getId()] = sp.Lambda(lam.variables, self._expand(lam.expr, f"functionDefinition "
+                                                                                          f"'{fd.getId()}'"))
+
+    def _expand(self, expr, where: str):
+        for node in sp.preorder_traversal(expr):
+            if isinstance(node, sbmlmath.CSymbol) and not isinstance(node, sbmlmath.TimeSymbol) \
+                    and "avogadro" not in str(node.definition_url):
+                raise _unsupported(f"the csymbol {node.definition_url}", where)
+            if isinstance(node, AppliedUndef):
+                name = node.func.__name__
+                if isinstance(node.func, sbmlmath.CFunction) or name not in self.functions:
+                    what = {"delay": "delay()", "rateOf": "rateOf()"}.get(name, f"the function '{name}'")
+                    url = getattr(node.func, "definition_url", "") or ""
+                    if "delay" in url:
+                        what = "delay()"
+                    elif "rateOf" in url:
+                        what = "rateOf()"
+                    raise _unsupported(what, where)
+
+        def replace(e):
+            return self.functions[e.func.__name__](*e.args)
+
+        return expr.replace(lambda e: isinstance(e, AppliedUndef), replace)
+
+    def __call__(self, element, where: str, renames: Mapping[str, str] | None = None) -> sp.Expr:
+        if element.getMath() is None:
+            raise ValueError(f"sbml.load: {where} has no math")
+        expr = self._expand(sbmlmath.sbml_math_to_sympy(element, ignore_units=True, floats_as_rationals=False),
+                            where)
+        renames = renames or {}
+        mapping = {}
+        for symbol in expr.free_symbols:
+            if isinstance(symbol, sbmlmath.TimeSymbol):
+                mapping[symbol] = _TIME
+            elif isinstance(symbol, sbmlmath.CSymbol):  # avogadro
+                mapping[symbol] = sp.Float(float(symbol))
+            else:
+                mapping[symbol] = sp.Symbol("S_" + renames.get(symbol.name, symbol.name))
+        return expr.xreplace(mapping)
+
+
+def _symbol(sbml_id: str) -> sp.Symbol:
+    return sp.Symbol("S_" + sbml_id)
+
+
+def _condition(sbml_id: str) -> sp.Symbol:
+    return sp.Symbol("C_" + sbml_id)
+
+
+def _default_bounds(nominal: float, factor: float) -> tuple[float, float, bool]:
+    if nominal > 0:
+        return nominal / factor, nominal * factor, True
+    if nominal < 0:
+        return nominal * factor, nominal / factor, False
+    return 0.0, 1.0, False
+
+
+def _ordered(definitions: Mapping[sp.Symbol, sp.Expr], needed, where: str) -> list[sp.Symbol]:
+    """The defined symbols that ``needed`` depends on, in evaluation order."""
+    graph, stack, seen = {}, list(needed), set()
+    while stack:
+        symbol = stack.pop()
+        if symbol in seen or symbol not in definitions:
+            continue
+        seen.add(symbol)
+        deps = {s for s in definitions[symbol].free_symbols if s in definitions}
+        graph[symbol] = deps
+        stack.extend(deps)
+    try:
+        return list(graph_order for graph_order in graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        names = ", ".join(str(s)[2:] for s in error.args[1])
+        raise ValueError(f"sbml.load: the rules and initial assignments of {where} form a cycle: {names}") from None
+
+
+def _code_lines(printer, definitions, order) -> list[str]:
+    return [f"    {symbol} = {printer.doprint(definitions[symbol])}" for symbol in order]
+
+
+def load(
+    source: str | os.PathLike,
+    *,
+    outputs: Sequence[str] | None = None,
+    ts: Sequence[float] | None = None,
+    t0: float = 0.0,
+    bounds: Mapping[str, tuple[float, float]] | None = None,
+    constant_parameters: Sequence[str] = (),
+    bound_factor: float = DEFAULT_BOUND_FACTOR,
+    solver: dfx.AbstractSolver | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_steps: int = 100_000,
+) -> SBMLModel:
+    """Build a jcalib model from an SBML model (levels 2 and 3, core).
+
+    Args:
+        source: path of an SBML file, or the SBML document itself as a string.
+        outputs: SBML ids to observe (species, parameters, compartments, assignment-rule
+            variables); default: the states (the dynamic species, then the other rate-rule
+            variables), in SBML order.
+        ts: observation times (default ``t0 + [0, 1, ..., 10]``; `AbstractModel.with_times`
+            changes them later).
+        t0: start time.
+        bounds: ``{parameter id: (lower, upper)}``, overriding the default bounds (module
+            docstring, `DEFAULT_BOUND_FACTOR`). A positive lower bound makes the parameter
+            log-scale.
+        constant_parameters: ids of global parameters that are experiment conditions instead of
+            calibrated parameters.
+        bound_factor: the factor of the default bounds.
+        solver: diffrax solver (default ``Kvaerno5()``, for stiff models).
+        rtol, atol: tolerances of the PID step-size controller.
+        max_steps: the solver's step budget.
+
+    Returns:
+        An `SBMLModel`; its ``parameters`` are the calibrated SBML parameters at their SBML
+        values, ``experiment.conditions`` the compartment sizes and initial values.
+
+    Raises:
+        ValueError: unreadable SBML; an unsupported feature (the message names it and the SBML
+            element, see the module docstring); unknown ids in ``outputs``, ``bounds`` or
+            ``constant_parameters``; a symbol without a value.
+
+    Example:
+        >>> model = load("tests/data/decay.xml")  # doctest: +SKIP
+        >>> model.simulate(model.parameters.nominal)  # doctest: +SKIP
+    """
+    document = _read_document(source)
+    model = document.getModel()
+    convert = _Converter(model)
+
+    # --- refuse what is not supported -------------------------------------------------------
+    if model.getNumEvents():
+        event = model.getEvent(0)
+        raise _unsupported("events", f"event '{event.getId() or event.getName() or 0}'")
+    if model.getNumConstraints():
+        pass  # constraints only assert; they do not change the dynamics
+    for rule in model.getListOfRules():
+        if rule.isAlgebraic():
+            raise _unsupported("algebraic rules", f"algebraicRule {rule.getMetaId() or rule.getIdAttribute() or ''}"
+                               .strip())
+    if model.getLevel() >= 3 and model.isSetConversionFactor():
+        raise _unsupported("conversion factors", f"model '{model.getId()}' conversionFactor")
+
+    rule_targets = {r.getVariable(): r for r in model.getListOfRules()}
+    initial_assignments = {ia.getSymbol(): ia for ia in model.getListOfInitialAssignments()}
+
+    compartments = {c.getId(): c for c in model.getListOfCompartments()}
+    for cid, comp in compartments.items():
+        if cid in rule_targets or not comp.getConstant():
+            raise _unsupported("non-constant compartments (variable volume)", f"compartment '{cid}'")
+
+    species = {s.getId(): s for s in model.getListOfSpecies()}
+    for sid, sp_ in species.items():
+        if model.getLevel() >= 3 and sp_.isSetConversionFactor():
+            raise _unsupported("conversion factors", f"species '{sid}'")
+    parameters = {p.getId(): p for p in model.getListOfParameters()}
+
+    constant_parameters = tuple(constant_parameters)
+    for name in constant_parameters:
+        if name not in parameters:
+            raise ValueError(f"sbml.load: constant_parameters names {name!r}, which is not a global parameter of "
+                             f"the model; known: {sorted(parameters)}")
+
+    # --- symbols ----------------------------------------------------------------------------
+    conditions: dict[str, float] = {}
+    theta: list[tuple[str, float]] = []
+    states: list[str] = []
+    definitions: dict[sp.Symbol, sp.Expr] = {}  # time-varying symbols (assignment rules) and constants
+    init_definitions: dict[sp.Symbol, sp.Expr] = {}  # values at t0 that differ from `definitions`
+
+    def initial_expr(sbml_id):
+        ia = initial_assignments.get(sbml_id)
+        return None if ia is None else convert(ia, f"initialAssignment of '{sbml_id}'")
+
+    for cid, comp in compartments.items():
+        ia = initial_expr(cid)
+        if ia is not None:
+            definitions[_symbol(cid)] = ia
+        else:
+            size = comp.getSize() if comp.isSetSize() else (1.0 if comp.getSpatialDimensions() == 0 else math.nan)
+            if math.isnan(size):
+                raise ValueError(f"sbml.load: compartment '{cid}' has no size (set size or an initialAssignment)")
+            conditions[cid] = float(size)
+            definitions[_symbol(cid)] = _condition(cid)
+
+    for pid, par in parameters.items():
+        rule = rule_targets.get(pid)
+        if rule is not None and rule.isAssignment():
+            definitions[_symbol(pid)] = convert(rule, f"assignmentRule of '{pid}'")
+            continue
+        ia = initial_expr(pid)
+        if rule is not None and rule.isRate():  # a state
+            states.append(pid)
+            if ia is not None:
+                init_definitions[_symbol(pid)] = ia
+            else:
+                conditions[pid] = float(par.getValue()) if par.isSetValue() else math.nan
+                init_definitions[_symbol(pid)] = _condition(pid)
+            continue
+        if ia is not None:
+            definitions[_symbol(pid)] = ia
+        elif pid in constant_parameters:
+            conditions[pid] = float(par.getValue()) if par.isSetValue() else math.nan
+            definitions[_symbol(pid)] = _condition(pid)
+        else:
+            if not par.isSetValue():
+                raise ValueError(f"sbml.load: parameter '{pid}' has no value (set value or an initialAssignment)")
+            theta.append((pid, float(par.getValue())))
+
+    local_renames: dict[str, dict[str, str]] = {}
+    taken = set(parameters) | set(species) | set(compartments) | {r.getId() for r in model.getListOfReactions()}
+    for reaction in model.getListOfReactions():
+        law = reaction.getKineticLaw()
+        if law is None:
+            continue
+        renames = {}
+        locals_ = list(law.getListOfParameters())
+        if model.getLevel() >= 3:
+            locals_ += list(law.getListOfLocalParameters())
+        for local in locals_:
+            name = f"{reaction.getId()}_{local.getId()}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            renames[local.getId()] = name
+            if not local.isSetValue():
+                raise ValueError(f"sbml.load: local parameter '{local.getId()}' of reaction '{reaction.getId()}' has "
+                                 "no value")
+            theta.append((name, float(local.getValue())))
+        local_renames[reaction.getId()] = renames
+
+    for sid, spec in species.items():
+        cid = spec.getCompartment()
+        only_amounts = spec.getHasOnlySubstanceUnits()
+        rule = rule_targets.get(sid)
+        if rule is not None and rule.isAssignment():
+            definitions[_symbol(sid)] = convert(rule, f"assignmentRule of '{sid}'")
+            continue
+        ia = initial_expr(sid)
+        if ia is None:
+            if spec.isSetInitialAmount():
+                conditions[sid] = float(spec.getInitialAmount())
+                value = _condition(sid) if only_amounts else _condition(sid) / _symbol(cid)
+            elif spec.isSetInitialConcentration():
+                conditions[sid] = float(spec.getInitialConcentration())
+                value = _condition(sid) * _symbol(cid) if only_amounts else _condition(sid)
+            else:
+                raise ValueError(f"sbml.load: species '{sid}' has no initial value (set initialAmount, "
+                                 "initialConcentration or an initialAssignment)")
+        else:
+            value = ia
+        dynamic = rule is not None or not (spec.getConstant() or spec.getBoundaryCondition())
+        if dynamic:
+            states.append(sid)
+            init_definitions[_symbol(sid)] = value
+        else:
+            definitions[_symbol(sid)] = value
+
+    # species states first (SBML order), then the other rate-rule variables
+    states.sort(key=lambda s: (s not in species, list(species).index(s) if s in species else 0))
+    state_index = {s: i for i, s in enumerate(states)}
+
+    # --- reactions ----------------------------------------------------------------------------
+    reaction_ids, rate_exprs, columns = [], [], []
+    for reaction in model.getListOfReactions():
+        rid = reaction.getId()
+        if reaction.isSetFast() and reaction.getFast():
+            raise _unsupported("fast reactions", f"reaction '{rid}'")
+        law = reaction.getKineticLaw()
+        if law is None:
+            raise _unsupported("a reaction without a kinetic law", f"reaction '{rid}'")
+        rate_exprs.append(convert(law, f"kineticLaw of reaction '{rid}'", local_renames[rid]))
+        column = np.zeros(len(states))
+        for sign, refs in ((-1.0, reaction.getListOfReactants()), (1.0, reaction.getListOfProducts())):
+            for ref in refs:
+                where = f"speciesReference to '{ref.getSpecies()}' in reaction '{rid}'"
+                if ref.isSetStoichiometryMath():
+                    raise _unsupported("variable stoichiometry (stoichiometryMath)", where)
+                if ref.isSetId() and (ref.getId() in rule_targets or ref.getId() in initial_assignments):
+                    raise _unsupported("variable stoichiometry (a rule or initial assignment on a species reference)",
+                                       where)
+                if model.getLevel() >= 3 and not ref.isSetStoichiometry():
+                    raise ValueError(f"sbml.load: the {where} has no stoichiometry")
+                target = ref.getSpecies()
+                if target not in species:
+                    raise ValueError(f"sbml.load: the {where} names an unknown species")
+                if target in state_index and target not in rule_targets:
+                    column[state_index[target]] += sign * ref.getStoichiometry()
+        reaction_ids.append(rid)
+        columns.append(column)
+    stoichiometry = np.stack(columns, axis=1) if columns else np.zeros((len(states), 0))
+
+    scale_exprs = []
+    for s in states:
+        spec = species.get(s)
+        if s in rule_targets or spec is None or spec.getHasOnlySubstanceUnits():
+            scale_exprs.append(sp.Float(1.0))
+        else:
+            scale_exprs.append(1 / _symbol(spec.getCompartment()))
+    rate_rule_exprs = []
+    for s in states:
+        rule = rule_targets.get(s)
+        rate_rule_exprs.append(sp.Float(0.0) if rule is None else convert(rule, f"rateRule of '{s}'"))
+
+    # --- outputs ---------------------------------------------------------------------------
+    known_ids = set(species) | set(parameters) | set(compartments) | set(rule_targets)
+    if outputs is None:
+        outputs = tuple(states)
+        if not outputs:
+            raise ValueError("sbml.load: the model has no states; pass outputs=[ids] to observe something")
+    else:
+        outputs = tuple(outputs)
+        unknown = [o for o in outputs if o not in known_ids]
+        if unknown:
+            raise ValueError(f"sbml.load: outputs names unknown ids {unknown}; known: {sorted(known_ids)}")
+
+    theta_names = [name for name, _ in theta]
+    for name, value in theta:
+        if not math.isfinite(value):
+            raise ValueError(f"sbml.load: parameter '{name}' has the value {value}; give it a finite value")
+    bounds = dict(bounds or {})
+    unknown = sorted(set(bounds) - set(theta_names))
+    if unknown:
+        raise ValueError(f"sbml.load: bounds names {unknown}, which are not calibrated parameters; known: "
+                         f"{theta_names}")
+    space_parameters = []
+    for name, value in theta:
+        if name in bounds:
+            lower, upper = (float(b) for b in bounds[name])
+            log_scale = lower > 0
+        else:
+            lower, upper, log_scale = _default_bounds(value, bound_factor)
+        space_parameters.append(Parameter(name, value, lower, upper, log_scale=log_scale))
+    space = ParameterSpace(space_parameters)
+
+    # --- code generation ---------------------------------------------------------------------
+    condition_names = tuple(conditions)
+    header = (["    " + ", ".join(f"S_{s}" for s in states) + (", = x" if states else " = ()")] if states else [])
+    header += [f"    S_{n} = p[{i}]" for i, n in enumerate(theta_names)]
+    header += [f"    C_{n} = c[{i}]" for i, n in enumerate(condition_names)]
+    known = ({_symbol(s) for s in states} | {_symbol(n) for n in theta_names}
+             | {_condition(n) for n in condition_names} | {_TIME} | set(definitions))
+
+    def check_symbols(exprs, where):
+        for expr in exprs:
+            for symbol in expr.free_symbols - known:
+                raise ValueError(f"sbml.load: the {where} uses '{str(symbol)[2:]}', which is not a species, "
+                                 "compartment, parameter or rule variable of the model")
+
+    check_symbols(definitions.values(), "model's rules and initial assignments")
+    check_symbols(rate_exprs + rate_rule_exprs, "model's kinetic laws and rate rules")
+    check_symbols(init_definitions.values(), "model's initial values")
+
+    printer = _Printer()
+    state_symbols = {_symbol(s) for s in states}
+    for symbol, expr in definitions.items():
+        if str(symbol)[2:] not in rule_targets and expr.free_symbols & (state_symbols | {_TIME}):
+            raise _unsupported("an initial assignment of a constant that depends on a variable (species or time)",
+                               f"initialAssignment of '{str(symbol)[2:]}'")
+
+    def stack(exprs):
+        if not exprs:
+            return "jax.numpy.zeros((0,))"
+        return "jax.numpy.stack([" + ", ".join(f"_f({printer.doprint(e)})" for e in exprs) + "])"
+
+    rhs_exprs = rate_exprs + scale_exprs + rate_rule_exprs
+    rhs_order = _ordered(definitions, set().union(*(e.free_symbols for e in rhs_exprs)) if rhs_exprs else set(),
+                         "the vector field")
+    output_symbols = [_symbol(o) for o in outputs]
+    obs_order = _ordered(definitions, output_symbols, "the observables")
+    all_init = {**definitions, **init_definitions}
+    init_order = _ordered(all_init, state_symbols, "the initial state")
+
+    source = "\n".join(
+        ["def rhs(t, x, p, c):", *header, *_code_lines(printer, definitions, rhs_order),
+         f"    return {stack(rate_exprs)}, {stack(scale_exprs)}, {stack(rate_rule_exprs)}",
+         "", "def init(t, p, c):", *(header[1:] if states else header),
+         *_code_lines(printer, all_init, init_order),
+         f"    return {stack([_symbol(s) for s in states])}",
+         "", "def observe(t, x, p, c):", *header, *_code_lines(printer, definitions, obs_order),
+         f"    return {stack(output_symbols)}", ""])
+    namespace = {"jax": jax, "_f": _f, "math": math}
+    exec(compile(source, f"<sbml model {model.getId()!r}>", "exec"), namespace)  # noqa: S102 (generated code)
+
+    t_obs = np.asarray(ts, dtype=np.float64) if ts is not None else t0 + np.arange(11.0)
+    t1 = float(t_obs.max()) if t_obs.max() > t0 else t0 + 1.0
+    experiment = Experiment(t_obs, t0=t0, t1=t1, conditions=conditions, name=model.getId() or "sbml")
+    return SBMLModel(
+        parameters=space,
+        output_names=outputs,
+        state_names=tuple(states),
+        experiment=experiment,
+        solver=dfx.Kvaerno5() if solver is None else solver,
+        controller=dfx.PIDController(rtol=rtol, atol=atol),
+        adjoint=dfx.RecursiveCheckpointAdjoint(),
+        dt0=None,
+        max_steps=max_steps,
+        stoichiometry=jnp.asarray(stoichiometry),
+        condition_names=condition_names,
+        reaction_ids=tuple(reaction_ids),
+        source=source,
+        _rhs_fn=namespace["rhs"],
+        _init_fn=namespace["init"],
+        _observe_fn=namespace["observe"],
+    )

@@ -1,0 +1,220 @@
+"""jcalib.sbml: SBML models against analytic solutions and the PEtab test suite's simulations."""
+
+import csv
+import pathlib
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jcalib import sbml
+
+PETAB_SUITE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "petab" / "test_suite_v1"
+if not PETAB_SUITE.exists():
+    PETAB_SUITE = pathlib.Path("/work/shared/petab/test_suite_v1")
+
+
+def _sbml(body: str, functions: str = "") -> str:
+    """An SBML level 3 version 2 document around ``body`` (the lists of the model)."""
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" level="3" version="2">
+  <model id="test">
+    {functions}
+    {body}
+  </model>
+</sbml>"""
+
+
+def _math(inner: str) -> str:
+    return f'<math xmlns="http://www.w3.org/1998/Math/MathML">{inner}</math>'
+
+
+# A -> B in a compartment of volume 2: A a concentration, B an amount (hasOnlySubstanceUnits);
+# the kinetic law f(A, k) = k * A is a function definition, so d[A]/dt = -k A / 2 and
+# dB/dt = k A; A(0) = 3 * a0 by an initial assignment; total = 2 A + B by an assignment rule.
+VOLUME_MODEL = _sbml(
+    functions=f"""<listOfFunctionDefinitions>
+      <functionDefinition id="mass_action">{_math(
+        "<lambda><bvar><ci>x</ci></bvar><bvar><ci>k</ci></bvar>"
+        "<apply><times/><ci>k</ci><ci>x</ci></apply></lambda>")}</functionDefinition>
+    </listOfFunctionDefinitions>""",
+    body=f"""<listOfCompartments>
+      <compartment id="cell" size="2" constant="true"/>
+    </listOfCompartments>
+    <listOfSpecies>
+      <species id="A" compartment="cell" initialConcentration="1" hasOnlySubstanceUnits="false"
+               boundaryCondition="false" constant="false"/>
+      <species id="B" compartment="cell" initialAmount="0" hasOnlySubstanceUnits="true"
+               boundaryCondition="false" constant="false"/>
+    </listOfSpecies>
+    <listOfParameters>
+      <parameter id="k" value="0.4" constant="true"/>
+      <parameter id="a0" value="1.5" constant="true"/>
+      <parameter id="total" constant="false"/>
+    </listOfParameters>
+    <listOfInitialAssignments>
+      <initialAssignment symbol="A">{_math("<apply><times/><cn>3</cn><ci>a0</ci></apply>")}</initialAssignment>
+    </listOfInitialAssignments>
+    <listOfRules>
+      <assignmentRule variable="total">{_math(
+        "<apply><plus/><apply><times/><ci>cell</ci><ci>A</ci></apply><ci>B</ci></apply>")}</assignmentRule>
+    </listOfRules>
+    <listOfReactions>
+      <reaction id="conversion" reversible="false">
+        <listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/></listOfReactants>
+        <listOfProducts><speciesReference species="B" stoichiometry="1" constant="true"/></listOfProducts>
+        <kineticLaw>{_math("<apply><ci>mass_action</ci><ci>A</ci><ci>k</ci></apply>")}</kineticLaw>
+      </reaction>
+    </listOfReactions>""")
+
+# Rate rules: dx/dt = -r x (x(0) = 2) and dy/dt = piecewise(1 if t < 1 else 0), so y = min(t, 1).
+RATE_RULE_MODEL = _sbml(f"""<listOfParameters>
+      <parameter id="r" value="0.7" constant="true"/>
+      <parameter id="x" value="2" constant="false"/>
+      <parameter id="y" value="0" constant="false"/>
+    </listOfParameters>
+    <listOfRules>
+      <rateRule variable="x">{_math("<apply><minus/><apply><times/><ci>r</ci><ci>x</ci></apply></apply>")}</rateRule>
+      <rateRule variable="y">{_math(
+        '<piecewise><piece><cn type="integer">1</cn><apply><lt/>'
+        '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
+        '<cn>1</cn></apply></piece><otherwise><cn type="integer">0</cn></otherwise></piecewise>')}</rateRule>
+    </listOfRules>""")
+
+TS = np.array([0.0, 0.5, 1.5, 3.0, 6.0])
+
+
+@pytest.fixture(scope="module")
+def volume_model():
+    return sbml.load(VOLUME_MODEL, ts=TS, outputs=["A", "B", "total"])
+
+
+@pytest.fixture(scope="module")
+def rate_rule_model():
+    return sbml.load(RATE_RULE_MODEL, ts=TS)
+
+
+def test_concentration_species_in_a_compartment_of_volume_2(volume_model):
+    assert volume_model.parameters.names == ("k", "a0")
+    assert volume_model.state_names == ("A", "B")
+    theta = jnp.asarray(volume_model.parameters.nominal)
+    y = np.asarray(volume_model.simulate(theta))
+    k, a0, volume = 0.4, 1.5, 2.0
+    a = 3 * a0 * np.exp(-k * TS / volume)  # initial assignment A(0) = 3 a0
+    np.testing.assert_allclose(y[:, 0], a, rtol=1e-6)
+    np.testing.assert_allclose(y[:, 1], volume * (3 * a0 - a), rtol=1e-6, atol=1e-9)  # amount
+    np.testing.assert_allclose(y[:, 2], volume * 3 * a0, rtol=1e-6)  # assignment rule: conserved total
+
+
+def test_new_parameters_and_conditions_do_not_recompile(volume_model):
+    n_traces = []
+
+    @eqx.filter_jit
+    def simulate(model, theta):
+        n_traces.append(1)
+        return model.simulate(theta)
+
+    theta = jnp.array([0.2, 1.0])
+    y = np.asarray(simulate(volume_model, theta))
+    np.testing.assert_allclose(y[:, 0], 3.0 * np.exp(-0.2 * TS / 2.0), rtol=1e-6)
+    assert volume_model.condition_names == ("cell", "B")  # A has an initial assignment
+    bigger = volume_model.with_conditions({"cell": 4.0})
+    y = np.asarray(simulate(bigger, theta))
+    np.testing.assert_allclose(y[:, 0], 3.0 * np.exp(-0.2 * TS / 4.0), rtol=1e-6)
+    simulate(volume_model, jnp.array([0.3, 1.1]))
+    assert len(n_traces) == 1
+    with pytest.raises(ValueError, match="with_conditions\\(\\): \\['A'\\] are not conditions"):
+        volume_model.with_conditions({"A": 1.0})
+
+
+def test_rate_rules_and_piecewise(rate_rule_model):
+    assert rate_rule_model.state_names == ("x", "y")
+    y = np.asarray(rate_rule_model.simulate(jnp.array([0.7])))
+    np.testing.assert_allclose(y[:, 0], 2.0 * np.exp(-0.7 * TS), rtol=1e-6)
+    np.testing.assert_allclose(y[:, 1], np.minimum(TS, 1.0), atol=1e-6)
+
+
+def test_jacobian_matches_finite_differences(volume_model):
+    theta = jnp.asarray(volume_model.parameters.nominal)
+    jac = np.asarray(volume_model.jacobian(theta))
+    step = 1e-6 * np.asarray(theta)
+    fd = np.stack([(np.asarray(volume_model.simulate(theta.at[i].add(step[i])))
+                    - np.asarray(volume_model.simulate(theta.at[i].add(-step[i])))) / (2 * step[i])
+                   for i in range(2)], axis=-1)
+    np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-6)
+    k, a0 = 0.4, 1.5  # analytic d A / d k at the observation times
+    np.testing.assert_allclose(jac[:, 0, 0], -3 * a0 * TS / 2.0 * np.exp(-k * TS / 2.0), rtol=1e-5)
+
+
+def _petab_table(case: str, name: str) -> list[dict]:
+    with open(PETAB_SUITE / case / f"_{name}.tsv") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+@pytest.mark.parametrize("case", ["0001", "0011"])
+def test_petab_suite_models_reproduce_the_reference_simulations(case):
+    """Cases whose observable is the plain species A, in one condition: the parameter table's
+    nominal values go into theta, species overrides of the condition table into the
+    experiment's conditions."""
+    observables = _petab_table(case, "observables")
+    assert [(o["observableId"], o["observableFormula"]) for o in observables] == [("obs_a", "A")]
+    reference = _petab_table(case, "simulations")
+    ts = np.array([float(r["time"]) for r in reference])
+    model = sbml.load(PETAB_SUITE / case / "_model.xml", ts=ts, outputs=["A"]).with_bounds_check(False)
+    nominal = {r["parameterId"]: float(r["nominalValue"]) for r in _petab_table(case, "parameters")}
+    theta = jnp.array([nominal.get(name, model.parameters[name].nominal) for name in model.parameters.names])
+    (condition,) = _petab_table(case, "conditions")
+    overrides = {k: float(v) for k, v in condition.items() if k != "conditionId"}
+    model = model.with_conditions(overrides)
+    y = np.asarray(model.simulate(theta))[:, 0]
+    np.testing.assert_allclose(y, [float(r["simulation"]) for r in reference], rtol=1e-6)
+
+
+def test_default_bounds_and_overrides():
+    model = sbml.load(RATE_RULE_MODEL, bounds={"r": (0.1, 1.0)})
+    assert (model.parameters["r"].lower, model.parameters["r"].upper) == (0.1, 1.0)
+    default = sbml.load(VOLUME_MODEL)
+    assert default.parameters["k"].lower == pytest.approx(0.4e-3)
+    assert default.parameters["k"].upper == pytest.approx(0.4e3)
+    with pytest.raises(ValueError, match="bounds names \\['nope'\\]"):
+        sbml.load(RATE_RULE_MODEL, bounds={"nope": (0.1, 1.0)})
+    with pytest.raises(ValueError, match="outputs names unknown ids \\['nope'\\]"):
+        sbml.load(RATE_RULE_MODEL, outputs=["nope"])
+
+
+def test_an_event_is_refused_by_name():
+    event_model = _sbml(f"""<listOfParameters><parameter id="x" value="1" constant="false"/></listOfParameters>
+    <listOfRules><rateRule variable="x">{_math("<cn>1</cn>")}</rateRule></listOfRules>
+    <listOfEvents><event id="reset" useValuesFromTriggerTime="true">
+      <trigger initialValue="false" persistent="true">{_math("<apply><gt/><ci>x</ci><cn>2</cn></apply>")}</trigger>
+      <listOfEventAssignments><eventAssignment variable="x">{_math("<cn>0</cn>")}</eventAssignment>
+      </listOfEventAssignments></event></listOfEvents>""")
+    with pytest.raises(ValueError, match="unsupported SBML feature: events \\(event 'reset'\\)"):
+        sbml.load(event_model)
+
+
+def test_an_algebraic_rule_is_refused_by_name():
+    algebraic = _sbml(f"""<listOfParameters>
+      <parameter id="x" value="1" constant="false"/><parameter id="z" value="1" constant="false"/>
+    </listOfParameters>
+    <listOfRules>
+      <rateRule variable="x">{_math("<cn>1</cn>")}</rateRule>
+      <algebraicRule metaid="balance">{_math("<apply><minus/><ci>z</ci><ci>x</ci></apply>")}</algebraicRule>
+    </listOfRules>""")
+    with pytest.raises(ValueError, match="unsupported SBML feature: algebraic rules \\(algebraicRule balance\\)"):
+        sbml.load(algebraic)
+
+
+def test_a_delay_is_refused_by_name():
+    delayed = _sbml(f"""<listOfParameters><parameter id="x" value="1" constant="false"/></listOfParameters>
+    <listOfRules><rateRule variable="x">{_math(
+        '<apply><csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/delay">delay</csymbol>'
+        '<ci>x</ci><cn>1</cn></apply>')}</rateRule></listOfRules>""")
+    with pytest.raises(ValueError, match="unsupported SBML feature: delay\\(\\) \\(rateRule of 'x'\\)"):
+        sbml.load(delayed)
+
+
+def test_unreadable_input_is_refused():
+    with pytest.raises(ValueError, match="neither an SBML string"):
+        sbml.load("no/such/file.xml")
