@@ -268,6 +268,34 @@ def _ordered(definitions: Mapping[sp.Symbol, sp.Expr], needed, where: str) -> li
         raise ValueError(f"sbml.load: the rules and initial assignments of {where} form a cycle: {names}") from None
 
 
+_MAX_FACTORS = 8
+"""Monomials with more factors (a high total order) stay scalar expressions."""
+
+
+def _monomials(expr: sp.Expr) -> list[tuple[float, list[sp.Symbol]]] | None:
+    """``expr`` as ``[(coefficient, factors)]`` (a sum of numeric coefficients times products of
+    symbols with positive integer powers, e.g. mass action ``V (kf A B - kr C)``), or None."""
+    symbols = expr.free_symbols
+    if _TIME in symbols or not expr.is_polynomial(*symbols):
+        return None
+    terms = []
+    for term in sp.Add.make_args(sp.expand(expr)):
+        coefficient, factors = term.as_coeff_mul()
+        if not coefficient.is_Number:
+            return None
+        flat = []
+        for factor in factors:
+            base, exponent = factor.as_base_exp()
+            if not (isinstance(base, sp.Symbol) and exponent.is_Integer and 0 < exponent):
+                return None
+            flat += [base] * int(exponent)
+        if len(flat) > _MAX_FACTORS:
+            return None
+        if coefficient != 0:
+            terms.append((float(coefficient), flat))
+    return terms
+
+
 def _code_lines(printer, definitions, order) -> list[str]:
     return [f"    {symbol} = {printer.doprint(definitions[symbol])}" for symbol in order]
 
@@ -413,6 +441,8 @@ def load(
         if model.getLevel() >= 3:
             locals_ += list(law.getListOfLocalParameters())
         for local in locals_:
+            if local.getId() in renames:  # level 3 lists local parameters under both names
+                continue
             name = f"{reaction.getId()}_{local.getId()}"
             while name in taken:
                 name += "_"
@@ -558,24 +588,81 @@ def load(
             return "jax.numpy.zeros((0,))"
         return "jax.numpy.stack([" + ", ".join(f"_f({printer.doprint(e)})" for e in exprs) + "])"
 
-    rhs_exprs = rate_exprs + scale_exprs + rate_rule_exprs
-    rhs_order = _ordered(definitions, set().union(*(e.free_symbols for e in rhs_exprs)) if rhs_exprs else set(),
-                         "the vector field")
-    output_symbols = [_symbol(o) for o in outputs]
-    obs_order = _ordered(definitions, output_symbols, "the observables")
-    all_init = {**definitions, **init_definitions}
-    init_order = _ordered(all_init, state_symbols, "the initial state")
+    slots = {**{_symbol(s): f"x[{i}]" for i, s in enumerate(states)},
+             **{_symbol(n): f"p[{i}]" for i, n in enumerate(theta_names)},
+             **{_condition(n): f"c[{i}]" for i, n in enumerate(condition_names)}}
 
+    def body(exprs, defs=definitions):
+        """Unpacking of the arguments and the definitions ``exprs`` need, in order."""
+        order = _ordered(defs, set().union(*(e.free_symbols for e in exprs)) if exprs else set(), "the model")
+        used = set().union(set(), *(e.free_symbols for e in exprs), *(defs[d].free_symbols for d in order))
+        return ([f"    {symbol} = {slot}" for symbol, slot in slots.items() if symbol in used and symbol not in defs]
+                + _code_lines(printer, defs, order))
+
+    # the vector field as array operations: polynomial kinetic laws (mass action) become
+    # monomials coef * prod(v[idx]) over one vector v of all values, summed per reaction by
+    # segment_sum; the other kinetic laws are scalar expressions.
+    v_layout = [_symbol(s) for s in states] + [_symbol(n) for n in theta_names] + \
+               [_condition(n) for n in condition_names]
+    v_index = {symbol: i for i, symbol in enumerate(v_layout)}
+    derived_in_v: list[sp.Symbol] = []
+
+    def index_of(symbol):
+        while symbol in definitions and isinstance(definitions[symbol], sp.Symbol):  # aliases (sizes)
+            symbol = definitions[symbol]
+        if symbol not in v_index:
+            derived_in_v.append(symbol)
+            v_index[symbol] = -1 - len(derived_in_v)  # placed after x, p, c; fixed below
+        return symbol
+
+    poly_reactions, poly_terms, scalar_reactions = [], [], []
+    for j, expr in enumerate(rate_exprs):
+        terms = _monomials(expr)
+        if terms is None:
+            scalar_reactions.append(j)
+        else:
+            poly_terms += [(len(poly_reactions), coef, [index_of(f) for f in factors]) for coef, factors in terms]
+            poly_reactions.append(j)
+    scale_symbols = [None if e.is_number else index_of(1 / e) for e in scale_exprs]  # 1 or 1 / size
+    n_base = len(v_layout)
+    for k, symbol in enumerate(derived_in_v):
+        v_index[symbol] = n_base + k
+    one = n_base + len(derived_in_v)
+    width = max([len(f) for _, _, f in poly_terms], default=1)
+    term_index = np.full((len(poly_terms), width), one, dtype=np.int32)
+    for m, (_, _, factors) in enumerate(poly_terms):
+        term_index[m, :len(factors)] = [v_index[f] for f in factors]
+    rule_states = [i for i, s in enumerate(states) if s in rule_targets]
+    constants = {
+        "_COEF": np.array([coef for _, coef, _ in poly_terms], dtype=np.float64),
+        "_IDX": term_index,
+        "_TERM": np.array([r for r, _, _ in poly_terms], dtype=np.int32),
+        "_ORDER": np.argsort(np.array(poly_reactions + scalar_reactions, dtype=np.int32)).astype(np.int32),
+        "_SCALE": np.array([one if s is None else v_index[s] for s in scale_symbols], dtype=np.int32),
+        "_RULES": np.array(rule_states, dtype=np.int32),
+        "_ONE": np.ones(1),
+    }
+    scalar_rates = [rate_exprs[j] for j in scalar_reactions]
+    rules = [rate_rule_exprs[i] for i in rule_states]
+    rhs_lines = [
+        "def rhs(t, x, p, c):",
+        *body(scalar_rates + rules + derived_in_v),
+        f"    v = jax.numpy.concatenate([x, p, c, {stack(derived_in_v)}, _ONE])",
+        "    terms = _COEF * jax.numpy.prod(v[_IDX], axis=1)",
+        f"    rates = jax.ops.segment_sum(terms, _TERM, num_segments={len(poly_reactions)})",
+        f"    rates = jax.numpy.concatenate([rates, {stack(scalar_rates)}])[_ORDER]",
+        f"    rate_rules = jax.numpy.zeros({len(states)}).at[_RULES].set({stack(rules)})",
+        "    return rates, 1.0 / v[_SCALE], rate_rules",
+    ]
+    output_symbols = [_symbol(o) for o in outputs]
+    all_init = {**definitions, **init_definitions}
+    state_list = [_symbol(s) for s in states]
     source = "\n".join(
-        ["def rhs(t, x, p, c):", *header, *_code_lines(printer, definitions, rhs_order),
-         f"    return {stack(rate_exprs)}, {stack(scale_exprs)}, {stack(rate_rule_exprs)}",
-         "", "def init(t, p, c):", *(header[1:] if states else header),
-         *_code_lines(printer, all_init, init_order),
-         f"    return {stack([_symbol(s) for s in states])}",
-         "", "def observe(t, x, p, c):", *header, *_code_lines(printer, definitions, obs_order),
-         f"    return {stack(output_symbols)}", ""])
-    namespace = {"jax": jax, "_f": _f, "math": math}
-    exec(compile(source, f"<sbml model {model.getId()!r}>", "exec"), namespace)  # noqa: S102 (generated code)
+        [*rhs_lines,
+         "", "def init(t, p, c):", *body(state_list, all_init), f"    return {stack(state_list)}",
+         "", "def observe(t, x, p, c):", *body(output_symbols), f"    return {stack(output_symbols)}", ""])
+    namespace = {"jax": jax, "_f": _f, "math": math, **constants}
+    exec(compile(source, f"<sbml model {model.getId()!r}>", "exec"), namespace)  # generated code
 
     t_obs = np.asarray(ts, dtype=np.float64) if ts is not None else t0 + np.arange(11.0)
     t1 = float(t_obs.max()) if t_obs.max() > t0 else t0 + 1.0

@@ -218,3 +218,50 @@ def test_a_delay_is_refused_by_name():
 def test_unreadable_input_is_refused():
     with pytest.raises(ValueError, match="neither an SBML string"):
         sbml.load("no/such/file.xml")
+
+
+def test_non_polynomial_and_mass_action_kinetic_laws_share_the_vector_field():
+    """Michaelis-Menten (a scalar expression) next to mass action (the monomial arrays), with
+    a local parameter and a boundary species (constant, no state); evaluated without a solve."""
+    mixed = _sbml(f"""<listOfCompartments><compartment id="c" size="0.5" constant="true"/></listOfCompartments>
+    <listOfSpecies>
+      <species id="S" compartment="c" initialConcentration="2" hasOnlySubstanceUnits="false"
+               boundaryCondition="false" constant="false"/>
+      <species id="P" compartment="c" initialConcentration="0" hasOnlySubstanceUnits="false"
+               boundaryCondition="false" constant="false"/>
+      <species id="E" compartment="c" initialConcentration="3" hasOnlySubstanceUnits="false"
+               boundaryCondition="true" constant="false"/>
+    </listOfSpecies>
+    <listOfParameters><parameter id="vmax" value="1.2" constant="true"/></listOfParameters>
+    <listOfReactions>
+      <reaction id="mm" reversible="false">
+        <listOfReactants><speciesReference species="S" stoichiometry="1" constant="true"/></listOfReactants>
+        <listOfProducts><speciesReference species="P" stoichiometry="2" constant="true"/></listOfProducts>
+        <kineticLaw>{_math("<apply><divide/><apply><times/><ci>c</ci><ci>vmax</ci><ci>S</ci></apply>"
+                           "<apply><plus/><ci>km</ci><ci>S</ci></apply></apply>")}
+          <listOfLocalParameters><localParameter id="km" value="0.3"/></listOfLocalParameters>
+        </kineticLaw>
+      </reaction>
+      <reaction id="ma" reversible="true">
+        <listOfReactants><speciesReference species="P" stoichiometry="1" constant="true"/></listOfReactants>
+        <listOfProducts><speciesReference species="S" stoichiometry="1" constant="true"/></listOfProducts>
+        <kineticLaw>{_math("<apply><times/><ci>c</ci><apply><minus/><apply><times/><ci>kf</ci><ci>P</ci>"
+                           "<ci>E</ci></apply><apply><times/><ci>kr</ci><apply><power/><ci>S</ci><cn>2</cn>"
+                           "</apply></apply></apply></apply>")}
+          <listOfLocalParameters><localParameter id="kf" value="0.1"/><localParameter id="kr" value="0.05"/>
+          </listOfLocalParameters>
+        </kineticLaw>
+      </reaction>
+    </listOfReactions>""")
+    model = sbml.load(mixed)
+    assert model.parameters.names == ("vmax", "mm_km", "ma_kf", "ma_kr")
+    assert model.state_names == ("S", "P")
+    theta = jnp.asarray(model.parameters.nominal)
+    s, p, e, c = 1.5, 0.7, 3.0, 0.5
+    rates = np.asarray(model.reaction_rates(0.0, jnp.array([s, p]), theta))
+    expected = [c * 1.2 * s / (0.3 + s), c * (0.1 * p * e - 0.05 * s**2)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-14)
+    dydt = np.asarray(model.vector_field(0.0, jnp.array([s, p]), theta))
+    np.testing.assert_allclose(dydt, [(-expected[0] + expected[1]) / c, (2 * expected[0] - expected[1]) / c],
+                               rtol=1e-14)
+    np.testing.assert_allclose(model.initial_state(theta), [2.0, 0.0])
