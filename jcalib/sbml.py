@@ -203,14 +203,12 @@ class _Converter:
                 raise _unsupported(f"the csymbol {node.definition_url}", where)
             if isinstance(node, AppliedUndef):
                 name = node.func.__name__
+                if isinstance(node.func, sbmlmath.Delay):
+                    raise _unsupported("delay()", where)
+                if isinstance(node.func, sbmlmath.RateOf):
+                    raise _unsupported("rateOf()", where)
                 if isinstance(node.func, sbmlmath.CFunction) or name not in self.functions:
-                    what = {"delay": "delay()", "rateOf": "rateOf()"}.get(name, f"the function '{name}'")
-                    url = getattr(node.func, "definition_url", "") or ""
-                    if "delay" in url:
-                        what = "delay()"
-                    elif "rateOf" in url:
-                        what = "rateOf()"
-                    raise _unsupported(what, where)
+                    raise _unsupported(f"the function '{name}'", where)
 
         def replace(e):
             return self.functions[e.func.__name__](*e.args)
