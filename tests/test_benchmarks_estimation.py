@@ -45,7 +45,7 @@ def test_joint_problem_benchmark_quick(tmp_path):
     out = tmp_path / "joint_problem.json"
     rows = load_script("benchmarks/joint_problem.py").main(["--quick", "--out", str(out)])
     report = json.loads(out.read_text())
-    assert [r["n_experiments"] for r in report["rows"]] == [1, 4] == [r["n_experiments"] for r in rows]
+    assert [r["n_experiments"] for r in report["rows"]] == [1, 3] == [r["n_experiments"] for r in rows]
     for row in report["rows"]:
         assert row["groups"] == 1 and row["n_free"] == 2 + row["n_experiments"]
         assert row["max_abs_difference_residuals"] <= 1e-12

@@ -227,9 +227,9 @@ def test_mala_on_the_joint_posterior(joint):
     problem = JointProblem(joint_pairs_with_sigma(joint), free=["kab", "kac"], per_experiment=["kad"],
                            weighting="absolute")
     fit = estimation.gauss_newton(problem, None)
-    result = bayes.mala.sample(jax.random.key(0), problem, fit.theta, n_steps=60, n_chains=2, warmup=40,
+    result = bayes.mala.sample(jax.random.key(0), problem, fit.theta, n_steps=40, n_chains=2, warmup=20,
                                preconditioner="laplace")
-    assert result.samples.shape == (2, 60, 5)
+    assert result.samples.shape == (2, 40, 5)
     assert result.names == problem.free_names
     assert np.all(np.isfinite(result.logdensity))
     # the noise-free data's maximum (the Gauss-Newton estimate, uniform prior) bounds every draw
