@@ -222,6 +222,7 @@ def test_estimators_recover_the_truth_jointly(joint, joint_fit):
     assert np.isfinite(de.loss) and de.names == joint.free_names
 
 
+@pytest.mark.slow  # ~25 s of compiles; `jcalib sample` with two --data files runs MALA on a joint problem in CI
 @pytest.mark.filterwarnings("ignore::jcalib.bayes.SamplingWarning")
 def test_mala_on_the_joint_posterior(joint):
     problem = JointProblem(joint_pairs_with_sigma(joint), free=["kab", "kac"], per_experiment=["kad"],
