@@ -70,3 +70,11 @@ def execute_notebook(name, tmp_path):
         "commit notebooks without outputs"
     NotebookClient(notebook, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+
+def shared_petab(*parts: str) -> pathlib.Path:
+    """``../shared/petab/<parts>`` beside the checkout, or under /work/shared where the checkout
+    is a copy elsewhere (a fresh clone); tests skip when neither exists."""
+    beside = pathlib.Path(__file__).resolve().parents[2] / "shared" / "petab"
+    root = beside if beside.exists() else pathlib.Path("/work/shared/petab")
+    return root.joinpath(*parts)

@@ -1,7 +1,6 @@
 """jcalib.petab on the PEtab test suite (format 1.0.0, SBML cases 0001-0020): chi2, llh and
 simulations against each case's solution, within its tolerances."""
 
-import pathlib
 
 import jax
 import numpy as np
@@ -11,8 +10,9 @@ import pytest
 import yaml
 
 from jcalib import petab as jpetab
+from tests.helpers import shared_petab
 
-SUITE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "petab" / "test_suite_v1"
+SUITE = shared_petab("test_suite_v1")
 CASES = [f"{i:04d}" for i in range(1, 21)]
 
 # cases jcalib.petab does not support yet, with the PEtab feature that is missing

@@ -1,7 +1,6 @@
 """jcalib.sbml: SBML models against analytic solutions and the PEtab test suite's simulations."""
 
 import csv
-import pathlib
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -9,10 +8,9 @@ import numpy as np
 import pytest
 
 from jcalib import sbml
+from tests.helpers import shared_petab
 
-PETAB_SUITE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "petab" / "test_suite_v1"
-if not PETAB_SUITE.exists():
-    PETAB_SUITE = pathlib.Path("/work/shared/petab/test_suite_v1")
+PETAB_SUITE = shared_petab("test_suite_v1")
 
 
 def _sbml(body: str, functions: str = "") -> str:
