@@ -1,7 +1,7 @@
 """PEtab problems (format version 1) as jcalib objectives.
 
 `load` reads a PEtab problem with the community's ``petab`` package (``petab.v1``), validates it
-with ``petab.v1.lint_problem``, builds the SBML model with `jcalib.sbml.load`, and returns a
+with ``petab.v1.lint_problem``, builds the SBML model with `jcalib.sbml.model_from_sbml`, and returns a
 `PetabProblem` whose `PetabProblem.log_likelihood`, `PetabProblem.chi2` and
 `PetabProblem.simulation_table` are functions of the estimated parameters in internal
 coordinates (their PEtab ``parameterScale``: lin, log or log10). The log-likelihood is plain JAX,
@@ -304,7 +304,7 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
 
     Args:
         yaml_path: the problem's YAML file.
-        solver, rtol, atol, max_steps: passed to `jcalib.sbml.load`.
+        solver, rtol, atol, max_steps: passed to `jcalib.sbml.model_from_sbml`.
         validate: run ``petab.v1.lint_problem`` first.
 
     Returns:
@@ -394,7 +394,8 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
                 if name not in outputs:
                     outputs.append(name)
 
-    model = sbml.load(sbml_path, outputs=outputs or None, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps)
+    model = sbml.model_from_sbml(sbml_path, outputs=outputs or None, solver=solver, rtol=rtol, atol=atol,
+                            max_steps=max_steps)
     plan["sbml_nominal"] = np.asarray(model.parameters.nominal, dtype=np.float64)
     for cid, entries in conditions.items():
         for name in entries:

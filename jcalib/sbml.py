@@ -1,6 +1,6 @@
 """SBML models (levels 2 and 3, core) as jcalib models.
 
-`load` reads an SBML file or string with ``python-libsbml``, converts its MathML with
+`model_from_sbml` reads an SBML file or string with ``python-libsbml``, converts its MathML with
 ``sbmlmath`` to sympy, and prints the sympy expressions as JAX code (sympy's own
 ``JaxPrinter``); the result is an `SBMLModel`, an `AbstractModel` like any built-in one.
 
@@ -29,7 +29,7 @@ Default bounds: a parameter with nominal ``v > 0`` gets ``[v / 1e3, v * 1e3]`` o
 (`DEFAULT_BOUND_FACTOR`), ``v < 0`` gets ``[v * 1e3, v / 1e3]`` (linear) and ``v = 0`` gets
 ``[0, 1]`` (linear); pass ``bounds={id: (lower, upper)}`` for anything else.
 
-Default solver: most SBML models of biology are stiff, so `load` uses diffrax's implicit
+Default solver: most SBML models of biology are stiff, so `model_from_sbml` uses diffrax's implicit
 ``Kvaerno5`` with ``PIDController(rtol=1e-8, atol=1e-10)`` (the tolerances of the built-in
 models), ``max_steps=100_000``; change them with the arguments or `AbstractModel.with_solver`.
 
@@ -62,7 +62,7 @@ from sympy.printing.numpy import JaxPrinter
 from jcalib.model import AbstractModel, Experiment
 from jcalib.parameters import Parameter, ParameterSpace
 
-__all__ = ["DEFAULT_BOUND_FACTOR", "SBMLModel", "load"]
+__all__ = ["DEFAULT_BOUND_FACTOR", "SBMLModel", "model_from_sbml"]
 
 DEFAULT_BOUND_FACTOR = 1e3
 """Default bounds of a parameter with nominal ``v > 0``: ``[v / 1e3, v * 1e3]``, six decades
@@ -72,7 +72,7 @@ _TIME = sp.Symbol("t")
 
 
 class SBMLModel(AbstractModel):
-    """An SBML model as a jcalib model (build it with `load`).
+    """An SBML model as a jcalib model (build it with `model_from_sbml`).
 
     Attributes (besides `AbstractModel`'s):
         stoichiometry: ``(n_states, n_reactions)`` stoichiometric matrix (0 rows for states set
@@ -153,8 +153,8 @@ def _f(value):
 
 
 def _unsupported(feature: str, element: str) -> ValueError:
-    return ValueError(f"sbml.load: unsupported SBML feature: {feature} ({element}); jcalib.sbml does not simulate "
-                      "it, and would rather refuse the model than simulate something else")
+    return ValueError(f"model_from_sbml: unsupported SBML feature: {feature} ({element}); jcalib.sbml does not "
+                      "simulate it, and would rather refuse the model than simulate something else")
 
 
 def _read_document(source: str | os.PathLike) -> libsbml.SBMLDocument:
@@ -162,17 +162,18 @@ def _read_document(source: str | os.PathLike) -> libsbml.SBMLDocument:
     text = str(source)
     if isinstance(source, os.PathLike) or not text.lstrip().startswith("<"):
         if not os.path.exists(text):
-            raise ValueError(f"sbml.load: {text!r} is neither an SBML string (starting with '<') nor an existing file")
+            raise ValueError(f"model_from_sbml: {text!r} is neither an SBML string (starting with '<') nor an "
+                             "existing file")
         document = reader.readSBMLFromFile(text)
     else:
         document = reader.readSBMLFromString(text)
     errors = [document.getError(i) for i in range(document.getNumErrors())]
     fatal = [e for e in errors if e.getSeverity() >= libsbml.LIBSBML_SEV_ERROR]
     if fatal:
-        raise ValueError("sbml.load: the SBML could not be read: "
+        raise ValueError("model_from_sbml: the SBML could not be read: "
                          + "; ".join(f"line {e.getLine()}: {e.getMessage().strip()}" for e in fatal[:3]))
     if document.getModel() is None:
-        raise ValueError("sbml.load: the SBML document has no model")
+        raise ValueError("model_from_sbml: the SBML document has no model")
     namespaces = document.getNamespaces()
     for i in range(namespaces.getLength() if document.getLevel() >= 3 else 0):
         uri, prefix = namespaces.getURI(i), namespaces.getPrefix(i)
@@ -217,7 +218,7 @@ class _Converter:
 
     def __call__(self, element, where: str, renames: Mapping[str, str] | None = None) -> sp.Expr:
         if element.getMath() is None:
-            raise ValueError(f"sbml.load: {where} has no math")
+            raise ValueError(f"model_from_sbml: {where} has no math")
         expr = self._expand(sbmlmath.sbml_math_to_sympy(element, ignore_units=True, floats_as_rationals=False),
                             where)
         renames = renames or {}
@@ -263,7 +264,8 @@ def _ordered(definitions: Mapping[sp.Symbol, sp.Expr], needed, where: str) -> li
         return list(graph_order for graph_order in graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as error:
         names = ", ".join(str(s)[2:] for s in error.args[1])
-        raise ValueError(f"sbml.load: the rules and initial assignments of {where} form a cycle: {names}") from None
+        raise ValueError(f"model_from_sbml: the rules and initial assignments of {where} form a cycle: "
+                         f"{names}") from None
 
 
 _MAX_FACTORS = 8
@@ -298,7 +300,7 @@ def _code_lines(printer, definitions, order) -> list[str]:
     return [f"    {symbol} = {printer.doprint(definitions[symbol])}" for symbol in order]
 
 
-def load(
+def model_from_sbml(
     source: str | os.PathLike,
     *,
     outputs: Sequence[str] | None = None,
@@ -342,7 +344,7 @@ def load(
             ``constant_parameters``; a symbol without a value.
 
     Example:
-        >>> model = load("tests/data/decay.xml")  # doctest: +SKIP
+        >>> model = model_from_sbml("tests/data/decay.xml")  # doctest: +SKIP
         >>> model.simulate(model.parameters.nominal)  # doctest: +SKIP
     """
     document = _read_document(source)
@@ -379,7 +381,7 @@ def load(
     constant_parameters = tuple(constant_parameters)
     for name in constant_parameters:
         if name not in parameters:
-            raise ValueError(f"sbml.load: constant_parameters names {name!r}, which is not a global parameter of "
+            raise ValueError(f"model_from_sbml: constant_parameters names {name!r}, which is not a global parameter of "
                              f"the model; known: {sorted(parameters)}")
 
     # --- symbols ----------------------------------------------------------------------------
@@ -400,7 +402,7 @@ def load(
         else:
             size = comp.getSize() if comp.isSetSize() else (1.0 if comp.getSpatialDimensions() == 0 else math.nan)
             if math.isnan(size):
-                raise ValueError(f"sbml.load: compartment '{cid}' has no size (set size or an initialAssignment)")
+                raise ValueError(f"model_from_sbml: compartment '{cid}' has no size (set size or an initialAssignment)")
             conditions[cid] = float(size)
             definitions[_symbol(cid)] = _condition(cid)
 
@@ -425,7 +427,7 @@ def load(
             definitions[_symbol(pid)] = _condition(pid)
         else:
             if not par.isSetValue():
-                raise ValueError(f"sbml.load: parameter '{pid}' has no value (set value or an initialAssignment)")
+                raise ValueError(f"model_from_sbml: parameter '{pid}' has no value (set value or an initialAssignment)")
             theta.append((pid, float(par.getValue())))
 
     local_renames: dict[str, dict[str, str]] = {}
@@ -447,8 +449,8 @@ def load(
             taken.add(name)
             renames[local.getId()] = name
             if not local.isSetValue():
-                raise ValueError(f"sbml.load: local parameter '{local.getId()}' of reaction '{reaction.getId()}' has "
-                                 "no value")
+                raise ValueError(f"model_from_sbml: local parameter '{local.getId()}' of reaction "
+                                 f"'{reaction.getId()}' has no value")
             theta.append((name, float(local.getValue())))
         local_renames[reaction.getId()] = renames
 
@@ -468,7 +470,7 @@ def load(
                 conditions[sid] = float(spec.getInitialConcentration())
                 value = _condition(sid) * _symbol(cid) if only_amounts else _condition(sid)
             else:
-                raise ValueError(f"sbml.load: species '{sid}' has no initial value (set initialAmount, "
+                raise ValueError(f"model_from_sbml: species '{sid}' has no initial value (set initialAmount, "
                                  "initialConcentration or an initialAssignment)")
         else:
             value = ia
@@ -503,10 +505,10 @@ def load(
                     raise _unsupported("variable stoichiometry (a rule or initial assignment on a species reference)",
                                        where)
                 if model.getLevel() >= 3 and not ref.isSetStoichiometry():
-                    raise ValueError(f"sbml.load: the {where} has no stoichiometry")
+                    raise ValueError(f"model_from_sbml: the {where} has no stoichiometry")
                 target = ref.getSpecies()
                 if target not in species:
-                    raise ValueError(f"sbml.load: the {where} names an unknown species")
+                    raise ValueError(f"model_from_sbml: the {where} names an unknown species")
                 if target in state_index and target not in rule_targets:
                     column[state_index[target]] += sign * ref.getStoichiometry()
         reaction_ids.append(rid)
@@ -530,21 +532,21 @@ def load(
     if outputs is None:
         outputs = tuple(states)
         if not outputs:
-            raise ValueError("sbml.load: the model has no states; pass outputs=[ids] to observe something")
+            raise ValueError("model_from_sbml: the model has no states; pass outputs=[ids] to observe something")
     else:
         outputs = tuple(outputs)
         unknown = [o for o in outputs if o not in known_ids]
         if unknown:
-            raise ValueError(f"sbml.load: outputs names unknown ids {unknown}; known: {sorted(known_ids)}")
+            raise ValueError(f"model_from_sbml: outputs names unknown ids {unknown}; known: {sorted(known_ids)}")
 
     theta_names = [name for name, _ in theta]
     for name, value in theta:
         if not math.isfinite(value):
-            raise ValueError(f"sbml.load: parameter '{name}' has the value {value}; give it a finite value")
+            raise ValueError(f"model_from_sbml: parameter '{name}' has the value {value}; give it a finite value")
     bounds = dict(bounds or {})
     unknown = sorted(set(bounds) - set(theta_names))
     if unknown:
-        raise ValueError(f"sbml.load: bounds names {unknown}, which are not calibrated parameters; known: "
+        raise ValueError(f"model_from_sbml: bounds names {unknown}, which are not calibrated parameters; known: "
                          f"{theta_names}")
     space_parameters = []
     for name, value in theta:
@@ -567,7 +569,7 @@ def load(
     def check_symbols(exprs, where):
         for expr in exprs:
             for symbol in expr.free_symbols - known:
-                raise ValueError(f"sbml.load: the {where} uses '{str(symbol)[2:]}', which is not a species, "
+                raise ValueError(f"model_from_sbml: the {where} uses '{str(symbol)[2:]}', which is not a species, "
                                  "compartment, parameter or rule variable of the model")
 
     check_symbols(definitions.values(), "model's rules and initial assignments")

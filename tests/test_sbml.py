@@ -85,12 +85,12 @@ TS = np.array([0.0, 0.5, 1.5, 3.0, 6.0])
 
 @pytest.fixture(scope="module")
 def volume_model():
-    return sbml.load(VOLUME_MODEL, ts=TS, outputs=["A", "B", "total"])
+    return sbml.model_from_sbml(VOLUME_MODEL, ts=TS, outputs=["A", "B", "total"])
 
 
 @pytest.fixture(scope="module")
 def rate_rule_model():
-    return sbml.load(RATE_RULE_MODEL, ts=TS)
+    return sbml.model_from_sbml(RATE_RULE_MODEL, ts=TS)
 
 
 def test_concentration_species_in_a_compartment_of_volume_2(volume_model):
@@ -159,7 +159,7 @@ def test_petab_suite_models_reproduce_the_reference_simulations(case):
     assert [(o["observableId"], o["observableFormula"]) for o in observables] == [("obs_a", "A")]
     reference = _petab_table(case, "simulations")
     ts = np.array([float(r["time"]) for r in reference])
-    model = sbml.load(PETAB_SUITE / case / "_model.xml", ts=ts, outputs=["A"]).with_bounds_check(False)
+    model = sbml.model_from_sbml(PETAB_SUITE / case / "_model.xml", ts=ts, outputs=["A"]).with_bounds_check(False)
     nominal = {r["parameterId"]: float(r["nominalValue"]) for r in _petab_table(case, "parameters")}
     theta = jnp.array([nominal.get(name, model.parameters[name].nominal) for name in model.parameters.names])
     (condition,) = _petab_table(case, "conditions")
@@ -170,15 +170,15 @@ def test_petab_suite_models_reproduce_the_reference_simulations(case):
 
 
 def test_default_bounds_and_overrides():
-    model = sbml.load(RATE_RULE_MODEL, bounds={"r": (0.1, 1.0)})
+    model = sbml.model_from_sbml(RATE_RULE_MODEL, bounds={"r": (0.1, 1.0)})
     assert (model.parameters["r"].lower, model.parameters["r"].upper) == (0.1, 1.0)
-    default = sbml.load(VOLUME_MODEL)
+    default = sbml.model_from_sbml(VOLUME_MODEL)
     assert default.parameters["k"].lower == pytest.approx(0.4e-3)
     assert default.parameters["k"].upper == pytest.approx(0.4e3)
     with pytest.raises(ValueError, match="bounds names \\['nope'\\]"):
-        sbml.load(RATE_RULE_MODEL, bounds={"nope": (0.1, 1.0)})
+        sbml.model_from_sbml(RATE_RULE_MODEL, bounds={"nope": (0.1, 1.0)})
     with pytest.raises(ValueError, match="outputs names unknown ids \\['nope'\\]"):
-        sbml.load(RATE_RULE_MODEL, outputs=["nope"])
+        sbml.model_from_sbml(RATE_RULE_MODEL, outputs=["nope"])
 
 
 def test_an_event_is_refused_by_name():
@@ -189,7 +189,7 @@ def test_an_event_is_refused_by_name():
       <listOfEventAssignments><eventAssignment variable="x">{_math("<cn>0</cn>")}</eventAssignment>
       </listOfEventAssignments></event></listOfEvents>""")
     with pytest.raises(ValueError, match="unsupported SBML feature: events \\(event 'reset'\\)"):
-        sbml.load(event_model)
+        sbml.model_from_sbml(event_model)
 
 
 def test_an_algebraic_rule_is_refused_by_name():
@@ -201,7 +201,7 @@ def test_an_algebraic_rule_is_refused_by_name():
       <algebraicRule metaid="balance">{_math("<apply><minus/><ci>z</ci><ci>x</ci></apply>")}</algebraicRule>
     </listOfRules>""")
     with pytest.raises(ValueError, match="unsupported SBML feature: algebraic rules \\(algebraicRule balance\\)"):
-        sbml.load(algebraic)
+        sbml.model_from_sbml(algebraic)
 
 
 def test_a_delay_is_refused_by_name():
@@ -210,12 +210,12 @@ def test_a_delay_is_refused_by_name():
         '<apply><csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/delay">delay</csymbol>'
         '<ci>x</ci><cn>1</cn></apply>')}</rateRule></listOfRules>""")
     with pytest.raises(ValueError, match="unsupported SBML feature: delay\\(\\) \\(rateRule of 'x'\\)"):
-        sbml.load(delayed)
+        sbml.model_from_sbml(delayed)
 
 
 def test_unreadable_input_is_refused():
     with pytest.raises(ValueError, match="neither an SBML string"):
-        sbml.load("no/such/file.xml")
+        sbml.model_from_sbml("no/such/file.xml")
 
 
 def test_non_polynomial_and_mass_action_kinetic_laws_share_the_vector_field():
@@ -251,7 +251,7 @@ def test_non_polynomial_and_mass_action_kinetic_laws_share_the_vector_field():
         </kineticLaw>
       </reaction>
     </listOfReactions>""")
-    model = sbml.load(mixed)
+    model = sbml.model_from_sbml(mixed)
     assert model.parameters.names == ("vmax", "mm_km", "ma_kf", "ma_kr")
     assert model.state_names == ("S", "P")
     theta = jnp.asarray(model.parameters.nominal)
