@@ -15,6 +15,8 @@ def test_joint_calibration_quick(tmp_path):
     assert (tmp_path / "polymerization_recipe2.png").stat().st_size > 0
     report = (tmp_path / "report.md").read_text()
     assert "A only" in report and "recipe 2" in report
+    comparison = (tmp_path / "paper_comparison.md").read_text()
+    assert comparison.count("| A only, sigma 0.1") == 3 and comparison.count("| recipe 2,") == 2
 
     # part 1: the designs' experiments, shared rate constants
     reactions = metrics["reactions"]
