@@ -2,10 +2,15 @@
 
 `load` reads a PEtab problem with the community's ``petab`` package (``petab.v1``), validates it
 with ``petab.v1.lint_problem``, builds the SBML model with `jcalib.sbml.model_from_sbml`, and returns a
-`PetabProblem` whose `PetabProblem.log_likelihood`, `PetabProblem.chi2` and
-`PetabProblem.simulation_table` are functions of the estimated parameters in internal
-coordinates (their PEtab ``parameterScale``: lin, log or log10). The log-likelihood is plain JAX,
-so ``jax.grad(pp.log_likelihood)`` works.
+`PetabProblem`:
+
+- ``pp.problem``: a `PetabCalibrationProblem`, the jcalib problem every method takes
+  (Gauss-Newton, multistart, identifiability, MALA/NUTS ...); free = the estimated parameters,
+  internal coordinates jcalib's (natural log for PEtab's log and log10 scales);
+- ``pp.log_likelihood``, ``pp.chi2``, ``pp.simulation_table``: PEtab's objective as functions
+  of the estimated parameters in PEtab's parameter scales (lin, log or log10), as
+  ``pp.nominal_internal``; ``pp.to_problem_internal`` maps these to ``pp.problem``'s
+  coordinates. The log-likelihood is plain JAX, so ``jax.grad(pp.log_likelihood)`` works.
 
 What becomes what (PEtab v1 semantics):
 
@@ -31,10 +36,10 @@ What becomes what (PEtab v1 semantics):
 Not yet supported, refused with a ``ValueError`` that names the PEtab feature: more than one
 SBML model, a mapping table, measurements at ``t = inf`` (steady-state data), pre-equilibration
 conditions that change compartment sizes, and condition-table columns that are not SBML
-entities. Objective priors are read but not part of `PetabProblem.log_likelihood` (PEtab's
-likelihood is without priors). `PetabProblem.problem` (a `jcalib.JointProblem`) is not built
-yet: observable formulas with their parameters do not fit the joint problem's direct
-output-to-measurement comparison.
+entities. Objective priors (``objectivePriorType`` uniform, normal, logNormal,
+parameterScaleUniform, parameterScaleNormal) are ``pp.problem``'s prior, truncated to the
+bounds (laplace priors are refused); without them the prior is uniform on the bounds in the
+parameter scale. PEtab's log-likelihood (``pp.log_likelihood``) is without priors.
 """
 
 from __future__ import annotations
@@ -52,12 +57,16 @@ import numpy as np
 import pandas as pd
 import petab.v1 as petab
 import sympy as sp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 from petab.v1.math import sympify_petab
 
 from jcalib import sbml
+from jcalib.model import SolveStatus
+from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.probability.priors import LogNormal, LogUniform, Normal, PriorTruncationWarning, Uniform, bind_priors
+from jcalib.problem import AbstractProblem
 
-__all__ = ["PetabProblem", "load"]
+__all__ = ["PetabCalibrationProblem", "PetabProblem", "load"]
 
 _SCALES = ("lin", "log", "log10")
 _TRANSFORMATIONS = ("lin", "log", "log10")
@@ -96,186 +105,349 @@ def _split(value) -> list[float | str]:
     return [_source(part) for part in value.split(";")]
 
 
+class _Plan(dict):
+    """The tables of one PEtab problem as numpy arrays and JAX functions. Hashed by identity,
+    so it can be a static field of `PetabCalibrationProblem` (one compilation per problem)."""
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+
+def _internal_factor(scale: str) -> float:
+    """``z_petab = z_jcalib / factor``: jcalib's internal coordinate of a log-scale parameter is
+    the natural log, PEtab's log10 scale is ``log10``."""
+    return math.log(10.0) if scale == "log10" else 1.0
+
+
+class PetabCalibrationProblem(AbstractProblem):
+    """A PEtab problem as a jcalib `jcalib.problem.AbstractProblem` (``PetabProblem.problem``),
+    so every method (Gauss-Newton, multistart, identifiability, MALA/NUTS ...) runs on it.
+
+    Free parameters: the estimated ones of the parameter table, in its order. Internal
+    coordinates are jcalib's: the value for ``lin``, the *natural* log for ``log`` and
+    ``log10`` (``PetabProblem.to_problem_internal`` converts from PEtab's scales). Bounds are
+    the table's; the prior is uniform on them unless the table has objective priors.
+
+    - ``log_likelihood``: PEtab's (normal/laplace, lin/log/log10, normalisation constants);
+      -inf when a solve fails.
+    - ``residuals``: ``(h(m) - h(y)) / sigma`` per measurement row (data minus model, as
+      `CalibrationProblem`); where a noise formula depends on estimated parameters (or on the
+      model) one extra residual ``sqrt(log(2 pi sigma^2) + 50)`` per row follows, as AMICI does,
+      so that ``0.5 * sum(residuals^2) = -log_likelihood + const`` (normal noise). Laplace
+      noise is not least squares: ``residuals`` and ``jacobian`` refuse it.
+    """
+
+    model: sbml.SBMLModel
+    prior: object | None
+    plan: _Plan = eqx.field(static=True)
+    space: ParameterSpace = eqx.field(static=True)
+    free_names: tuple[str, ...] = eqx.field(static=True)
+    factors: tuple[float, ...] = eqx.field(static=True)  # z_jcalib = factor * z_petab
+    noise_names: tuple[str, ...] = eqx.field(static=True, default=())
+    noise_prior: None = None
+
+    @property
+    def n_observed(self) -> int:
+        return self.plan["n_rows"] * (2 if self.plan["sigma_varies"] else 1)
+
+    @property
+    def sigma_available(self) -> bool:
+        return True
+
+    @property
+    def fixed(self) -> dict[str, float]:
+        """``{id: value}`` of the parameter table's non-estimated parameters."""
+        return dict(self.plan["fixed_values"])
+
+    def fix(self, values: Mapping[str, float]) -> PetabCalibrationProblem:
+        """A new problem with the estimated parameters in ``values`` (physical) fixed too
+        (e.g. for a profile likelihood)."""
+        if not isinstance(values, Mapping):
+            raise ValueError(f"fix(): expected a {{name: value}} dict; got {values!r}")
+        for name in values:
+            if name not in self.free_names:
+                raise ValueError(f"fix(): {name!r} is not an estimated parameter; estimated: "
+                                 f"{', '.join(repr(n) for n in self.free_names)}")
+        keep = [i for i, n in enumerate(self.free_names) if n not in values]
+        if not keep:
+            raise ValueError("fix(): fixing every estimated parameter leaves no free parameter")
+        plan = _Plan(self.plan)
+        plan["fixed_values"] = {**self.plan["fixed_values"], **{n: float(v) for n, v in values.items()}}
+        names = tuple(self.free_names[i] for i in keep)
+        prior = None if self.prior is None else bind_priors(
+            {n: p for n, p in self.prior.as_dict().items() if n in names}, self.space.subset(names), "PEtab prior")
+        return PetabCalibrationProblem(model=self.model, prior=prior, plan=plan, space=self.space.subset(names),
+                                       free_names=names, factors=tuple(self.factors[i] for i in keep))
+
+    def forward_mode(self) -> PetabCalibrationProblem:
+        """This problem with its model in forward mode (for ``jax.jacfwd`` through the solver)."""
+        return eqx.tree_at(lambda p: p.model, self, self.model.forward_mode())
+
+    def solve_status(self, theta_internal: Float[ArrayLike, " n_free"]) -> int:
+        """The first simulation's non-SUCCESS `jcalib.model.SolveStatus` code, else SUCCESS."""
+        codes = np.asarray(_jitted_status(self, self._check(theta_internal)))
+        bad = codes[codes != SolveStatus.SUCCESS]
+        return int(bad[0]) if bad.size else int(SolveStatus.SUCCESS)
+
+    def simulation_table(self, theta_internal: Float[ArrayLike, " n_free"]) -> pd.DataFrame:
+        """PEtab simulation table at ``theta_internal`` (see `PetabProblem.simulation_table`)."""
+        simulation = np.asarray(_jitted_outputs(self, self._check(theta_internal))[0])
+        measurements = self.plan["measurement_df"]
+        return pd.DataFrame({
+            petab.OBSERVABLE_ID: measurements[petab.OBSERVABLE_ID].to_numpy(),
+            petab.SIMULATION_CONDITION_ID: measurements[petab.SIMULATION_CONDITION_ID].to_numpy(),
+            petab.PREEQUILIBRATION_CONDITION_ID: list(self.plan["row_preeq"]),
+            petab.TIME: measurements[petab.TIME].to_numpy(dtype=np.float64),
+            petab.SIMULATION: simulation,
+        })
+
+    # --- implementations --------------------------------------------------------------------
+    def _parameter_values(self, z) -> dict[str, Array]:
+        """Physical values of every parameter-table id."""
+        values = {name: jnp.asarray(v, dtype=jnp.float64) for name, v in self.plan["fixed_values"].items()}
+        physical = self.space.to_physical(z)
+        for i, name in enumerate(self.free_names):
+            values[name] = physical[i]
+        return values
+
+    def _outputs(self, z):
+        """(simulation, sigma, status per simulation) of every measurement row."""
+        return _evaluate(self.model, self.plan, self._parameter_values(z))
+
+    def _weighted(self, z):
+        """``(h(m) - h(y)) / sigma`` per row, sigma, and the log-likelihood terms."""
+        simulation, sigma, _ = self._outputs(z)
+        return _likelihood_terms(self.plan, simulation, sigma)
+
+    def _residuals_impl(self, z):
+        if np.any(self.plan["laplace"]):
+            raise ValueError("PetabCalibrationProblem.residuals: the problem has laplace noise, which is not a "
+                             "least-squares problem; use log_likelihood / log_posterior (MALA, NUTS, "
+                             "jcalib.estimation.scipy_minimize)")
+        residual, sigma, _ = self._weighted(z)
+        if not self.plan["sigma_varies"]:
+            return residual
+        return jnp.concatenate([residual, jnp.sqrt(jnp.log(2.0 * math.pi * sigma ** 2) + _SIGMA_OFFSET)])
+
+    def _jacobian_impl(self, z):
+        forward = self.forward_mode()
+        return jax.jacfwd(forward._residuals_impl)(z)
+
+    def _log_likelihood_impl(self, z):
+        value = jnp.sum(self._weighted(z)[2])
+        return jnp.where(jnp.isnan(value), -jnp.inf, value)
+
+
+_SIGMA_OFFSET = 50.0  # AMICI's offset in the sigma residuals sqrt(log(2 pi sigma^2) + offset)
+
+
+@eqx.filter_jit
+def _jitted_status(problem: PetabCalibrationProblem, z):
+    return problem._outputs(z)[2]
+
+
+@eqx.filter_jit
+def _jitted_outputs(problem: PetabCalibrationProblem, z):
+    simulation, sigma, _ = problem._outputs(z)
+    residual, _, llh = _likelihood_terms(problem.plan, simulation, sigma)
+    return simulation, llh, residual
+
+
 class PetabProblem:
-    """A PEtab problem as functions of the estimated parameters (build it with `load`).
+    """A PEtab problem (build it with `load`): the jcalib problem and PEtab's own objective.
+
+    Functions of ``z`` take the estimated parameters in PEtab's parameter scales (lin, log,
+    log10), as ``nominal_internal``; `problem` (a `PetabCalibrationProblem`) takes jcalib's
+    internal coordinates (natural log for log-scale parameters): `to_problem_internal` maps.
 
     Attributes:
         petab_problem: the ``petab.v1.Problem`` that was read.
+        problem: the `PetabCalibrationProblem` (free = estimated parameters).
         model: the `jcalib.sbml.SBMLModel` (its outputs are the SBML ids the formulas use).
         parameter_ids: the estimated parameters, in the order of ``z``.
         scales: their PEtab ``parameterScale`` (lin, log or log10).
-        lower, upper: their bounds in internal coordinates.
-        nominal_internal: their nominal values in internal coordinates.
+        lower, upper: their bounds in PEtab's scales.
+        nominal_internal: their nominal values in PEtab's scales.
     """
 
-    def __init__(self, petab_problem, model: sbml.SBMLModel, plan: dict):
+    def __init__(self, petab_problem, problem: PetabCalibrationProblem, plan: _Plan):
         self.petab_problem = petab_problem
-        self.model = model
-        self._plan = plan
-        self.parameter_ids: tuple[str, ...] = plan["parameter_ids"]
+        self.problem = problem
+        self.model = problem.model
+        self.parameter_ids: tuple[str, ...] = problem.free_names
         self.scales: tuple[str, ...] = plan["scales"]
         self.lower = jnp.asarray(plan["lower"])
         self.upper = jnp.asarray(plan["upper"])
         self.nominal_internal = jnp.asarray(plan["nominal_internal"])
-        self._evaluate = jax.jit(self._evaluate_impl)
+        self._factors = jnp.asarray(problem.factors)
 
-    @property
-    def problem(self):
-        """Not built in this version (see the module docstring)."""
-        raise NotImplementedError("PetabProblem.problem: the multi-experiment jcalib problem is not built yet; use "
-                                  "log_likelihood / chi2 / simulation_table")
+    def to_problem_internal(self, z: Float[ArrayLike, "... n_params"]) -> Float[Array, "... n_params"]:
+        """PEtab parameter scales -> ``problem``'s internal coordinates (log10 values times ln 10)."""
+        return jnp.asarray(z, dtype=jnp.float64) * self._factors
 
-    def to_physical(self, z: Float[Array, " n_params"]) -> Float[Array, " n_params"]:
-        """Estimated parameters from internal coordinates (their scales) to physical values."""
-        z = jnp.asarray(z, dtype=jnp.float64)
-        values = [z[i] if s == "lin" else jnp.exp(z[i]) if s == "log" else jnp.power(10.0, z[i])
-                  for i, s in enumerate(self.scales)]
-        return jnp.stack(values) if values else jnp.zeros((0,))
+    def from_problem_internal(self, theta_internal: Float[ArrayLike, "... n_params"]
+                              ) -> Float[Array, "... n_params"]:
+        """``problem``'s internal coordinates -> PEtab parameter scales."""
+        return jnp.asarray(theta_internal, dtype=jnp.float64) / self._factors
 
-    def log_likelihood(self, z: Float[Array, " n_params"]) -> Float[Array, ""]:
-        """PEtab's log-likelihood (with normalisation constants, without priors)."""
-        return jnp.sum(self._evaluate(z)[1])
+    def to_physical(self, z: Float[ArrayLike, " n_params"]) -> Float[Array, " n_params"]:
+        """Estimated parameters from PEtab's scales to physical values."""
+        return self.problem.to_physical(self.to_problem_internal(z))
 
-    def chi2(self, z: Float[Array, " n_params"]) -> Float[Array, ""]:
+    def log_likelihood(self, z: Float[ArrayLike, " n_params"]) -> Float[Array, ""]:
+        """PEtab's log-likelihood (with normalisation constants, without priors); -inf when a
+        solve fails."""
+        value = jnp.sum(self._evaluate(z)[1])
+        return jnp.where(jnp.isnan(value), -jnp.inf, value)
+
+    def chi2(self, z: Float[ArrayLike, " n_params"]) -> Float[Array, ""]:
         """Sum of squared weighted residuals, ``((h(y) - h(m)) / sigma)^2`` with the observable
         transformation ``h``."""
         return jnp.sum(self._evaluate(z)[2] ** 2)
 
-    def residuals(self, z: Float[Array, " n_params"]) -> Float[Array, " n_measurements"]:
-        """Weighted residuals ``(h(y) - h(m)) / sigma``, one per measurement row."""
-        return self._evaluate(z)[2]
-
-    def simulate(self, z: Float[Array, " n_params"]) -> Float[Array, " n_measurements"]:
+    def simulate(self, z: Float[ArrayLike, " n_params"]) -> Float[Array, " n_measurements"]:
         """The simulated observables, one per measurement row (untransformed)."""
         return self._evaluate(z)[0]
 
-    def simulation_table(self, z: Float[Array, " n_params"]) -> pd.DataFrame:
+    def simulation_table(self, z: Float[ArrayLike, " n_params"]) -> pd.DataFrame:
         """PEtab simulation table: observableId, simulationConditionId,
         preequilibrationConditionId, time, simulation (one row per measurement row)."""
-        measurements = self.petab_problem.measurement_df
-        table = pd.DataFrame({
-            petab.OBSERVABLE_ID: measurements[petab.OBSERVABLE_ID].to_numpy(),
-            petab.SIMULATION_CONDITION_ID: measurements[petab.SIMULATION_CONDITION_ID].to_numpy(),
-            petab.PREEQUILIBRATION_CONDITION_ID: list(self._plan["row_preeq"]),
-            petab.TIME: measurements[petab.TIME].to_numpy(dtype=np.float64),
-            petab.SIMULATION: np.asarray(self.simulate(z)),
-        })
-        return table
+        return self.problem.simulation_table(self.to_problem_internal(z))
 
-    # --- the computation ------------------------------------------------------------------
-    def _parameter_values(self, z) -> dict[str, Array]:
-        """Physical values of every parameter-table id."""
-        values = {name: jnp.asarray(v, dtype=jnp.float64) for name, v in self._plan["fixed_values"].items()}
-        physical = self.to_physical(z)
-        for i, name in enumerate(self.parameter_ids):
-            values[name] = physical[i]
-        return values
+    def _evaluate(self, z):
+        z = jnp.asarray(z, dtype=jnp.float64)
+        if z.shape != (len(self.parameter_ids),):
+            raise ValueError(f"PetabProblem: z must have shape ({len(self.parameter_ids)},) (the estimated "
+                             f"parameters {', '.join(self.parameter_ids)}); got {z.shape}")
+        return _jitted_outputs(self.problem, self.to_problem_internal(z))
 
-    def _resolve(self, source: float | str, values: Mapping[str, Array]) -> Array:
-        if isinstance(source, str):
-            return values[source]
-        return jnp.asarray(source, dtype=jnp.float64)
 
-    def _setting(self, condition: dict, values):
-        """(theta, conditions, species overrides {state index: value}) of one condition."""
-        model = self.model
-        theta = []
-        for name, nominal in zip(model.parameters.names, self._plan["sbml_nominal"], strict=True):
-            if name in condition:
-                theta.append(self._resolve(condition[name], values))
-            elif name in values:
-                theta.append(values[name])
-            else:
-                theta.append(jnp.asarray(nominal, dtype=jnp.float64))
-        conditions = dict(model.experiment.conditions)
-        for name in model.condition_names:
-            if name in condition:
-                conditions[name] = self._resolve(condition[name], values)
-        overrides = {model.state_names.index(name): self._resolve(source, values)
-                     for name, source in condition.items() if name in model.state_names}
-        theta = jnp.stack(theta) if theta else jnp.zeros((0,))
-        return theta, conditions, overrides
+# --- the computation ------------------------------------------------------------------------
+def _resolve(source: float | str, values: Mapping[str, Array]) -> Array:
+    if isinstance(source, str):
+        return values[source]
+    return jnp.asarray(source, dtype=jnp.float64)
 
-    def _solve(self, pair, values):
-        model = self.model
-        t0 = jnp.asarray(0.0)
-        theta, conditions, overrides = self._setting(pair["condition"], values)
-        main = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions)
-        if pair["preequilibration"] is None:
-            y0 = main.initial_state(theta)
-            for index, value in overrides.items():
-                y0 = y0.at[index].set(value)
+
+def _setting(model: sbml.SBMLModel, plan: _Plan, condition: dict, values):
+    """(theta, conditions, species overrides {state index: value}) of one condition."""
+    theta = []
+    for name, nominal in zip(model.parameters.names, plan["sbml_nominal"], strict=True):
+        if name in condition:
+            theta.append(_resolve(condition[name], values))
+        elif name in values:
+            theta.append(values[name])
         else:
-            theta_pre, conditions_pre, overrides_pre = self._setting(pair["preequilibration"], values)
-            pre = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions_pre)
-            y_pre = pre.initial_state(theta_pre)
-            for index, value in overrides_pre.items():
-                y_pre = y_pre.at[index].set(value)
-            steady = dfx.diffeqsolve(
-                dfx.ODETerm(pre.vector_field), model.solver, t0, jnp.inf, model.dt0, y_pre, args=theta_pre,
-                saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller, adjoint=model.adjoint,
-                max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
-            y0 = steady.ys[-1]
-            y0 = jnp.where(steady.result == dfx.RESULTS.event_occurred, y0, jnp.nan)
-            for index, value in overrides.items():
-                y0 = y0.at[index].set(value)
-        ts = jnp.asarray(pair["ts"])
-        t1 = float(max(pair["ts"].max(), 0.0)) or 1.0
-        sol = dfx.diffeqsolve(
-            dfx.ODETerm(main.vector_field), model.solver, t0, jnp.asarray(t1), model.dt0, y0, args=theta,
-            saveat=dfx.SaveAt(ts=ts), stepsize_controller=model.controller, adjoint=model.adjoint,
-            max_steps=model.max_steps, throw=False)
-        ys = jnp.where(sol.result == dfx.RESULTS.successful, sol.ys, jnp.nan)
-        return jax.vmap(main.observe, in_axes=(0, 0, None))(ts, ys, theta)
+            theta.append(jnp.asarray(nominal, dtype=jnp.float64))
+    conditions = dict(model.experiment.conditions)
+    for name in model.condition_names:
+        if name in condition:
+            conditions[name] = _resolve(condition[name], values)
+    overrides = {model.state_names.index(name): _resolve(source, values)
+                 for name, source in condition.items() if name in model.state_names}
+    theta = jnp.stack(theta) if theta else jnp.zeros((0,))
+    return theta, conditions, overrides
 
-    def _row_values(self, spec, values, n_rows: int) -> Array:
-        """Per-row values of one placeholder or parameter: ``base + sum_j mask_j * p_j``."""
-        kind, data = spec
-        if kind == "rows":
-            base, refs = data
-            out = jnp.asarray(base)
-            for name, mask in refs.items():
-                out = out + jnp.asarray(mask) * values[name]
-            return out
-        return jnp.broadcast_to(values[data], (n_rows,))
 
-    def _args(self, specs, y_out, values) -> list[Array]:
-        """The per-row arguments of a formula: model outputs, placeholders and parameters."""
-        n_rows = y_out.shape[0]
-        return [y_out[:, item] if kind == "output" else self._row_values((kind, item), values, n_rows)
-                for kind, item in specs]
+def _status(result, ys) -> Array:
+    finite = jnp.all(jnp.isfinite(ys))
+    return jnp.where(result == dfx.RESULTS.successful,
+                     jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.NONFINITE),
+                     jnp.where(result == dfx.RESULTS.max_steps_reached, SolveStatus.MAX_STEPS,
+                               SolveStatus.SOLVER_FAILED))
 
-    def _evaluate_impl(self, z):
-        plan = self._plan
-        values = self._parameter_values(z)
-        outputs = jnp.concatenate([self._solve(pair, values) for pair in plan["pairs"]], axis=0)
-        n = plan["n_rows"]
-        simulation = jnp.zeros((n,))
-        sigma = jnp.ones((n,))
-        for group in plan["groups"]:
-            rows = jnp.asarray(group["rows"])
-            n_rows = int(group["rows"].size)
-            y_out = outputs[jnp.asarray(group["global_index"])]
-            y = jnp.broadcast_to(group["observable_fn"](*self._args(group["observable_args"], y_out, values)),
-                                 (n_rows,))
-            s = jnp.broadcast_to(group["noise_fn"](*self._args(group["noise_args"], y_out, values)), (n_rows,))
-            simulation = simulation.at[rows].set(jnp.asarray(y, dtype=jnp.float64))
-            sigma = sigma.at[rows].set(jnp.asarray(s, dtype=jnp.float64))
-        m = jnp.asarray(plan["measurement"])
-        transform = jnp.asarray(plan["transform"])  # 0 lin, 1 log, 2 log10
-        laplace = jnp.asarray(plan["laplace"])
-        ln10 = math.log(10.0)
-        h_y = jnp.where(transform == 0, simulation,
-                        jnp.where(transform == 1, jnp.log(simulation), jnp.log10(simulation)))
-        h_m = jnp.where(transform == 0, m, jnp.where(transform == 1, jnp.log(m), jnp.log10(m)))
-        # the Jacobian of the transformation of the data: 1, 1/m or 1/(m ln 10)
-        log_jacobian = jnp.where(transform == 0, 0.0,
-                                 jnp.where(transform == 1, -jnp.log(m), -jnp.log(m * ln10)))
-        residual = (h_y - h_m) / sigma
-        llh_normal = -0.5 * jnp.log(2.0 * math.pi * sigma ** 2) - 0.5 * residual ** 2
-        llh_laplace = -jnp.log(2.0 * sigma) - jnp.abs(residual)
-        llh = jnp.where(laplace, llh_laplace, llh_normal) + log_jacobian
-        return simulation, llh, residual
+
+def _solve(model: sbml.SBMLModel, plan: _Plan, pair, values):
+    """Model outputs at the pair's times ``(n_times, n_outputs)`` (NaN unless the solve
+    succeeded) and its `SolveStatus` code."""
+    t0 = jnp.asarray(0.0)
+    theta, conditions, overrides = _setting(model, plan, pair["condition"], values)
+    main = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions)
+    steady_ok = jnp.asarray(True)
+    if pair["preequilibration"] is None:
+        y0 = main.initial_state(theta)
+    else:
+        theta_pre, conditions_pre, overrides_pre = _setting(model, plan, pair["preequilibration"], values)
+        pre = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions_pre)
+        y_pre = pre.initial_state(theta_pre)
+        for index, value in overrides_pre.items():
+            y_pre = y_pre.at[index].set(value)
+        steady = dfx.diffeqsolve(
+            dfx.ODETerm(pre.vector_field), model.solver, t0, jnp.inf, model.dt0, y_pre, args=theta_pre,
+            saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller, adjoint=model.adjoint,
+            max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
+        steady_ok = steady.result == dfx.RESULTS.event_occurred
+        y0 = jnp.where(steady_ok, steady.ys[-1], jnp.nan)
+    for index, value in overrides.items():
+        y0 = y0.at[index].set(value)
+    ts = jnp.asarray(pair["ts"])
+    t1 = float(max(pair["ts"].max(), 0.0)) or 1.0
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(main.vector_field), model.solver, t0, jnp.asarray(t1), model.dt0, y0, args=theta,
+        saveat=dfx.SaveAt(ts=ts), stepsize_controller=model.controller, adjoint=model.adjoint,
+        max_steps=model.max_steps, throw=False)
+    status = jnp.where(steady_ok, _status(sol.result, sol.ys), SolveStatus.NO_STEADY_STATE)
+    ok = status == SolveStatus.SUCCESS
+    ys = jnp.where(ok, sol.ys, jnp.ones_like(sol.ys))  # keep NaNs out of observe (and its gradient)
+    outputs = jax.vmap(main.observe, in_axes=(0, 0, None))(ts, ys, theta)
+    return jnp.where(ok, outputs, jnp.nan), status
+
+
+def _row_values(spec, values, n_rows: int) -> Array:
+    """Per-row values of one placeholder or parameter: ``base + sum_j mask_j * p_j``."""
+    kind, data = spec
+    if kind == "rows":
+        base, refs = data
+        out = jnp.asarray(base)
+        for name, mask in refs.items():
+            out = out + jnp.asarray(mask) * values[name]
+        return out
+    return jnp.broadcast_to(values[data], (n_rows,))
+
+
+def _args(specs, y_out, values) -> list[Array]:
+    """The per-row arguments of a formula: model outputs, placeholders and parameters."""
+    n_rows = y_out.shape[0]
+    return [y_out[:, item] if kind == "output" else _row_values((kind, item), values, n_rows)
+            for kind, item in specs]
+
+
+def _evaluate(model: sbml.SBMLModel, plan: _Plan, values):
+    """(simulation, sigma) per measurement row and the status of each simulation."""
+    solved = [_solve(model, plan, pair, values) for pair in plan["pairs"]]
+    outputs = jnp.concatenate([out for out, _ in solved], axis=0)
+    statuses = jnp.stack([status for _, status in solved])
+    n = plan["n_rows"]
+    simulation = jnp.zeros((n,))
+    sigma = jnp.ones((n,))
+    for group in plan["groups"]:
+        rows = jnp.asarray(group["rows"])
+        n_rows = int(group["rows"].size)
+        y_out = outputs[jnp.asarray(group["global_index"])]
+        y = jnp.broadcast_to(group["observable_fn"](*_args(group["observable_args"], y_out, values)), (n_rows,))
+        s = jnp.broadcast_to(group["noise_fn"](*_args(group["noise_args"], y_out, values)), (n_rows,))
+        simulation = simulation.at[rows].set(jnp.asarray(y, dtype=jnp.float64))
+        sigma = sigma.at[rows].set(jnp.asarray(s, dtype=jnp.float64))
+    return simulation, sigma, statuses
+
+
+def _likelihood_terms(plan: _Plan, simulation, sigma):
+    """``(h(m) - h(y)) / sigma``, sigma, and the log-likelihood of each measurement row."""
+    m = jnp.asarray(plan["measurement"])
+    transform = jnp.asarray(plan["transform"])  # 0 lin, 1 log, 2 log10
+    laplace = jnp.asarray(plan["laplace"])
+    ln10 = math.log(10.0)
+    h_y = jnp.where(transform == 0, simulation, jnp.where(transform == 1, jnp.log(simulation), jnp.log10(simulation)))
+    h_m = jnp.where(transform == 0, m, jnp.where(transform == 1, jnp.log(m), jnp.log10(m)))
+    # the Jacobian of the transformation of the data: 1, 1/m or 1/(m ln 10)
+    log_jacobian = jnp.where(transform == 0, 0.0, jnp.where(transform == 1, -jnp.log(m), -jnp.log(m * ln10)))
+    residual = (h_m - h_y) / sigma
+    llh_normal = -0.5 * jnp.log(2.0 * math.pi * sigma ** 2) - 0.5 * residual ** 2
+    llh_laplace = -jnp.log(2.0 * sigma) - jnp.abs(residual)
+    llh = jnp.where(laplace, llh_laplace, llh_normal) + log_jacobian
+    return residual, sigma, llh
 
 
 def _check_tables(problem) -> None:
@@ -489,7 +661,80 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
             group[f"{key}_fn"] = _jax_function(symbols, expr)
         groups.append(group)
     plan["groups"] = groups
-    return PetabProblem(problem, model, plan)
+    estimated_ids = set(plan["parameter_ids"])
+
+    def varies(spec) -> bool:
+        kind, item = spec
+        if kind == "output":
+            return True
+        if kind == "rows":
+            return any(name in estimated_ids for name in item[1])
+        return item in estimated_ids
+
+    plan["sigma_varies"] = any(varies(spec) for group in groups for spec in group["noise_args"])
+    plan["measurement_df"] = measurements
+    plan = _Plan(plan)
+    space = _space(estimated)
+    calibration = PetabCalibrationProblem(
+        model=model, prior=_priors(estimated, space), plan=plan, space=space, free_names=space.names,
+        factors=tuple(_internal_factor(s) for s in scales))
+    return PetabProblem(problem, calibration, plan)
+
+
+def _space(estimated: pd.DataFrame) -> ParameterSpace:
+    """The estimated parameters as jcalib parameters (log-scale for PEtab's log and log10)."""
+    parameters = []
+    for pid, row in estimated.iterrows():
+        scale = row[petab.PARAMETER_SCALE]
+        lower, upper = float(row[petab.LOWER_BOUND]), float(row[petab.UPPER_BOUND])
+        if scale == "lin" and math.isfinite(lower) != math.isfinite(upper):
+            raise _unsupported(f"a lin-scale estimated parameter with one infinite bound ({pid!r})")
+        try:
+            parameters.append(Parameter(str(pid), float(row[petab.NOMINAL_VALUE]), lower, upper,
+                                        log_scale=scale != "lin"))
+        except ValueError as error:
+            raise ValueError(f"petab.load: parameter-table row {pid!r}: {error}") from None
+    return ParameterSpace(parameters)
+
+
+_PRIOR_TYPES = ("parameterScaleUniform", "parameterScaleNormal", "uniform", "normal", "logNormal")
+
+
+def _priors(estimated: pd.DataFrame, space: ParameterSpace):
+    """PEtab's objective priors as jcalib priors (truncated to the bounds), None when the table
+    has none (uniform on the bounds in the parameter scale, jcalib's default)."""
+    column = petab.OBJECTIVE_PRIOR_TYPE
+    if column not in estimated:
+        return None
+    priors = {}
+    for pid, row in estimated.iterrows():
+        kind = row[column]
+        if _is_missing(kind):
+            continue
+        if kind not in _PRIOR_TYPES:
+            raise _unsupported(f"objectivePriorType {kind!r} (parameter {pid!r}); supported: {_PRIOR_TYPES}")
+        values = [float(v) for v in _split(row.get(petab.OBJECTIVE_PRIOR_PARAMETERS))]
+        if len(values) != 2:
+            raise ValueError(f"petab.load: parameter {pid!r}: objectivePriorParameters must be two numbers "
+                             f"'a;b'; got {row.get(petab.OBJECTIVE_PRIOR_PARAMETERS)!r}")
+        a, b = values
+        scale = row[petab.PARAMETER_SCALE]
+        factor = _internal_factor(scale)
+        if kind == "uniform" or (kind == "parameterScaleUniform" and scale == "lin"):
+            priors[str(pid)] = Uniform(a, b)
+        elif kind == "parameterScaleUniform":
+            priors[str(pid)] = LogUniform(math.exp(a * factor), math.exp(b * factor))
+        elif kind == "normal" or (kind == "parameterScaleNormal" and scale == "lin"):
+            priors[str(pid)] = Normal(a, b)
+        elif kind == "parameterScaleNormal":
+            priors[str(pid)] = LogNormal(a * factor, b * factor)
+        else:
+            priors[str(pid)] = LogNormal(a, b)
+    if not priors:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PriorTruncationWarning)  # PEtab's priors are truncated by design
+        return bind_priors(priors, space, "PEtab objective prior")
 
 
 def _jax_function(symbols, expr) -> Callable:

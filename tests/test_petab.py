@@ -3,13 +3,17 @@ simulations against each case's solution, within its tolerances."""
 
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import petab.v1 as petab
 import pytest
 import yaml
+from scipy import stats
 
 from jcalib import petab as jpetab
+from jcalib.estimation import multistart
+from jcalib.model import SolveStatus
 from tests.helpers import shared_petab
 
 SUITE = shared_petab("test_suite_v1")
@@ -90,8 +94,132 @@ def test_petab_unsupported_feature_is_refused(tmp_path):
         jpetab.load(tmp_path / "_0001.yaml")
 
 
-def test_petab_problem_not_built_yet():
-    folder, _ = _case("0001")
-    pp = jpetab.load(folder / "_0001.yaml")
-    with pytest.raises(NotImplementedError, match="not built yet"):
-        _ = pp.problem
+def _copy(case, tmp_path):
+    folder, _ = _case(case)
+    for path in folder.iterdir():
+        if path.is_file():
+            (tmp_path / path.name).write_text(path.read_text())
+    return tmp_path / f"_{case}.yaml"
+
+
+@pytest.fixture(scope="module")
+def noise_case():
+    """Case 0015: an estimated noise parameter (sigma varies with z)."""
+    folder, solution = _case("0015")
+    return jpetab.load(folder / "_0015.yaml"), solution
+
+
+def test_petab_problem_is_the_same_objective(noise_case):
+    pp, solution = noise_case
+    problem = pp.problem
+    assert problem.free_names == pp.parameter_ids
+    z = pp.nominal_internal
+    theta = pp.to_problem_internal(z)
+    np.testing.assert_allclose(pp.from_problem_internal(theta), z, rtol=1e-15)
+    np.testing.assert_allclose(float(problem.log_likelihood(theta)), solution["llh"], atol=solution["tol_llh"])
+    np.testing.assert_allclose(problem.to_physical(theta), pp.to_physical(z), rtol=1e-14)
+    table = problem.simulation_table(theta)
+    np.testing.assert_array_equal(table["simulation"], pp.simulation_table(z)["simulation"])
+
+
+def test_petab_problem_residuals_with_estimated_noise(noise_case):
+    """With sigma estimated, the residuals carry one sigma term per row (AMICI's trick):
+    0.5 sum r^2 + llh is the same constant at any parameters, and the first half of the
+    residuals squared is chi2."""
+    pp, _ = noise_case
+    problem = pp.problem
+    n_rows = len(pp.petab_problem.measurement_df)
+    assert problem.n_observed == 2 * n_rows
+    constants = []
+    for shift in (0.0, 0.3):
+        theta = pp.to_problem_internal(pp.nominal_internal) + shift
+        r = np.asarray(problem.residuals(theta))
+        np.testing.assert_allclose(np.sum(r[:n_rows] ** 2), float(pp.chi2(pp.from_problem_internal(theta))),
+                                   rtol=1e-12)
+        constants.append(0.5 * np.sum(r ** 2) + float(problem.log_likelihood(theta)))
+    np.testing.assert_allclose(constants[0], constants[1], rtol=1e-12)
+    np.testing.assert_allclose(constants[0], 0.5 * n_rows * 50.0, rtol=1e-12)  # no transformation: no log-Jacobian
+
+
+def test_petab_problem_jacobian_matches_finite_differences(noise_case):
+    pp, _ = noise_case
+    problem = pp.problem
+    theta = pp.to_problem_internal(pp.nominal_internal)
+    jac = np.asarray(problem.jacobian(theta))
+    eps = 1e-6
+    fd = np.stack([(np.asarray(problem.residuals(theta.at[i].add(eps)))
+                    - np.asarray(problem.residuals(theta.at[i].add(-eps)))) / (2 * eps)
+                   for i in range(theta.size)], axis=1)
+    np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-7)
+    batched = jax.vmap(problem._log_likelihood_impl)(jnp.stack([theta, theta + 0.1]))
+    np.testing.assert_allclose(batched[1], float(problem.log_likelihood(theta + 0.1)), rtol=1e-12)
+
+
+def test_petab_problem_least_squares_fit(noise_case):
+    """Levenberg-Marquardt (vmapped multistart from the PEtab bounds) on the PEtab problem:
+    the best start reaches at least the nominal log-likelihood."""
+    pp, _ = noise_case
+    problem = pp.problem.fix({"a0": 1.0, "b0": 0.0})  # 2 data points: keep k1, k2, noise
+    result = multistart(jax.random.key(0), problem, 8, "lm", "lhs")
+    best = result.best.theta_internal
+    nominal = pp.to_problem_internal(pp.nominal_internal)[2:]
+    assert float(problem.log_likelihood(best)) >= float(problem.log_likelihood(nominal)) - 1e-6
+
+
+def test_petab_problem_fix_and_bad_input(noise_case):
+    pp, _ = noise_case
+    theta = pp.to_problem_internal(pp.nominal_internal)
+    fixed = pp.problem.fix({"k1": float(pp.to_physical(pp.nominal_internal)[2])})
+    assert "k1" not in fixed.free_names and fixed.fixed["k1"] == 0.8
+    np.testing.assert_allclose(float(fixed.log_likelihood(jnp.delete(theta, 2))),
+                               float(pp.problem.log_likelihood(theta)), rtol=1e-12)
+    with pytest.raises(ValueError, match="not an estimated parameter"):
+        pp.problem.fix({"nope": 1.0})
+    with pytest.raises(ValueError, match="shape"):
+        pp.log_likelihood(jnp.zeros(3))
+    with pytest.raises(ValueError, match="shape"):
+        pp.problem.log_likelihood(jnp.zeros(3))
+
+
+def test_petab_failed_solve_is_not_a_number(tmp_path):
+    """A solve that cannot finish gives -inf log-likelihood, NaN residuals and a status."""
+    pp = jpetab.load(_copy("0001", tmp_path), max_steps=2)
+    theta = pp.to_problem_internal(pp.nominal_internal)
+    assert float(pp.problem.log_likelihood(theta)) == -np.inf
+    assert float(pp.log_likelihood(pp.nominal_internal)) == -np.inf
+    assert np.all(np.isnan(pp.problem.residuals(theta)))
+    assert pp.problem.solve_status(theta) == SolveStatus.MAX_STEPS
+
+
+def test_petab_laplace_refuses_least_squares(tmp_path):
+    path = _copy("0001", tmp_path)
+    observables = pd.read_csv(tmp_path / "_observables.tsv", sep="\t")
+    observables["noiseDistribution"] = "laplace"
+    observables.to_csv(tmp_path / "_observables.tsv", sep="\t", index=False)
+    pp = jpetab.load(path)
+    theta = pp.to_problem_internal(pp.nominal_internal)
+    with pytest.raises(ValueError, match="laplace noise, which is not a least-squares problem"):
+        pp.problem.residuals(theta)
+    assert np.isfinite(float(pp.problem.log_posterior(theta)))
+
+
+def test_petab_objective_priors(tmp_path):
+    """objectivePriorType normal / parameterScaleNormal on log10 become truncated jcalib priors."""
+    path = _copy("0019", tmp_path)
+    parameters = pd.read_csv(tmp_path / "_parameters.tsv", sep="\t")
+    parameters["objectivePriorType"] = ["normal", "", "parameterScaleNormal", ""]
+    parameters["objectivePriorParameters"] = ["0.8;0.5", "", "0.3;0.2", ""]
+    parameters.to_csv(tmp_path / "_parameters.tsv", sep="\t", index=False)
+    pp = jpetab.load(path)
+    problem = pp.problem
+    z = pp.nominal_internal  # k1 0.8, k2 0.6, log10 initial_A = log10(2)
+    theta = pp.to_problem_internal(z)
+    k1 = stats.truncnorm((0 - 0.8) / 0.5, (10 - 0.8) / 0.5, loc=0.8, scale=0.5).logpdf(0.8)
+    k2 = -np.log(10.0)  # default: uniform on [0, 10]
+    # log10 A ~ N(0.3, 0.2) truncated to [0, 1]; in jcalib's coordinate ln A = ln 10 * log10 A
+    a = stats.truncnorm((0 - 0.3) / 0.2, (1 - 0.3) / 0.2, loc=0.3, scale=0.2).logpdf(float(z[2])) - np.log(np.log(10))
+    np.testing.assert_allclose(float(problem.log_prior(theta)), k1 + k2 + a, rtol=1e-10)
+    parameters["objectivePriorType"] = ["laplace", "", "", ""]
+    parameters.to_csv(tmp_path / "_parameters.tsv", sep="\t", index=False)
+    with pytest.raises(ValueError, match="objectivePriorType 'laplace'"):
+        jpetab.load(path)
