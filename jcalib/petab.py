@@ -236,8 +236,40 @@ class PetabCalibrationProblem(AbstractProblem):
         return jax.jacfwd(forward._residuals_impl)(z)
 
     def _log_likelihood_impl(self, z):
+        return _forward_differentiated(self, z, method="_log_likelihood_value")
+
+    def _log_likelihood_value(self, z):
         value = jnp.sum(self._weighted(z)[2])
         return jnp.where(jnp.isnan(value), -jnp.inf, value)
+
+
+@eqx.filter_custom_jvp
+def _forward_differentiated(problem: PetabCalibrationProblem, z, *, method: str):
+    """``problem.<method>(z)`` whose derivatives come from forward sensitivities (``jax.jacfwd``
+    through the model in forward mode, as AMICI's forward sensitivity analysis), so
+    ``jax.grad`` never reverse-differentiates the stiff solver: diffrax's checkpointed
+    backward pass through its implicit solvers' Newton iterations can meet non-finite
+    operators (lineax then raises) on stiff PEtab models such as Boehm_JProteomeRes2014."""
+    return getattr(problem, method)(z)
+
+
+@_forward_differentiated.def_jvp
+def _forward_differentiated_jvp(primals, tangents, *, method: str):
+    problem, z = primals
+    problem_tangent, dz = tangents
+    if jax.tree_util.tree_leaves(problem_tangent):
+        raise NotImplementedError("PetabCalibrationProblem: derivatives with respect to the problem's own arrays "
+                                  "(the model) are not supported; differentiate with respect to theta_internal")
+    forward = problem.forward_mode()
+
+    def both(zz):
+        value = getattr(forward, method)(zz)
+        return value, value
+
+    jac, value = jax.jacfwd(both, has_aux=True)(z)
+    if dz is None:
+        return value, jnp.zeros_like(value)
+    return value, jnp.tensordot(jac, dz, axes=1)
 
 
 _SIGMA_OFFSET = 50.0  # AMICI's offset in the sigma residuals sqrt(log(2 pi sigma^2) + offset)
@@ -250,9 +282,15 @@ def _jitted_status(problem: PetabCalibrationProblem, z):
 
 @eqx.filter_jit
 def _jitted_outputs(problem: PetabCalibrationProblem, z):
+    """(simulation, residual) per measurement row."""
     simulation, sigma, _ = problem._outputs(z)
-    residual, _, llh = _likelihood_terms(problem.plan, simulation, sigma)
-    return simulation, llh, residual
+    residual, _, _ = _likelihood_terms(problem.plan, simulation, sigma)
+    return simulation, residual
+
+
+@eqx.filter_jit
+def _jitted_log_likelihood(problem: PetabCalibrationProblem, z):
+    return problem._log_likelihood_impl(z)
 
 
 class PetabProblem:
@@ -299,13 +337,12 @@ class PetabProblem:
     def log_likelihood(self, z: Float[ArrayLike, " n_params"]) -> Float[Array, ""]:
         """PEtab's log-likelihood (with normalisation constants, without priors); -inf when a
         solve fails."""
-        value = jnp.sum(self._evaluate(z)[1])
-        return jnp.where(jnp.isnan(value), -jnp.inf, value)
+        return _jitted_log_likelihood(self.problem, self.to_problem_internal(self._check(z)))
 
     def chi2(self, z: Float[ArrayLike, " n_params"]) -> Float[Array, ""]:
         """Sum of squared weighted residuals, ``((h(y) - h(m)) / sigma)^2`` with the observable
         transformation ``h``."""
-        return jnp.sum(self._evaluate(z)[2] ** 2)
+        return jnp.sum(self._evaluate(z)[1] ** 2)
 
     def simulate(self, z: Float[ArrayLike, " n_params"]) -> Float[Array, " n_measurements"]:
         """The simulated observables, one per measurement row (untransformed)."""
@@ -316,12 +353,15 @@ class PetabProblem:
         preequilibrationConditionId, time, simulation (one row per measurement row)."""
         return self.problem.simulation_table(self.to_problem_internal(z))
 
-    def _evaluate(self, z):
+    def _check(self, z):
         z = jnp.asarray(z, dtype=jnp.float64)
         if z.shape != (len(self.parameter_ids),):
             raise ValueError(f"PetabProblem: z must have shape ({len(self.parameter_ids)},) (the estimated "
                              f"parameters {', '.join(self.parameter_ids)}); got {z.shape}")
-        return _jitted_outputs(self.problem, self.to_problem_internal(z))
+        return z
+
+    def _evaluate(self, z):
+        return _jitted_outputs(self.problem, self.to_problem_internal(self._check(z)))
 
 
 # --- the computation ------------------------------------------------------------------------

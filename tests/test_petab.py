@@ -254,3 +254,22 @@ def test_cli_petab_simulate_and_fit(tmp_path):
     assert result.exit_code == 2 and "--method must be one of" in result.output
     result = runner.invoke(app, ["petab", str(tmp_path / "missing.yaml")])
     assert result.exit_code == 2 and "no such file" in result.output
+
+
+def test_petab_gradient_on_a_stiff_collection_model():
+    """Boehm_JProteomeRes2014 (stiff): jax.grad of the log-likelihood comes from forward
+    sensitivities (reverse mode through diffrax's implicit solver raised a lineax error here)
+    and matches central finite differences; its llh is the collection's -138.222."""
+    folder = shared_petab("benchmark_models") / "Boehm_JProteomeRes2014"
+    if not folder.exists():
+        pytest.skip(f"the benchmark collection is not at {folder.parent}")
+    pp = jpetab.load(folder / "Boehm_JProteomeRes2014.yaml")
+    z = pp.nominal_internal
+    np.testing.assert_allclose(float(pp.log_likelihood(z)), -138.22199, atol=1e-3)
+    z = z + 0.1  # away from the optimum, where the gradient is not round-off
+    grad = np.asarray(jax.grad(pp.log_likelihood)(z))
+    eps = 1e-4
+    fd = np.array([(float(pp.log_likelihood(z.at[i].add(eps))) - float(pp.log_likelihood(z.at[i].add(-eps))))
+                   / (2 * eps) for i in range(z.size)])
+    assert np.max(np.abs(grad)) > 10.0
+    np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-3)
