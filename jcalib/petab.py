@@ -38,7 +38,8 @@ SBML model, a mapping table, measurements at ``t = inf`` (steady-state data), pr
 conditions that change compartment sizes, and condition-table columns that are not SBML
 entities. Objective priors (``objectivePriorType`` uniform, normal, logNormal,
 parameterScaleUniform, parameterScaleNormal) are ``pp.problem``'s prior, truncated to the
-bounds (laplace priors are refused); without them the prior is uniform on the bounds in the
+bounds (with laplace priors, ``log_prior`` and ``log_posterior`` raise; the likelihood and
+least-squares methods work); without them the prior is uniform on the bounds in the
 parameter scale. PEtab's log-likelihood (``pp.log_likelihood``) is without priors.
 """
 
@@ -176,7 +177,7 @@ class PetabCalibrationProblem(AbstractProblem):
         plan = _Plan(self.plan)
         plan["fixed_values"] = {**self.plan["fixed_values"], **{n: float(v) for n, v in values.items()}}
         names = tuple(self.free_names[i] for i in keep)
-        prior = None if self.prior is None else bind_priors(
+        prior = self.prior if self.prior is None or isinstance(self.prior, _UnsupportedPrior) else bind_priors(
             {n: p for n, p in self.prior.as_dict().items() if n in names}, self.space.subset(names), "PEtab prior")
         return PetabCalibrationProblem(model=self.model, prior=prior, plan=plan, space=self.space.subset(names),
                                        free_names=names, factors=tuple(self.factors[i] for i in keep))
@@ -737,6 +738,18 @@ def _space(estimated: pd.DataFrame) -> ParameterSpace:
     return ParameterSpace(parameters)
 
 
+class _UnsupportedPrior(eqx.Module):
+    """The prior of a problem whose objective priors jcalib cannot represent: the likelihood,
+    residuals and least-squares methods work; the prior density refuses (it would be another
+    prior)."""
+
+    feature: str = eqx.field(static=True)
+
+    def log_prob_internal(self, theta_internal):
+        raise ValueError(f"PetabCalibrationProblem.log_prior: unsupported PEtab feature: {self.feature}; the "
+                         "likelihood and least-squares methods work, priors and posteriors do not")
+
+
 _PRIOR_TYPES = ("parameterScaleUniform", "parameterScaleNormal", "uniform", "normal", "logNormal")
 
 
@@ -752,7 +765,7 @@ def _priors(estimated: pd.DataFrame, space: ParameterSpace):
         if _is_missing(kind):
             continue
         if kind not in _PRIOR_TYPES:
-            raise _unsupported(f"objectivePriorType {kind!r} (parameter {pid!r}); supported: {_PRIOR_TYPES}")
+            return _UnsupportedPrior(f"objectivePriorType {kind!r} (parameter {pid!r}); supported: {_PRIOR_TYPES}")
         values = [float(v) for v in _split(row.get(petab.OBJECTIVE_PRIOR_PARAMETERS))]
         if len(values) != 2:
             raise ValueError(f"petab.load: parameter {pid!r}: objectivePriorParameters must be two numbers "

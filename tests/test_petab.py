@@ -221,8 +221,12 @@ def test_petab_objective_priors(tmp_path):
     np.testing.assert_allclose(float(problem.log_prior(theta)), k1 + k2 + a, rtol=1e-10)
     parameters["objectivePriorType"] = ["laplace", "", "", ""]
     parameters.to_csv(tmp_path / "_parameters.tsv", sep="\t", index=False)
+    pp = jpetab.load(path)
+    assert np.isfinite(float(pp.problem.log_likelihood(theta)))
     with pytest.raises(ValueError, match="objectivePriorType 'laplace'"):
-        jpetab.load(path)
+        pp.problem.log_prior(theta)
+    with pytest.raises(ValueError, match="objectivePriorType 'laplace'"):
+        pp.problem.log_posterior(theta)
 
 
 def test_cli_petab_simulate_and_fit(tmp_path):
