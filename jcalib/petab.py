@@ -480,7 +480,9 @@ def _likelihood_terms(plan: _Plan, simulation, sigma):
     transform = jnp.asarray(plan["transform"])  # 0 lin, 1 log, 2 log10
     laplace = jnp.asarray(plan["laplace"])
     ln10 = math.log(10.0)
-    h_y = jnp.where(transform == 0, simulation, jnp.where(transform == 1, jnp.log(simulation), jnp.log10(simulation)))
+    # the logs only where transformed: jnp.where's gradient through an unused log(0) is 0 * inf = NaN
+    positive = jnp.where(transform == 0, 1.0, simulation)
+    h_y = jnp.where(transform == 0, simulation, jnp.where(transform == 1, jnp.log(positive), jnp.log10(positive)))
     h_m = jnp.where(transform == 0, m, jnp.where(transform == 1, jnp.log(m), jnp.log10(m)))
     # the Jacobian of the transformation of the data: 1, 1/m or 1/(m ln 10)
     log_jacobian = jnp.where(transform == 0, 0.0, jnp.where(transform == 1, -jnp.log(m), -jnp.log(m * ln10)))
@@ -556,6 +558,8 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
                     if row[petab.ESTIMATE] != 1}
 
     def scaled(value, scale):
+        if scale != "lin" and value == 0.0:
+            return -math.inf  # a log-scale value 0 (e.g. a nominal value "switched off")
         return value if scale == "lin" else math.log(value) if scale == "log" else math.log10(value)
 
     scales = tuple(estimated[petab.PARAMETER_SCALE])
@@ -730,9 +734,15 @@ def _space(estimated: pd.DataFrame) -> ParameterSpace:
         lower, upper = float(row[petab.LOWER_BOUND]), float(row[petab.UPPER_BOUND])
         if scale == "lin" and math.isfinite(lower) != math.isfinite(upper):
             raise _unsupported(f"a lin-scale estimated parameter with one infinite bound ({pid!r})")
+        nominal = float(row[petab.NOMINAL_VALUE])
+        if not lower <= nominal <= upper:  # e.g. 0 on a log scale; PEtab's linter lets it pass
+            inside = min(max(nominal, lower), upper)
+            warnings.warn(f"petab.load: the nominal value {nominal} of {pid!r} lies outside its bounds [{lower}, "
+                          f"{upper}]; pp.problem's default start uses {inside} (pp.nominal_internal keeps "
+                          f"{nominal})", stacklevel=3)
+            nominal = inside
         try:
-            parameters.append(Parameter(str(pid), float(row[petab.NOMINAL_VALUE]), lower, upper,
-                                        log_scale=scale != "lin"))
+            parameters.append(Parameter(str(pid), nominal, lower, upper, log_scale=scale != "lin"))
         except ValueError as error:
             raise ValueError(f"petab.load: parameter-table row {pid!r}: {error}") from None
     return ParameterSpace(parameters)

@@ -277,3 +277,21 @@ def test_petab_gradient_on_a_stiff_collection_model():
                    / (2 * eps) for i in range(z.size)])
     assert np.max(np.abs(grad)) > 10.0
     np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-3)
+
+
+def test_petab_gradient_where_an_observable_is_zero(tmp_path):
+    """An untransformed observable that is exactly 0 (B at t = 0 with b0 = 0): the log branch
+    of the transformation must not leak 0 * inf = NaN into the gradient."""
+    path = _copy("0001", tmp_path)
+    observables = pd.read_csv(tmp_path / "_observables.tsv", sep="\t")
+    observables["observableFormula"] = "B"
+    observables.to_csv(tmp_path / "_observables.tsv", sep="\t", index=False)
+    pp = jpetab.load(path)
+    z = pp.nominal_internal
+    assert float(pp.simulate(z)[0]) == 0.0
+    grad = np.asarray(jax.grad(pp.log_likelihood)(z))
+    assert np.all(np.isfinite(grad))
+    eps = 1e-6
+    fd = [(float(pp.log_likelihood(z.at[i].add(eps))) - float(pp.log_likelihood(z.at[i].add(-eps)))) / (2 * eps)
+          for i in range(z.size)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)

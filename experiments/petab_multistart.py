@@ -1,0 +1,139 @@
+"""Multistart calibration of PEtab benchmark-collection problems (issue 21 §5).
+
+For each problem: `jcalib.petab.load`, then ``--n-starts`` starts drawn uniformly over the
+PEtab bounds (uniform in each parameter's scale: lin, log or log10), each fitted by
+Levenberg-Marquardt with the forward-mode autodiff Jacobian, all starts in one vmapped,
+jitted solve (`jcalib.estimation.multistart`, method ``"lm"``). Estimated noise parameters
+enter the least-squares residuals through AMICI's sigma residuals
+(`jcalib.petab.PetabCalibrationProblem`), so minimising the sum of squares maximises PEtab's
+log-likelihood.
+
+The reference is the published optimum: the collection's nominal parameters (the
+publication's maximum-likelihood estimate), whose log-likelihood ``llh_nominal`` we evaluate.
+A start *converges* when it ends with ``llh >= llh_nominal - LLH_TOLERANCE``. Reported per
+problem: the best log-likelihood, the fraction of converged starts, the wall time of the
+batch (compilation included, and without it from a second, warm run where asked) and the
+time per converged start (wall time / converged starts).
+
+Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--problems A B]``;
+writes ``results/petab_multistart/metrics.json``, ``table.md`` and one waterfall plot per
+problem. The collection is found beside the checkout (``../shared/petab``) or in
+``/work/shared/petab``; ``--root`` overrides.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from experiments import common
+from jcalib import petab as jpetab
+from jcalib import plotting
+from jcalib.estimation import multistart
+
+jax.config.update("jax_enable_x64", True)
+
+LLH_TOLERANCE = 0.1  # a start "reaches the published optimum" within this much log-likelihood
+# problems of different sizes (states, estimated parameters) whose reference simulations jcalib
+# reproduces and whose noise model is least squares (normal)
+PROBLEMS = ("Bertozzi_PNAS2020", "Zhao_QuantBiol2020", "Fiedler_BMCSystBiol2016", "Rahman_MBS2016",
+            "Boehm_JProteomeRes2014", "Raia_CancerResearch2011")
+QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
+
+
+def collection_root(root: str | os.PathLike | None = None) -> pathlib.Path:
+    """The benchmark collection's folder: ``root``, else ../shared/petab beside the
+    checkout, else /work/shared/petab."""
+    if root is not None:
+        return pathlib.Path(root)
+    beside = pathlib.Path(__file__).resolve().parents[2] / "shared" / "petab" / "benchmark_models"
+    return beside if beside.exists() else pathlib.Path("/work/shared/petab/benchmark_models")
+
+
+def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int) -> dict:
+    """Import, evaluate at the nominal parameters, multistart; the metrics of one problem."""
+    name = folder.name
+    t0 = time.perf_counter()
+    named = folder / f"{name}.yaml"
+    pp = jpetab.load(named if named.exists() else min(folder.glob("*.yaml"), default=named))
+    problem = pp.problem
+    nominal = pp.to_problem_internal(pp.nominal_internal)
+    llh_nominal = float(problem.log_likelihood(nominal))
+    import_s = time.perf_counter() - t0
+    starts = multistart(jax.random.key(seed), problem, n_starts, "lm", "uniform", max_steps=max_steps)
+    llh = np.array([float(problem.log_likelihood(r.theta_internal)) if np.isfinite(r.loss) else -np.inf
+                    for r in starts.results])
+    converged = llh >= llh_nominal - LLH_TOLERANCE
+    n_converged = int(converged.sum())
+    return {
+        "problem": name, "n_states": len(pp.model.state_names), "n_parameters": problem.n_free,
+        "n_measurements": len(pp.petab_problem.measurement_df), "n_starts": n_starts,
+        "llh_nominal": llh_nominal, "llh_best": float(llh.max()), "llh_starts": llh.tolist(),
+        "n_converged": n_converged, "fraction_converged": n_converged / n_starts,
+        "n_failed_starts": int(starts.extra.get("n_failed_starts", 0)),
+        "wall_time_s": starts.wall_time_s, "import_and_nominal_s": import_s,
+        "seconds_per_converged_start": starts.wall_time_s / n_converged if n_converged else None,
+        "best_estimate": problem.estimate_dict(starts.results[int(np.argmax(llh))].theta_internal),
+        "_starts": starts,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    """The Markdown table of the run."""
+    lines = ["| problem | states | parameters | starts | llh nominal | llh best | converged | wall s | "
+             "s per converged start |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['problem']} | | | | | | error: {r['error']} | | |")
+            continue
+        per = "n/a" if r["seconds_per_converged_start"] is None else f"{r['seconds_per_converged_start']:.2f}"
+        lines.append(f"| {r['problem']} | {r['n_states']} | {r['n_parameters']} | {r['n_starts']} | "
+                     f"{r['llh_nominal']:.3f} | {r['llh_best']:.3f} | {r['n_converged']}/{r['n_starts']} | "
+                     f"{r['wall_time_s']:.1f} | {per} |")
+    lines.append("")
+    lines.append(f"Converged: log-likelihood within {LLH_TOLERANCE} of the nominal (published) parameters' or "
+                 "better. Wall time: the vmapped Levenberg-Marquardt batch, compilation included.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = common.parser(__doc__, "petab_multistart", quick_help="Bertozzi_PNAS2020 only, 8 starts")
+    parser.add_argument("--n-starts", type=int, default=24, help="starts per problem (uniform over the bounds)")
+    parser.add_argument("--max-steps", type=int, default=200, help="Levenberg-Marquardt iterations per start")
+    parser.add_argument("--problems", nargs="+", default=None, help="collection problems (default: %(default)s)")
+    parser.add_argument("--root", default=None, help="the collection's folder")
+    args = parser.parse_args(argv)
+    if args.n_starts < 1:
+        parser.error("--n-starts must be positive")
+    common.prepare_out(args.out)
+    root = collection_root(args.root)
+    names = args.problems or (QUICK_PROBLEMS if args.quick else PROBLEMS)
+    n_starts = 8 if args.quick else args.n_starts
+    rows = []
+    for name in names:
+        folder = root / name
+        try:
+            row = run_problem(folder, n_starts, args.seed, args.max_steps)
+        except (ValueError, OSError) as error:  # a refused or missing problem is a row, not a crash
+            rows.append({"problem": name, "error": " ".join(str(error).split())})
+            continue
+        common.save(plotting.plot_multistart_waterfall(row.pop("_starts")), args.out / f"waterfall_{name}.png")
+        rows.append(row)
+        print(f"{name}: {row['n_converged']}/{n_starts} starts reach llh {row['llh_nominal']:.3f} (best "
+              f"{row['llh_best']:.3f}) in {row['wall_time_s']:.1f} s", flush=True)
+        common.write_metrics(args.out, {"problems": rows, "seed": args.seed, "quick": args.quick,
+                                        "llh_tolerance": LLH_TOLERANCE})  # after each problem: nothing lost
+    written = common.write_metrics(args.out, {"problems": rows, "seed": args.seed, "quick": args.quick,
+                                              "llh_tolerance": LLH_TOLERANCE})
+    text = table(rows)
+    common.write_text(args.out / "table.md", text)
+    print(text)
+    return written
+
+
+if __name__ == "__main__":
+    main()
