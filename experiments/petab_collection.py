@@ -436,7 +436,7 @@ def write_table(out: pathlib.Path, rows: list[dict], scaling: list[dict] | None,
               "the column shows the largest |ad - fd| / max(|fd|, 1).",
               "- compile s = first call (trace, compile and one solve) minus the warm median; warm sim = median "
               "of 3 simulations of all conditions (1 when the first call took > 20 s).",
-              f"- Solver: jcalib.sbml's default is the implicit Kvaerno5 (ESDIRK, L-stable) with "
+              f"- Solver: jcalib.sbml's default (stiff_solver) is the implicit Kvaerno5 (ESDIRK, L-stable) with "
               f"PIDController(rtol={DEFAULT['rtol']:g}, atol={DEFAULT['atol']:g}), max_steps {DEFAULT['max_steps']}. "
               + ("Per-problem settings: " + "; ".join(f"{k}: {v.get('why', v)}" for k, v in SETTINGS.items())
                  if SETTINGS else "No per-problem settings.")]

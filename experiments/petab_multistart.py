@@ -6,7 +6,9 @@ Levenberg-Marquardt with the forward-mode autodiff Jacobian, all starts in one v
 jitted solve (`jcalib.estimation.multistart`, method ``"lm"``). Estimated noise parameters
 enter the least-squares residuals through AMICI's sigma residuals
 (`jcalib.petab.PetabCalibrationProblem`), so minimising the sum of squares maximises PEtab's
-log-likelihood.
+log-likelihood. Solver: ``jcalib.sbml.stiff_solver(newton=True)`` (Kvaerno5 with full-Newton
+stage solves, rtol 1e-8, atol 1e-10): 6-8x faster than the default chord stage solves on these
+models, with slightly less accurate derivatives, which a least-squares search tolerates.
 
 The reference is the published optimum: the collection's nominal parameters (the
 publication's maximum-likelihood estimate), whose log-likelihood ``llh_nominal`` we evaluate.
@@ -34,6 +36,7 @@ from experiments import common
 from jcalib import petab as jpetab
 from jcalib import plotting
 from jcalib.estimation import multistart
+from jcalib.sbml import stiff_solver
 
 jax.config.update("jax_enable_x64", True)
 
@@ -41,7 +44,7 @@ LLH_TOLERANCE = 0.1  # a start "reaches the published optimum" within this much 
 # problems of different sizes (states, estimated parameters) whose reference simulations jcalib
 # reproduces and whose noise model is least squares (normal)
 PROBLEMS = ("Bertozzi_PNAS2020", "Zhao_QuantBiol2020", "Fiedler_BMCSystBiol2016", "Rahman_MBS2016",
-            "Boehm_JProteomeRes2014", "Raia_CancerResearch2011")
+            "Boehm_JProteomeRes2014")
 QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 
 
@@ -59,7 +62,8 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int) 
     name = folder.name
     t0 = time.perf_counter()
     named = folder / f"{name}.yaml"
-    pp = jpetab.load(named if named.exists() else min(folder.glob("*.yaml"), default=named))
+    pp = jpetab.load(named if named.exists() else min(folder.glob("*.yaml"), default=named),
+                     solver=stiff_solver(newton=True))
     problem = pp.problem
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))

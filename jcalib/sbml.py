@@ -31,13 +31,15 @@ Default bounds: a parameter with nominal ``v > 0`` gets ``[v / 1e3, v * 1e3]`` o
 
 Default solver: most SBML models of biology are stiff, so `model_from_sbml` uses diffrax's implicit
 ``Kvaerno5`` with ``PIDController(rtol=1e-8, atol=1e-10)`` (the tolerances of the built-in
-models), ``max_steps=100_000`` (`stiff_solver`). Its stage equations are solved by full
-Newton (``optimistix.Newton``, the Jacobian at every iteration, tolerances a tenth of the
-controller's) instead of diffrax's default chord method (one Jacobian per step): on
-Boehm_JProteomeRes2014 the chord method's failed stage solves rejected 460 of 900 steps (41 ms
-per simulation), Newton needs 106 steps (5 ms) for the same reference agreement (7e-7
-relative); Brannmark_JBC2010 471 -> 73 ms. Change them with the arguments or
-`AbstractModel.with_solver`.
+models), ``max_steps=100_000`` (`stiff_solver`); change them with the arguments or
+`AbstractModel.with_solver`. ``stiff_solver(newton=True)`` solves the stage equations by full
+Newton (``optimistix.Newton``) instead of diffrax's chord method: on Boehm_JProteomeRes2014 the
+chord method's failed stage solves reject 460 of 900 steps (41 ms per simulation), Newton needs
+106 (5 ms; Brannmark_JBC2010 471 -> 73 ms) with the same agreement with the reference
+simulations (7e-7 relative), but its forward-mode derivatives are less accurate (log-likelihood
+gradient at the published optimum: up to 3.2e-3 from central differences, chord 1e-6), so it
+is not the default: use it where speed matters more than the last digits of a gradient
+(multistarts).
 
 Not supported, each refused with a ``ValueError`` that names the feature and the SBML element:
 events, algebraic rules, ``delay``, ``rateOf``, fast reactions, non-constant compartments
@@ -307,10 +309,13 @@ def _code_lines(printer, definitions, order) -> list[str]:
     return [f"    {symbol} = {printer.doprint(definitions[symbol])}" for symbol in order]
 
 
-def stiff_solver(rtol: float = 1e-8, atol: float = 1e-10) -> dfx.AbstractSolver:
-    """The default solver of SBML models: ``Kvaerno5`` whose stage equations are solved by full
-    Newton with tolerances a tenth of the step controller's ``rtol``, ``atol`` (module docstring)."""
-    return dfx.Kvaerno5(root_finder=optx.Newton(rtol=rtol / 10, atol=atol / 10))
+def stiff_solver(rtol: float = 1e-8, atol: float = 1e-10, *, newton: bool = False) -> dfx.AbstractSolver:
+    """The default solver of SBML models, ``Kvaerno5``; with ``newton=True`` its stage equations
+    are solved by full Newton with tolerances a tenth of the step controller's ``rtol``, ``atol``
+    (faster on stiff models, less accurate derivatives: module docstring)."""
+    if newton:
+        return dfx.Kvaerno5(root_finder=optx.Newton(rtol=rtol / 10, atol=atol / 10))
+    return dfx.Kvaerno5()
 
 
 def model_from_sbml(
@@ -343,7 +348,7 @@ def model_from_sbml(
         constant_parameters: ids of global parameters that are experiment conditions instead of
             calibrated parameters.
         bound_factor: the factor of the default bounds.
-        solver: diffrax solver (default `stiff_solver`: ``Kvaerno5`` with Newton stage solves).
+        solver: diffrax solver (default `stiff_solver`: ``Kvaerno5``).
         rtol, atol: tolerances of the PID step-size controller.
         max_steps: the solver's step budget.
 

@@ -39,7 +39,7 @@ def test_petab_collection_quick(tmp_path):
         check = row.get("gradient_check")
         assert check is not None, (name, row.get("gradient_error"))
         assert check["passes"] and check["max_rel_deviation"] <= script.GRAD_RTOL, (name, check)
-        assert row["settings"]["solver"] == "Kvaerno5"
+        assert row["settings"]["solver"] == "stiff_solver"
     boehm = rows["Boehm_JProteomeRes2014"]
     assert abs(boehm["llh"] - (-138.222)) < 1e-3  # the collection's published value
     assert boehm["n_conditions"] == 1 and boehm["n_estimated"] == 9 and boehm["n_states"] == 8

@@ -5,6 +5,7 @@ import csv
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 import pytest
 
 from jcalib import sbml
@@ -103,6 +104,16 @@ def test_concentration_species_in_a_compartment_of_volume_2(volume_model):
     np.testing.assert_allclose(y[:, 0], a, rtol=1e-6)
     np.testing.assert_allclose(y[:, 1], volume * (3 * a0 - a), rtol=1e-6, atol=1e-9)  # amount
     np.testing.assert_allclose(y[:, 2], volume * 3 * a0, rtol=1e-6)  # assignment rule: conserved total
+
+
+def test_newton_stage_solves_give_the_same_analytic_solution():
+    """stiff_solver(newton=True): Kvaerno5 with optimistix.Newton stage solves, pinned to the
+    analytic solution like the default chord method."""
+    model = sbml.model_from_sbml(VOLUME_MODEL, ts=TS, outputs=["A"], solver=sbml.stiff_solver(newton=True))
+    assert isinstance(model.solver.root_finder, optx.Newton)
+    assert not isinstance(sbml.stiff_solver().root_finder, optx.Newton)
+    y = np.asarray(model.simulate(jnp.asarray(model.parameters.nominal)))
+    np.testing.assert_allclose(y[:, 0], 3 * 1.5 * np.exp(-0.4 * TS / 2.0), rtol=1e-6)
 
 
 def test_new_parameters_and_conditions_do_not_recompile(volume_model):
