@@ -191,7 +191,10 @@ class PetabCalibrationProblem(AbstractProblem):
 
     def solve_status(self, theta_internal: Float[ArrayLike, " n_free"]) -> int:
         """The first simulation's non-SUCCESS `jcalib.model.SolveStatus` code, else SUCCESS."""
-        codes = np.asarray(_jitted_status(self, self._check(theta_internal)))
+        z = self._check(theta_internal)
+        if not bool(jnp.all(jnp.isfinite(z))):
+            return int(SolveStatus.INVALID_INPUT)
+        codes = np.asarray(_jitted_status(self, z))
         bad = codes[codes != SolveStatus.SUCCESS]
         return int(bad[0]) if bad.size else int(SolveStatus.SUCCESS)
 

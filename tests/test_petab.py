@@ -189,6 +189,7 @@ def test_petab_failed_solve_is_not_a_number(tmp_path):
     assert float(pp.log_likelihood(pp.nominal_internal)) == -np.inf
     assert np.all(np.isnan(pp.problem.residuals(theta)))
     assert pp.problem.solve_status(theta) == SolveStatus.MAX_STEPS
+    assert pp.problem.solve_status(theta.at[0].set(np.nan)) == SolveStatus.INVALID_INPUT
 
 
 def test_petab_laplace_refuses_least_squares(tmp_path):
