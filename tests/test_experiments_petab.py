@@ -104,5 +104,5 @@ def test_petab_multistart_quick(tmp_path):
     assert row["llh_best"] >= row["llh_nominal"] - script.LLH_TOLERANCE
     assert row["n_converged"] >= 4, row["llh_starts"]
     assert len(row["llh_starts"]) == 8 and row["seconds_per_converged_start"] > 0
-    assert "| Bertozzi_PNAS2020 | 3 | 8 | 8 |" in (tmp_path / "table.md").read_text()
+    assert "| Bertozzi_PNAS2020 | lm | 3 | 8 | 8 |" in (tmp_path / "table.md").read_text()
     assert (tmp_path / "waterfall_Bertozzi_PNAS2020.png").stat().st_size > 0
