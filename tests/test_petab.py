@@ -296,3 +296,15 @@ def test_petab_gradient_where_an_observable_is_zero(tmp_path):
     fd = [(float(pp.log_likelihood(z.at[i].add(eps))) - float(pp.log_likelihood(z.at[i].add(-eps)))) / (2 * eps)
           for i in range(z.size)]
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+
+
+def test_petab_vmapped_conditions_equal_one_by_one(monkeypatch):
+    """Case 0005 (two conditions): the vmapped solve of all conditions (used above
+    VMAP_MIN_CONDITIONS) gives the one-by-one results and the suite's llh."""
+    folder, solution = _case("0005")
+    one_by_one = jpetab.load(folder / "_0005.yaml")
+    monkeypatch.setattr(jpetab, "VMAP_MIN_CONDITIONS", 0)
+    vmapped = jpetab.load(folder / "_0005.yaml")
+    z = vmapped.nominal_internal
+    np.testing.assert_allclose(vmapped.simulate(z), one_by_one.simulate(z), rtol=1e-12)
+    assert abs(float(vmapped.log_likelihood(z)) - solution["llh"]) < solution["tol_llh"]
