@@ -465,6 +465,17 @@ def write_table(out: pathlib.Path, rows: list[dict], scaling: list[dict] | None,
                       "(the implicit solver's dense Newton linear algebra, ~n^2 to n^3)."]
     text = "\n".join(lines) + "\n"
     common.write_text(out / "table.md", text)
+    common.write_paper_comparison(out, "PEtab benchmark collection: reference simulations at the nominal parameters",
+                                  [{"claim": f"{r['problem']}: simulatedData reproduces the model at the nominal "
+                                             "parameters", "paper": "reference table",
+                                    "ours": ("max rel. error " + format(r["max_rel_error"], ".1e")
+                                             if r.get("max_rel_error") is not None else "no comparison"),
+                                    "match": r.get("matches"),
+                                    "why": "" if r.get("matches") else " ".join(str(
+                                        r.get("mismatch") or r.get("timeout") or r.get("reason")
+                                        or ("no reference simulation" if r.get("reference") is None
+                                            else f"{r.get('n_rows_off')} rows off")).split())}
+                                   for r in rows], quick=quick)
     summary = {"n_problems": n_total, "n_match": n_match, "n_with_reference": n_with_reference,
                "n_imported": n_imported, "n_gradient_ok": n_grad, "wall_time_s": wall, "timeout_s": timeout,
                "quick": quick, "rtol": RTOL, "floor": FLOOR, "default_settings": DEFAULT,
