@@ -1,5 +1,6 @@
 """Shared test helpers: analytic references and finite differences."""
 
+import os
 import pathlib
 
 import equinox as eqx
@@ -61,7 +62,9 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 
 def execute_notebook(name, tmp_path):
     """Run ``notebooks/<name>`` top to bottom in a fresh kernel (working directory ``tmp_path``);
-    it must be committed without outputs."""
+    it must be committed without outputs. The kernel gets ``JCALIB_NOTEBOOK_QUICK=1``: notebooks
+    whose run time is in their sampling (not in compiling) shorten their chains, every cell still
+    runs."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -69,7 +72,8 @@ def execute_notebook(name, tmp_path):
     assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code"), \
         "commit notebooks without outputs"
     NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(
+        env={**os.environ, "JCALIB_NOTEBOOK_QUICK": "1"})
 
 
 def shared_petab(*parts: str) -> pathlib.Path:
