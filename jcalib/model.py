@@ -396,17 +396,23 @@ class AbstractModel(AbstractSimulator):
 
     def _solve(self, theta) -> tuple[dfx.Solution, Array]:
         """(solution, whether the pre-equilibration, if any, reached a steady state)."""
-        term = dfx.ODETerm(self.vector_field)  # a bound method is a pytree: cached compiles
         y0, steady = self.initial_state(theta), jnp.asarray(True)
         if self.experiment.preequilibration is not None:
             y0, steady = self._steady_state(theta)
-        sol = dfx.diffeqsolve(
-            term, self.solver, self.experiment.t0, self.experiment.t1, self.dt0,
-            y0, args=theta, saveat=dfx.SaveAt(ts=self.experiment.ts),
+        sol = self.integrate(y0, theta, self.experiment.t0, self.experiment.t1, self.experiment.ts)
+        return sol, steady
+
+    def integrate(self, y0: Float[Array, " n_states"], theta: Float[Array, " n_params"], t0, t1,
+                  ts: Float[Array, " n_times"]) -> dfx.Solution:
+        """The diffrax solve from state ``y0`` at ``t0`` to ``t1`` (time units of the model),
+        states saved at ``ts``; never throws (failures are in ``result``). Models with
+        discontinuities at known times (SBML events) override it to restart the solver there."""
+        return dfx.diffeqsolve(
+            dfx.ODETerm(self.vector_field), self.solver, t0, t1, self.dt0,  # a bound method is a pytree
+            y0, args=theta, saveat=dfx.SaveAt(ts=ts),
             stepsize_controller=self.controller, adjoint=self.adjoint,
             max_steps=self.max_steps, throw=False,
         )
-        return sol, steady
 
     def _steady_state(self, theta) -> tuple[Float[Array, " n_states"], Array]:
         """The pre-equilibration: the state at the steady-state event under the

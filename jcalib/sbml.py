@@ -41,8 +41,13 @@ gradient at the published optimum: up to 3.2e-3 from central differences, chord 
 is not the default: use it where speed matters more than the last digits of a gradient
 (multistarts).
 
+Events: those triggered at a time ``T`` (``time >= T``, ``T`` a constant or an expression of
+parameters and conditions; Smith_BMCSystBiol2013's insulin pulses) restart the solver at ``T``
+after their assignments (species, non-constant parameters: such targets become states with zero
+derivative); see `SBMLModel.integrate`.
+
 Not supported, each refused with a ``ValueError`` that names the feature and the SBML element:
-events, algebraic rules, ``delay``, ``rateOf``, fast reactions, non-constant compartments
+events with state-dependent triggers or delays, algebraic rules, ``delay``, ``rateOf``, fast reactions, non-constant compartments
 (rules on compartments), variable stoichiometry (``stoichiometryMath`` or rules on species
 references), conversion factors, reactions without kinetic laws, and SBML packages
 (``comp``, ``fbc`` ...) that change the model's meaning.
@@ -54,6 +59,7 @@ import graphlib
 import math
 import os
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import diffrax as dfx
 import equinox as eqx
@@ -90,6 +96,8 @@ class SBMLModel(AbstractModel):
             species initial values, constant parameters moved there), in code order.
         reaction_ids: the SBML reaction ids, columns of `stoichiometry`.
         source: the generated JAX code, for reading and debugging.
+        event_ids: the SBML events (all triggered at times ``T`` that may depend on parameters
+            and conditions, not on the state): `integrate` restarts the solver at each.
     """
 
     stoichiometry: Float[Array, "n_states n_reactions"]
@@ -99,6 +107,10 @@ class SBMLModel(AbstractModel):
     _rhs_fn: object = eqx.field(static=True)
     _init_fn: object = eqx.field(static=True)
     _observe_fn: object = eqx.field(static=True)
+    event_ids: tuple[str, ...] = eqx.field(static=True, default=())
+    _event_times_fn: object = eqx.field(static=True, default=None)
+    _event_fns: tuple = eqx.field(static=True, default=())
+    _event_fires_at_t0: tuple[bool, ...] = eqx.field(static=True, default=())
 
     def _conditions(self):
         conditions = self.experiment.conditions
@@ -115,6 +127,44 @@ class SBMLModel(AbstractModel):
 
     def observe(self, t, y, theta):
         return self._observe_fn(t, y, theta, self._conditions())
+
+    def integrate(self, y0, theta, t0, t1, ts) -> dfx.Solution:
+        """`AbstractModel.integrate`, restarting the solver at each event: the events in time
+        order split ``[t0, t1]`` into segments (one ``lax.scan`` over them, one compiled solve);
+        at an event's time ``T`` its assignments change the state, and a state saved at ``T``
+        is the one after the event. An event with ``T > t1`` does not happen; one with
+        ``T <= t0`` happens at ``t0`` only if its trigger's ``initialValue`` is false (SBML)."""
+        if not self._event_fns:
+            return super().integrate(y0, theta, t0, t1, ts)
+        conditions = self._conditions()
+        t0, t1 = jnp.asarray(t0, dtype=jnp.float64), jnp.asarray(t1, dtype=jnp.float64)
+        times = jnp.asarray(self._event_times_fn(theta, conditions), dtype=jnp.float64)
+        fires = (times <= t1) & ((times > t0) | jnp.asarray(self._event_fires_at_t0))
+        order = jnp.argsort(times)
+        bounds = jnp.clip(times[order], t0, t1)
+        starts = jnp.concatenate([t0[None], bounds])
+        ends = jnp.concatenate([bounds, t1[None]])
+        events = jnp.concatenate([order, jnp.zeros(1, dtype=order.dtype)])
+        event_fires = jnp.concatenate([fires[order], jnp.zeros(1, dtype=bool)])
+        term = dfx.ODETerm(self.vector_field)
+
+        def segment(carry, xs):
+            y, ys, result, steps = carry
+            start, end, event, fire = xs
+            sol = dfx.diffeqsolve(
+                term, self.solver, start, end, self.dt0, y, args=theta,
+                saveat=dfx.SaveAt(ts=jnp.clip(ts, start, end), t1=True),
+                stepsize_controller=self.controller, adjoint=self.adjoint, max_steps=self.max_steps, throw=False)
+            ys = jnp.where((ts >= start)[:, None], sol.ys[:-1], ys)
+            result = dfx.RESULTS.where(result == dfx.RESULTS.successful, sol.result, result)
+            after = jax.lax.switch(event, self._event_fns, end, sol.ys[-1], theta, conditions)
+            return (jnp.where(fire, after, sol.ys[-1]), ys, result, steps + sol.stats["num_steps"]), None
+
+        init = (y0, jnp.full((ts.shape[0], y0.shape[0]), jnp.nan), dfx.RESULTS.successful, jnp.asarray(0))
+        (_, ys, result, steps), _ = jax.lax.scan(segment, init, (starts, ends, events, event_fires))
+        return dfx.Solution(t0=t0, t1=t1, ts=ts, ys=ys, interpolation=None, stats={"num_steps": steps},
+                            result=result, solver_state=None, controller_state=None, made_jump=None,
+                            event_mask=None)
 
     def with_conditions(self, values: Mapping[str, float]) -> SBMLModel:
         """A copy with other compartment sizes, initial values or constant parameters (see
@@ -305,6 +355,46 @@ def _monomials(expr: sp.Expr) -> list[tuple[float, list[sp.Symbol]]] | None:
     return terms
 
 
+class _TimeEvent(NamedTuple):
+    """An SBML event triggered at a time ``T`` (``time >= T``) that does not depend on the state."""
+    id: str
+    time: sp.Expr
+    initial_value: bool
+    assignments: list[tuple[str, sp.Expr]]
+
+
+def _time_events(model: libsbml.Model, convert: _Converter) -> list[_TimeEvent]:
+    """The model's events; each must be triggered by ``time >= T`` (or ``>``, ``T <= time``) and
+    have no delay. ``T`` may depend on parameters (checked against the states later)."""
+    events = []
+    compartments = {c.getId() for c in model.getListOfCompartments()}
+    for k, event in enumerate(model.getListOfEvents()):
+        name = event.getId() or event.getName() or str(k)
+        where = f"event '{name}'"
+        if event.isSetDelay():
+            raise _unsupported("events with a delay", where)
+        if not event.isSetTrigger() or event.getTrigger().getMath() is None:
+            raise ValueError(f"model_from_sbml: {where} has no trigger")
+        trigger = convert(event.getTrigger(), f"trigger of {where}")
+        if isinstance(trigger, (sp.GreaterThan, sp.StrictGreaterThan)) and trigger.lhs == _TIME:
+            time = trigger.rhs
+        elif isinstance(trigger, (sp.LessThan, sp.StrictLessThan)) and trigger.rhs == _TIME:
+            time = trigger.lhs
+        else:
+            raise _unsupported(f"events with a state-dependent or other trigger than 'time >= T' ({trigger})", where)
+        if _TIME in time.free_symbols:
+            raise _unsupported(f"events with a trigger time that depends on time ({trigger})", where)
+        assignments = []
+        for assignment in event.getListOfEventAssignments():
+            variable = assignment.getVariable()
+            if variable in compartments:
+                raise _unsupported("event assignments to compartments", f"{where}, eventAssignment to '{variable}'")
+            assignments.append((variable, convert(assignment, f"eventAssignment to '{variable}' of {where}")))
+        initial_value = event.getTrigger().getInitialValue() if model.getLevel() >= 3 else True
+        events.append(_TimeEvent(name, time, bool(initial_value), assignments))
+    return events
+
+
 def _code_lines(printer, definitions, order) -> list[str]:
     return [f"    {symbol} = {printer.doprint(definitions[symbol])}" for symbol in order]
 
@@ -370,9 +460,8 @@ def model_from_sbml(
     convert = _Converter(model)
 
     # --- refuse what is not supported -------------------------------------------------------
-    if model.getNumEvents():
-        event = model.getEvent(0)
-        raise _unsupported("events", f"event '{event.getId() or event.getName() or 0}'")
+    events = _time_events(model, convert)
+    event_targets = {variable for event in events for variable, _ in event.assignments}
     if model.getNumConstraints():
         pass  # constraints only assert; they do not change the dynamics
     for rule in model.getListOfRules():
@@ -430,7 +519,7 @@ def model_from_sbml(
             definitions[_symbol(pid)] = convert(rule, f"assignmentRule of '{pid}'")
             continue
         ia = initial_expr(pid)
-        if rule is not None and rule.isRate():  # a state
+        if (rule is not None and rule.isRate()) or pid in event_targets:  # a state
             states.append(pid)
             if ia is not None:
                 init_definitions[_symbol(pid)] = ia
@@ -492,7 +581,7 @@ def model_from_sbml(
                                  "initialConcentration or an initialAssignment)")
         else:
             value = ia
-        dynamic = rule is not None or not (spec.getConstant() or spec.getBoundaryCondition())
+        dynamic = rule is not None or sid in event_targets or not (spec.getConstant() or spec.getBoundaryCondition())
         if dynamic:
             states.append(sid)
             init_definitions[_symbol(sid)] = value
@@ -527,7 +616,7 @@ def model_from_sbml(
                 target = ref.getSpecies()
                 if target not in species:
                     raise ValueError(f"model_from_sbml: the {where} names an unknown species")
-                if target in state_index and target not in rule_targets:
+                if target in state_index and target not in rule_targets and not species[target].getBoundaryCondition():
                     column[state_index[target]] += sign * ref.getStoichiometry()
         reaction_ids.append(rid)
         columns.append(column)
@@ -593,6 +682,7 @@ def model_from_sbml(
     check_symbols(definitions.values(), "model's rules and initial assignments")
     check_symbols(rate_exprs + rate_rule_exprs, "model's kinetic laws and rate rules")
     check_symbols(init_definitions.values(), "model's initial values")
+    check_symbols([e.time for e in events] + [v for e in events for _, v in e.assignments], "model's events")
 
     printer = _Printer()
     state_symbols = {_symbol(s) for s in states}
@@ -600,6 +690,13 @@ def model_from_sbml(
         if str(symbol)[2:] not in rule_targets and expr.free_symbols & (state_symbols | {_TIME}):
             raise _unsupported("an initial assignment of a constant that depends on a variable (species or time)",
                                f"initialAssignment of '{str(symbol)[2:]}'")
+
+    for event in events:
+        needed = event.time.free_symbols.union(
+            *(definitions[d].free_symbols for d in _ordered(definitions, event.time.free_symbols, "the model")))
+        if needed & (state_symbols | {_TIME}):
+            raise _unsupported("events whose trigger time depends on the state (only 'time >= T' with T "
+                               "constant in time)", f"event '{event.id}'")
 
     def stack(exprs):
         if not exprs:
@@ -679,6 +776,13 @@ def model_from_sbml(
         [*rhs_lines,
          "", "def init(t, p, c):", *body(state_list, all_init), f"    return {stack(state_list)}",
          "", "def observe(t, x, p, c):", *body(output_symbols), f"    return {stack(output_symbols)}", ""])
+    event_times = [e.time for e in events]
+    source += "\n".join(["", "def event_times(p, c):", *body(event_times), f"    return {stack(event_times)}", ""])
+    for k, event in enumerate(events):
+        constants[f"_EVENT{k}"] = np.array([state_index[v] for v, _ in event.assignments], dtype=np.int32)
+        values = [v for _, v in event.assignments]
+        source += "\n".join(["", f"def event_{k}(t, x, p, c):", *body(values),
+                             f"    return x.at[_EVENT{k}].set({stack(values)})", ""])
     namespace = {"jax": jax, "_f": _f, "math": math, **constants}
     exec(compile(source, f"<sbml model {model.getId()!r}>", "exec"), namespace)  # generated code
 
@@ -702,4 +806,8 @@ def model_from_sbml(
         _rhs_fn=namespace["rhs"],
         _init_fn=namespace["init"],
         _observe_fn=namespace["observe"],
+        event_ids=tuple(e.id for e in events),
+        _event_times_fn=namespace["event_times"],
+        _event_fns=tuple(namespace[f"event_{k}"] for k in range(len(events))),
+        _event_fires_at_t0=tuple(not e.initial_value for e in events),
     )

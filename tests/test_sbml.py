@@ -3,6 +3,7 @@
 import csv
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
@@ -192,15 +193,96 @@ def test_default_bounds_and_overrides():
         sbml.model_from_sbml(RATE_RULE_MODEL, outputs=["nope"])
 
 
-def test_an_event_is_refused_by_name():
-    event_model = _sbml(f"""<listOfParameters><parameter id="x" value="1" constant="false"/></listOfParameters>
-    <listOfRules><rateRule variable="x">{_math("<cn>1</cn>")}</rateRule></listOfRules>
+def _event(event_id: str, time: str, assignments: str, initial_value: str = "true") -> str:
+    trigger = _math('<apply><geq/><csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">'
+                    f't</csymbol>{time}</apply>')
+    return (f'<event id="{event_id}" useValuesFromTriggerTime="true"><trigger initialValue="{initial_value}" '
+            f'persistent="true">{trigger}</trigger><listOfEventAssignments>{assignments}</listOfEventAssignments>'
+            '</event>')
+
+
+def _assign(variable: str, inner: str) -> str:
+    return f'<eventAssignment variable="{variable}">{_math(inner)}</eventAssignment>'
+
+
+# S (a boundary species, 2) feeds X at rate k S; events: at t0 X = 0.25 (initialValue false: fires
+# at t0), at T (a parameter) S = 0 and X = X + 1 (values before the event), at 100 (after the
+# horizon) X = 1000, at 0 with initialValue true (never: its trigger was already true) X = 99.
+# So X = 0.25 + 2 k t for t < T, 1.25 + 2 k T after; S = 2, then 0.
+EVENT_MODEL = _sbml(f"""<listOfCompartments><compartment id="c" size="1" constant="true"/></listOfCompartments>
+    <listOfSpecies>
+      <species id="S" compartment="c" initialConcentration="2" hasOnlySubstanceUnits="false"
+               boundaryCondition="true" constant="false"/>
+      <species id="X" compartment="c" initialConcentration="0" hasOnlySubstanceUnits="false"
+               boundaryCondition="false" constant="false"/>
+    </listOfSpecies>
+    <listOfParameters>
+      <parameter id="k" value="0.5" constant="true"/><parameter id="T" value="1.5" constant="true"/>
+    </listOfParameters>
+    <listOfReactions><reaction id="feed" reversible="false">
+      <listOfReactants><speciesReference species="S" stoichiometry="1" constant="true"/></listOfReactants>
+      <listOfProducts><speciesReference species="X" stoichiometry="1" constant="true"/></listOfProducts>
+      <kineticLaw>{_math("<apply><times/><ci>k</ci><ci>S</ci></apply>")}</kineticLaw>
+    </reaction></listOfReactions>
+    <listOfEvents>
+      {_event("late", "<cn>100</cn>", _assign("X", "<cn>1000</cn>"))}
+      {_event("pulse_end", "<ci>T</ci>",
+              _assign("S", "<cn>0</cn>") + _assign("X", "<apply><plus/><ci>X</ci><cn>1</cn></apply>"))}
+      {_event("start", "<cn>0</cn>", _assign("X", "<cn>0.25</cn>"), initial_value="false")}
+      {_event("never", "<cn>0</cn>", _assign("X", "<cn>99</cn>"))}
+    </listOfEvents>""")
+
+
+def _event_solution(theta, ts):
+    k, t_event = theta
+    x = np.where(ts < t_event, 0.25 + 2 * k * ts, 1.25 + 2 * k * t_event)
+    return np.stack([np.where(ts < t_event, 2.0, 0.0), x], axis=1)
+
+
+@pytest.fixture(scope="module")
+def event_model():
+    return sbml.model_from_sbml(EVENT_MODEL, ts=TS, bounds={"T": (0.1, 10.0)})
+
+
+def test_time_events_against_the_analytic_solution(event_model):
+    """States saved at an event's time are the ones after it (t = 1.5 here)."""
+    assert event_model.state_names == ("S", "X")  # the boundary species an event sets is a state
+    assert event_model.event_ids == ("late", "pulse_end", "start", "never")
+    for theta in ([0.5, 1.5], [0.3, 4.0], [0.5, 7.0]):  # 7 > t1: the pulse never ends
+        np.testing.assert_allclose(event_model.simulate(jnp.asarray(theta)), _event_solution(theta, TS),
+                                   rtol=1e-7, atol=1e-9)
+
+
+def test_time_event_derivatives_jit_and_vmap(event_model):
+    """d X / d T = 2 k after the event, d X / d k = 2 min(t, T): the event time is differentiable."""
+    theta = jnp.asarray([0.5, 2.0])
+    jac = np.asarray(event_model.forward_mode().jacobian(theta))[:, 1, :]
+    np.testing.assert_allclose(jac[:, 0], 2 * np.minimum(TS, 2.0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jac[:, 1], np.where(TS >= 2.0, 2 * 0.5, 0.0), rtol=1e-6, atol=1e-8)
+    thetas = jnp.asarray([[0.5, 2.0], [0.2, 0.5], [0.8, 5.5]])
+    batched = jax.jit(jax.vmap(event_model.simulate))(thetas)
+    for theta, out in zip(thetas, batched, strict=True):
+        np.testing.assert_allclose(out, event_model.simulate(theta), rtol=1e-12)
+        np.testing.assert_allclose(out, _event_solution(np.asarray(theta), TS), rtol=1e-7, atol=1e-9)
+
+
+def test_a_state_dependent_event_is_refused_by_name():
+    event_model = _sbml(f"""<listOfParameters><parameter id="x" value="1" constant="false"/>
+      <parameter id="r" value="1" constant="true"/></listOfParameters>
+    <listOfRules><rateRule variable="x">{_math("<ci>r</ci>")}</rateRule></listOfRules>
     <listOfEvents><event id="reset" useValuesFromTriggerTime="true">
       <trigger initialValue="false" persistent="true">{_math("<apply><gt/><ci>x</ci><cn>2</cn></apply>")}</trigger>
       <listOfEventAssignments><eventAssignment variable="x">{_math("<cn>0</cn>")}</eventAssignment>
       </listOfEventAssignments></event></listOfEvents>""")
-    with pytest.raises(ValueError, match="unsupported SBML feature: events \\(event 'reset'\\)"):
+    with pytest.raises(ValueError, match=r"unsupported SBML feature: events with a state-dependent or other "
+                                         r"trigger than 'time >= T' .*\(event 'reset'\)"):
         sbml.model_from_sbml(event_model)
+    # a trigger time T that is an assignment rule of the state
+    moving = event_model.replace("<apply><gt/><ci>x</ci><cn>2</cn></apply>", _math(
+        '<apply><geq/><csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
+        '<ci>x</ci></apply>')[len('<math xmlns="http://www.w3.org/1998/Math/MathML">'):-len("</math>")])
+    with pytest.raises(ValueError, match=r"events whose trigger time depends on the state.*\(event 'reset'\)"):
+        sbml.model_from_sbml(moving)
 
 
 def test_an_algebraic_rule_is_refused_by_name():
