@@ -16,10 +16,11 @@ What becomes what (PEtab v1 semantics):
 
 - one simulation per (pre-equilibration condition, simulation condition) pair of the
   measurement table, from ``t = 0`` to its last measurement time; the simulations with and
-  those without pre-equilibration are each solved in one vmap (compiled once, however many
-  conditions: Isensee_JCB2018's 123 in 24 s), on time grids padded to the longest, unless
-  there are at most `VMAP_MIN_CONDITIONS` of them (then one by one: vmapped stiff solves run
-  in lockstep);
+  those without pre-equilibration are each solved by one ``jax.lax.map`` (compiled once,
+  however many conditions), on time grids padded to the longest: one after the other by
+  default (stiff solves of different conditions need different steps; vmapped lanes would run
+  in lockstep until the slowest ends), in vmapped batches with ``load(..., batch_size=n)``
+  (for accelerators);
 - condition-table columns set SBML parameters, compartment sizes and species initial values
   (numbers, or ids of the parameter table); ``NaN`` keeps the model's value (or, after a
   pre-equilibration, the pre-equilibrated one). A species override replaces the species'
@@ -34,12 +35,14 @@ What becomes what (PEtab v1 semantics):
   work);
 - noise distributions normal and laplace, observable transformations lin, log and log10, with
   PEtab's normalisation constants;
+- measurements at ``t = inf`` (steady-state data): the observables at the steady state the
+  simulation reaches from its initial state (after its pre-equilibration, if any), found by
+  diffrax's steady-state event; a simulation that reaches none has status NO_STEADY_STATE;
 - parameters not in the parameter table keep their SBML values; non-estimated parameters
   their ``nominalValue``.
 
 Not yet supported, refused with a ``ValueError`` that names the PEtab feature: more than one
-SBML model, a mapping table, measurements at ``t = inf`` (steady-state data), pre-equilibration
-conditions that change compartment sizes, and condition-table columns that are not SBML
+SBML model, a mapping table, pre-equilibration conditions that change compartment sizes, and condition-table columns that are not SBML
 entities. Objective priors (``objectivePriorType`` uniform, normal, logNormal,
 parameterScaleUniform, parameterScaleNormal) are ``pp.problem``'s prior, truncated to the
 bounds (with laplace priors, ``log_prior`` and ``log_posterior`` raise; the likelihood and
@@ -411,20 +414,25 @@ def _status(result, ys) -> Array:
 def _pair_groups(pairs: list[dict], times: np.ndarray, n_rows: int) -> tuple[list[dict], np.ndarray]:
     """The simulations in (at most) two groups, without and with pre-equilibration, each solved
     in one vmap (one compilation however many conditions), on time grids padded to the group's
-    longest by repeating the last time; and each measurement row's index into the stacked
-    ``(pairs x times)`` outputs of the groups."""
+    longest by repeating the last time, plus one slot for the steady state where a member has
+    measurements at ``t = inf``; and each measurement row's index into the stacked
+    ``(pairs x slots)`` outputs of the groups."""
     groups, offset, global_index = [], 0, np.zeros(n_rows, dtype=np.int64)
     for with_preequilibration in (False, True):
         members = [p for p in pairs if (p["preequilibration"] is not None) == with_preequilibration]
         if not members:
             continue
         n_times = max(p["ts"].size for p in members)
+        steady = any(p["steady"] for p in members)
+        n_slots = n_times + steady
         ts = np.stack([np.concatenate([p["ts"], np.repeat(p["ts"][-1], n_times - p["ts"].size)]) for p in members])
         for k, pair in enumerate(members):
             for i in pair["rows"]:
-                global_index[i] = offset + k * n_times + int(np.searchsorted(pair["ts"], times[i]))
-        groups.append({"pairs": members, "ts": ts, "t1": np.array([max(p["ts"].max(), 0.0) or 1.0 for p in members])})
-        offset += len(members) * n_times
+                slot = n_times if np.isinf(times[i]) else int(np.searchsorted(pair["ts"], times[i]))
+                global_index[i] = offset + k * n_slots + slot
+        groups.append({"pairs": members, "ts": ts, "steady": steady,
+                       "t1": np.array([max(p["ts"].max(), 0.0) or 1.0 for p in members])})
+        offset += len(members) * n_slots
     return groups, global_index
 
 
@@ -442,11 +450,22 @@ def _setting_arrays(model: sbml.SBMLModel, plan: _Plan, condition: dict, values)
     return theta, conditions, jnp.asarray(mask), override
 
 
-def _solve(model: sbml.SBMLModel, setting, preequilibration, ts, t1):
-    """Model outputs at ``ts`` ``(n_times, n_outputs)`` (NaN unless the solve succeeded) and the
-    `SolveStatus` code of one simulation; ``setting`` and ``preequilibration`` (or None) are
+def _steady_state(model: sbml.SBMLModel, y0, theta):
+    """The state at diffrax's steady-state event from ``y0`` at t = 0 (NaN if none), the time it
+    was reached, and whether it was."""
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(model.vector_field), model.solver, 0.0, jnp.inf, model.dt0, y0, args=theta,
+        saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller, adjoint=model.adjoint,
+        max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
+    ok = sol.result == dfx.RESULTS.event_occurred
+    return jnp.where(ok, sol.ys[-1], jnp.nan), sol.ts[-1], ok
+
+
+def _solve(model: sbml.SBMLModel, setting, preequilibration, ts, t1, *, steady: bool = False):
+    """Model outputs at ``ts`` ``(n_times, n_outputs)`` (NaN unless the solve succeeded), with
+    ``steady`` one more row: the outputs at the steady state from the initial state; and the
+    `SolveStatus` code of one simulation. ``setting`` and ``preequilibration`` (or None) are
     `_setting_arrays` of its conditions."""
-    t0 = jnp.asarray(0.0)
     theta, conditions, mask, override = setting
     main = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions)
     steady_ok = jnp.asarray(True)
@@ -455,47 +474,33 @@ def _solve(model: sbml.SBMLModel, setting, preequilibration, ts, t1):
     else:
         theta_pre, conditions_pre, mask_pre, override_pre = preequilibration
         pre = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions_pre)
-        y_pre = jnp.where(mask_pre, override_pre, pre.initial_state(theta_pre))
-        steady = dfx.diffeqsolve(
-            dfx.ODETerm(pre.vector_field), model.solver, t0, jnp.inf, model.dt0, y_pre, args=theta_pre,
-            saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller, adjoint=model.adjoint,
-            max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
-        steady_ok = steady.result == dfx.RESULTS.event_occurred
-        y0 = jnp.where(steady_ok, steady.ys[-1], jnp.nan)
+        y0, _, steady_ok = _steady_state(pre, jnp.where(mask_pre, override_pre, pre.initial_state(theta_pre)),
+                                         theta_pre)
     y0 = jnp.where(mask, override, y0)
-    sol = dfx.diffeqsolve(
-        dfx.ODETerm(main.vector_field), model.solver, t0, t1, model.dt0, y0, args=theta,
-        saveat=dfx.SaveAt(ts=ts), stepsize_controller=model.controller, adjoint=model.adjoint,
-        max_steps=model.max_steps, throw=False)
-    status = jnp.where(steady_ok, _status(sol.result, sol.ys), SolveStatus.NO_STEADY_STATE)
+    sol = main.integrate(y0, theta, jnp.asarray(0.0), t1, ts)
+    ys, times = sol.ys, ts
+    if steady:
+        y_inf, t_inf, reached = _steady_state(main, y0, theta)
+        ys, times, steady_ok = jnp.concatenate([ys, y_inf[None]]), jnp.append(ts, t_inf), steady_ok & reached
+    status = jnp.where(steady_ok, _status(sol.result, ys), SolveStatus.NO_STEADY_STATE)
     ok = status == SolveStatus.SUCCESS
-    ys = jnp.where(ok, sol.ys, jnp.ones_like(sol.ys))  # keep NaNs out of observe (and its gradient)
-    outputs = jax.vmap(main.observe, in_axes=(0, 0, None))(ts, ys, theta)
+    ys = jnp.where(ok, ys, jnp.ones_like(ys))  # keep NaNs out of observe (and its gradient)
+    outputs = jax.vmap(main.observe, in_axes=(0, 0, None))(times, ys, theta)
     return jnp.where(ok, outputs, jnp.nan), status
 
 
-VMAP_MIN_CONDITIONS = 8
-"""Groups of up to this many simulations are solved one by one (each its own compiled solve);
-larger ones in one vmap (one compilation). Vmapped stiff solves run in lockstep until the
-slowest lane ends: Fujita_SciSignal2010's 6 conditions took 9.3 s vmapped against 0.2 s one by
-one, while Isensee_JCB2018's 123 compile in 24 s vmapped against > 420 s one by one."""
-
-
 def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
-    """The group's simulations, ``(n_pairs * n_times, n_outputs)`` outputs and ``(n_pairs,)``
-    statuses: one vmapped solve, or one solve per simulation for small groups
-    (`VMAP_MIN_CONDITIONS`)."""
+    """The group's simulations, ``(n_pairs * n_slots, n_outputs)`` outputs and ``(n_pairs,)``
+    statuses, by one ``jax.lax.map`` over the stacked settings (sequential, or vmapped in
+    batches of ``plan["batch_size"]``)."""
     settings = [_setting_arrays(model, plan, pair["condition"], values) for pair in group["pairs"]]
     pre = [None if pair["preequilibration"] is None else
            _setting_arrays(model, plan, pair["preequilibration"], values) for pair in group["pairs"]]
-    ts, t1 = jnp.asarray(group["ts"]), jnp.asarray(group["t1"])
-    if len(settings) <= VMAP_MIN_CONDITIONS:
-        solved = [_solve(model, s, p, ts[k], t1[k]) for k, (s, p) in enumerate(zip(settings, pre, strict=True))]
-        return (jnp.concatenate([out for out, _ in solved], axis=0),
-                jnp.stack([status for _, status in solved]))
     stack = functools.partial(jax.tree.map, lambda *leaves: jnp.stack(leaves))
     preequilibration = None if pre[0] is None else stack(*pre)
-    outputs, status = jax.vmap(functools.partial(_solve, model))(stack(*settings), preequilibration, ts, t1)
+    solve = functools.partial(_solve, model, steady=group["steady"])
+    xs = (stack(*settings), preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]))
+    outputs, status = jax.lax.map(lambda x: solve(*x), xs, batch_size=plan["batch_size"])
     return outputs.reshape((-1, outputs.shape[-1])), status
 
 
@@ -560,8 +565,9 @@ def _check_tables(problem) -> None:
     if getattr(problem, "mapping_df", None) is not None and len(problem.mapping_df):
         raise _unsupported("the mapping table")
     measurements = problem.measurement_df
-    if np.any(np.isinf(measurements[petab.TIME].to_numpy(dtype=np.float64))):
-        raise _unsupported("steady-state measurements (time = inf)")
+    times = measurements[petab.TIME].to_numpy(dtype=np.float64)
+    if np.any(np.isnan(times) | (times == -np.inf)):
+        raise _unsupported("measurement times that are NaN or -inf")
     observables = problem.observable_df
     if petab.OBSERVABLE_TRANSFORMATION in observables:
         for obs_id, value in observables[petab.OBSERVABLE_TRANSFORMATION].items():
@@ -577,13 +583,17 @@ def _check_tables(problem) -> None:
 
 
 def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = None, rtol: float = 1e-8,
-         atol: float = 1e-10, max_steps: int = 100_000, validate: bool = True) -> PetabProblem:
+         atol: float = 1e-10, max_steps: int = 100_000, validate: bool = True,
+         batch_size: int | None = None) -> PetabProblem:
     """Read a PEtab (v1) problem.
 
     Args:
         yaml_path: the problem's YAML file.
         solver, rtol, atol, max_steps: passed to `jcalib.sbml.model_from_sbml`.
         validate: run ``petab.v1.lint_problem`` first.
+        batch_size: solve this many simulations at once (vmapped; suits GPUs); default: one
+            after the other in one compiled loop (on CPUs: stiff lanes of a vmap run in
+            lockstep, Fujita_SciSignal2010's 6 conditions took 9.3 s vmapped, 0.2 s in turn).
 
     Returns:
         A `PetabProblem`.
@@ -596,6 +606,8 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
         >>> pp = load("path/to/problem.yaml")  # doctest: +SKIP
         >>> pp.log_likelihood(pp.nominal_internal)  # doctest: +SKIP
     """
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"petab.load: batch_size must be a positive int or None; got {batch_size!r}")
     path = os.fspath(yaml_path)
     if not os.path.exists(path):
         raise ValueError(f"petab.load: no such file {path!r}")
@@ -702,10 +714,13 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
             compartments = [name for name in changed if sbml_model.getCompartment(name) is not None]
             if compartments:
                 raise _unsupported(f"pre-equilibration condition {preeq!r} changing compartment sizes {compartments}")
+        finite = np.unique(times[rows][np.isfinite(times[rows])])
         pairs.append({"condition": conditions[sim], "preequilibration": conditions[preeq] if preeq else None,
-                      "ts": np.unique(times[rows]), "rows": rows})
+                      "ts": finite if finite.size else np.zeros(1), "steady": bool(np.any(np.isinf(times[rows]))),
+                      "rows": rows})
     plan["pair_groups"], global_index = _pair_groups(pairs, times, n_rows)
     plan["n_rows"] = n_rows
+    plan["batch_size"] = batch_size
     plan["row_preeq"] = row_preeq
     plan["measurement"] = measurements[petab.MEASUREMENT].to_numpy(dtype=np.float64)
 

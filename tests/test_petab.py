@@ -88,10 +88,38 @@ def test_petab_unsupported_feature_is_refused(tmp_path):
     for name in ("_model.xml", "_conditions.tsv", "_parameters.tsv", "_0001.yaml"):
         (tmp_path / name).write_text((folder / name).read_text())
     (tmp_path / "_measurements.tsv").write_text("observableId\tsimulationConditionId\ttime\tmeasurement\n"
-                                                "obs_a\tc0\tinf\t0.7\n")
+                                                "obs_a\tc0\t-inf\t0.7\n")
     (tmp_path / "_observables.tsv").write_text((folder / "_observables.tsv").read_text())
-    with pytest.raises(ValueError, match="unsupported PEtab feature: steady-state measurements"):
-        jpetab.load(tmp_path / "_0001.yaml")
+    with pytest.raises(ValueError, match="unsupported PEtab feature: measurement times that are NaN or -inf"):
+        jpetab.load(tmp_path / "_0001.yaml", validate=False)
+
+
+def test_petab_steady_state_measurements(tmp_path):
+    """Case 0001 (A <-> B, k1 A and k2 B, A(0) + B(0) = 1) with rows at t = inf: the steady state
+    A = k2 / (k1 + k2) and its gradient, next to the finite-time rows (unchanged)."""
+    path = _copy("0001", tmp_path)
+    (tmp_path / "_measurements.tsv").write_text("observableId\tsimulationConditionId\ttime\tmeasurement\n"
+                                                "obs_a\tc0\t0\t0.7\nobs_a\tc0\tinf\t0.4\n"
+                                                "obs_a\tc0\t10\t0.1\nobs_a\tc0\tinf\t0.45\n")
+    pp = jpetab.load(path)
+    z = pp.nominal_internal  # a0, b0, k1, k2 = 1, 0, 0.8, 0.6 (lin scale)
+    table = pp.simulation_table(z)
+    assert np.isinf(table["time"].to_numpy()[[1, 3]]).all()
+    steady = 0.6 / 1.4
+    np.testing.assert_allclose(table["simulation"], [1.0, steady, 0.42857190373069665, steady], rtol=1e-6)
+    # d llh / d k1 of the two steady-state rows (sigma 0.5) is analytic; the finite-time rows by FD
+    grad = np.asarray(jax.grad(pp.log_likelihood)(z))
+    eps = 1e-6
+    fd = [(float(pp.log_likelihood(z.at[i].add(eps))) - float(pp.log_likelihood(z.at[i].add(-eps)))) / (2 * eps)
+          for i in range(z.size)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-6)
+    d_steady_dk1 = -0.6 / 1.4 ** 2
+    r = np.array([0.4, 0.45]) - steady
+    grad_steady_k1 = float(np.sum(r / 0.25) * d_steady_dk1)
+    (tmp_path / "_measurements.tsv").write_text("observableId\tsimulationConditionId\ttime\tmeasurement\n"
+                                                "obs_a\tc0\tinf\t0.4\nobs_a\tc0\tinf\t0.45\n")
+    pp_steady = jpetab.load(path)
+    np.testing.assert_allclose(float(jax.grad(pp_steady.log_likelihood)(z)[2]), grad_steady_k1, rtol=1e-5)
 
 
 def _copy(case, tmp_path):
@@ -298,14 +326,15 @@ def test_petab_gradient_where_an_observable_is_zero(tmp_path):
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
 
 
-def test_petab_vmapped_conditions_equal_one_by_one(monkeypatch):
-    """Case 0005 (two conditions): the vmapped solve of all conditions (used above
-    VMAP_MIN_CONDITIONS) gives the one-by-one results and the suite's llh."""
+def test_petab_vmapped_conditions_equal_one_by_one():
+    """Case 0005 (two conditions): the vmapped solve (``batch_size=2``) gives the sequential
+    results and the suite's llh; a bad batch size is refused."""
     folder, solution = _case("0005")
     one_by_one = jpetab.load(folder / "_0005.yaml")
     z = one_by_one.nominal_internal
-    expected = np.asarray(one_by_one.simulate(z))  # traced (and compiled) before the switch
-    monkeypatch.setattr(jpetab, "VMAP_MIN_CONDITIONS", 0)
-    vmapped = jpetab.load(folder / "_0005.yaml")
+    expected = np.asarray(one_by_one.simulate(z))
+    vmapped = jpetab.load(folder / "_0005.yaml", batch_size=2)
     np.testing.assert_allclose(vmapped.simulate(z), expected, rtol=1e-12)
     assert abs(float(vmapped.log_likelihood(z)) - solution["llh"]) < solution["tol_llh"]
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        jpetab.load(folder / "_0005.yaml", batch_size=0)
