@@ -227,6 +227,9 @@ def run_worker(name: str, record_path: pathlib.Path, root: pathlib.Path, grad: b
 
     if reference is not None:
         table = pp.simulation_table(z)
+        for column in _OVERRIDE_COLUMNS:  # the measurement table's overrides, to align by
+            if column in measurements:
+                table[column] = measurements[column].to_numpy()
         ref = pd.read_csv(reference, sep="\t")
         record["n_reference_rows"] = len(ref)
         r, alignment = align_reference(table, ref)
@@ -286,8 +289,25 @@ def run_worker(name: str, record_path: pathlib.Path, root: pathlib.Path, grad: b
     return record
 
 
-def _keys(df) -> list[tuple]:
-    """(observableId, preequilibrationConditionId, simulationConditionId, time, occurrence) per row."""
+_OVERRIDE_COLUMNS = ("observableParameters", "noiseParameters")
+
+
+def _cell(value) -> str:
+    """A table cell as a comparable string: NaN -> '', numbers by value, else the text."""
+    import pandas as pd
+
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    try:
+        return repr(float(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _keys(df, columns=(), observable_ids=None) -> list[tuple]:
+    """(observableId, preequilibrationConditionId, simulationConditionId, time, the ``columns``,
+    occurrence) per row. An observableId that is not in ``observable_ids`` but starts with one
+    and ``__`` is that one (AMICI writes ``<observableId>__<overrides>__<conditions>``)."""
     import pandas as pd
 
     def column(name):
@@ -295,9 +315,13 @@ def _keys(df) -> list[tuple]:
 
     seen: dict[tuple, int] = {}
     keys = []
-    for obs, pre, sim, t in zip(column("observableId"), column("preequilibrationConditionId"),
-                                column("simulationConditionId"), df["time"], strict=True):
-        key = (str(obs), "" if pd.isna(pre) else str(pre), str(sim), round(float(t), 9))
+    extra = list(zip(*(column(c) for c in columns), strict=True)) if columns else [()] * len(df)
+    for obs, pre, sim, t, more in zip(column("observableId"), column("preequilibrationConditionId"),
+                                      column("simulationConditionId"), df["time"], extra, strict=True):
+        obs = str(obs)
+        if observable_ids is not None and obs not in observable_ids and obs.split("__")[0] in observable_ids:
+            obs = obs.split("__")[0]
+        key = (obs, "" if pd.isna(pre) else str(pre), str(sim), round(float(t), 9), *(_cell(v) for v in more))
         seen[key] = seen.get(key, -1) + 1
         keys.append((*key, seen[key]))
     return keys
@@ -306,10 +330,13 @@ def _keys(df) -> list[tuple]:
 def align_reference(table, ref):
     """The reference simulations in the order of ``table`` and how they were aligned: row by row
     when the keys agree in order, by keys when the reference lists the same rows in another
-    order, else row by row with a note that the keys differ (e.g. renamed conditions)."""
+    order (with the override columns both tables have, and AMICI's mangled observable ids
+    mapped back), else row by row with a note that the keys differ (e.g. renamed conditions)."""
     import numpy as np
 
-    ours, theirs = _keys(table), _keys(ref)
+    columns = [c for c in _OVERRIDE_COLUMNS if c in table and c in ref]
+    ours = _keys(table, columns)
+    theirs = _keys(ref, columns, observable_ids=set(table["observableId"].astype(str)))
     values = ref["simulation"].to_numpy(float)
     if ours == theirs:
         return values, "row order"
@@ -539,6 +566,8 @@ def main(argv=None):
     parser.add_argument("--root", type=pathlib.Path, default=None, help="the collection (default shared/petab)")
     parser.add_argument("--scaling", action="store_true", help="also time synthetic chains of 10..400 species")
     parser.add_argument("--no-gradient", action="store_true", help="skip the gradient and its check")
+    parser.add_argument("--update", action="store_true", help="rerun only --problems and replace their rows in the "
+                                                              "existing <out>/results.jsonl (the tables are rewritten)")
     parser.add_argument("--worker", help=argparse_hidden())
     args = parser.parse_args(argv)
     root = args.root or collection_root()
@@ -552,22 +581,35 @@ def main(argv=None):
     names = list(args.problems if args.problems is not None else QUICK if args.quick else problem_names(root))
     timeout = min(args.timeout, QUICK_TIMEOUT) if args.quick else args.timeout
     jsonl = out / "results.jsonl"
-    jsonl.write_text("")
-    rows, t_start = [], time.perf_counter()
+    previous = _previous_rows(jsonl, args.problems) if args.update else []
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in previous))
+    rows, t_start = list(previous), time.perf_counter()
     for k, name in enumerate(names, 1):
         print(f"[{k}/{len(names)}] {name} ...", flush=True)
         row = run_problem(name, out, root, timeout, grad=not args.no_gradient)
-        rows.append(row)
+        rows = [r for r in rows if r["problem"] != name] + [row]
         with jsonl.open("a") as stream:
             stream.write(json.dumps(to_jsonable(row)) + "\n")
         print(f"    {status_of(row)}; match {row.get('matches')}, max rel err {fmt(row.get('max_rel_error'))}, "
               f"llh {fmt(row.get('llh'), '.6g')}, grad {(row.get('gradient_check') or {}).get('passes')}, "
               f"{row['wall_s']:.1f} s", flush=True)
     scaling = run_scaling(SCALING_SIZES[:2] if args.quick else SCALING_SIZES) if args.scaling else None
-    written = write_table(out, rows, scaling, args.quick, time.perf_counter() - t_start, timeout)
+    rows.sort(key=lambda r: r["problem"])
+    wall = sum(r.get("wall_s", 0.0) for r in rows) if args.update else time.perf_counter() - t_start
+    written = write_table(out, rows, scaling, args.quick, wall, timeout)
     print((out / "table.md").read_text())
     print(f"wrote {out / 'results.jsonl'}, table.md and table.json")
     return written
+
+
+def _previous_rows(jsonl: pathlib.Path, problems) -> list[dict]:
+    """The rows of an earlier run (``--update``) except those of ``problems``, which rerun."""
+    if not problems:
+        raise SystemExit("--update needs --problems (the ones to rerun)")
+    if not jsonl.exists():
+        raise SystemExit(f"--update: no earlier run at {jsonl}")
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["problem"] not in set(problems)]
 
 
 def argparse_hidden():

@@ -48,14 +48,20 @@ def test_petab_collection_quick(tmp_path):
 def test_petab_collection_records_refusals_and_timeouts(tmp_path):
     """A refused problem keeps its reason; a problem past its timeout is recorded, not waited for."""
     script = load_script("experiments/petab_collection.py")
-    script.main(["--out", str(tmp_path), "--problems", "Smith_BMCSystBiol2013", "Chen_MSB2009",
+    script.main(["--out", str(tmp_path), "--problems", "Liu_IFACPapersOnLine2025", "Chen_MSB2009",
                  "--timeout", "5"])
     rows = _rows(tmp_path)
-    assert rows["Smith_BMCSystBiol2013"]["imported"] is False
-    assert "events" in rows["Smith_BMCSystBiol2013"]["reason"]
+    assert rows["Liu_IFACPapersOnLine2025"]["imported"] is False
+    assert "events with a state-dependent" in rows["Liu_IFACPapersOnLine2025"]["reason"]
     assert rows["Chen_MSB2009"]["timeout"].startswith("timeout after 5 s")
     assert rows["Chen_MSB2009"].get("matches") is None and "llh" not in rows["Chen_MSB2009"]
-    assert "| Smith_BMCSystBiol2013:" in (tmp_path / "paper_comparison.md").read_text()
+    assert "| Liu_IFACPapersOnLine2025:" in (tmp_path / "paper_comparison.md").read_text()
+    assert "**0 of 2 problems reproduce" in (tmp_path / "table.md").read_text()
+    # --update reruns the named problem and keeps the other rows
+    script.main(["--out", str(tmp_path), "--problems", "Liu_IFACPapersOnLine2025", "--update", "--timeout", "5"])
+    updated = _rows(tmp_path)
+    assert sorted(updated) == ["Chen_MSB2009", "Liu_IFACPapersOnLine2025"]
+    assert updated["Chen_MSB2009"]["timeout"] == rows["Chen_MSB2009"]["timeout"]
     assert "**0 of 2 problems reproduce" in (tmp_path / "table.md").read_text()
 
 
@@ -73,6 +79,12 @@ def test_alignment_of_reference_rows():
     assert list(values) == [1.0, 2.0, 3.0] and how.startswith("row order")
     other = table.assign(time=[5.0, 6.0, 7.0], simulationConditionId=["old"] * 3)
     assert script.align_reference(table, other)[0] is None
+    # AMICI's mangled ids (<observableId>__<overrides>__<conditions>), rows told apart by overrides
+    scaled = table.assign(observableId=["a", "a", "a"], time=[0.0, 0.0, 1.0],
+                          observableParameters=["s1", "s2", "s1"])
+    amici = scaled.iloc[[1, 2, 0]].assign(observableId=["a__s2__c", "a__s1__c", "a__s1__c"]).reset_index(drop=True)
+    values, how = script.align_reference(scaled, amici)
+    assert list(values) == [1.0, 2.0, 3.0] and how.startswith("by keys")
 
 
 @pytest.mark.slow
