@@ -2,9 +2,19 @@
 
 Importing jcalib does not enable float64; entry points (CLI, experiments, notebooks,
 tests) call ``jax.config.update("jax_enable_x64", True)`` themselves.
+
+Importing jcalib sets ``EQX_ON_ERROR=nan`` unless it is set (import jcalib before equinox,
+diffrax or optimistix for it to apply): jcalib reports failed solves through `SolveStatus` and
+NaN, while equinox's default raises from inside solver internals (e.g. optimistix's
+implicit-derivative linear solve after a failed implicit stage, in forward-mode derivatives),
+which would abort a whole vmapped batch (a multistart, a sampler's chains) for one bad point.
 """
 
-from jcalib import models
+import os
+
+os.environ.setdefault("EQX_ON_ERROR", "nan")
+
+from jcalib import models  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements
 from jcalib.joint_problem import JointProblem
 from jcalib.model import (

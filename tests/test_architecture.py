@@ -210,3 +210,20 @@ def test_nn_does_not_import_models(graph):
     for module in (m for m in graph if _within(m, "jcalib.nn")):
         chain = _path(graph, module, lambda m: _within(m, "jcalib.models"))
         assert chain is None, f"{module} imports a model: {' -> '.join(chain)}"
+
+
+def test_importing_jcalib_turns_equinox_runtime_errors_into_nan():
+    """Without EQX_ON_ERROR in the environment, importing jcalib sets it to nan (failed solver
+    internals become NaN and a SolveStatus, not an exception that aborts a whole batch); a
+    value the user set is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import jcalib, equinox._config as c; print(c.EQX_ON_ERROR)"
+    env = {k: v for k, v in os.environ.items() if k != "EQX_ON_ERROR"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "nan"
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "EQX_ON_ERROR": "raise"}, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "raise"
