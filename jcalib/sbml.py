@@ -50,7 +50,8 @@ Not supported, each refused with a ``ValueError`` that names the feature and the
 events with state-dependent triggers or delays, algebraic rules, ``delay``, ``rateOf``, fast reactions, non-constant compartments
 (rules on compartments), variable stoichiometry (``stoichiometryMath`` or rules on species
 references), conversion factors, reactions without kinetic laws, and SBML packages
-(``comp``, ``fbc`` ...) that change the model's meaning.
+(``fbc`` ...) that change the model's meaning; hierarchical models (``comp``) are flattened by
+libsbml's CompFlatteningConverter first.
 """
 
 from __future__ import annotations
@@ -233,6 +234,11 @@ def _read_document(source: str | os.PathLike) -> libsbml.SBMLDocument:
                          + "; ".join(f"line {e.getLine()}: {e.getMessage().strip()}" for e in fatal[:3]))
     if document.getModel() is None:
         raise ValueError("model_from_sbml: the SBML document has no model")
+    if document.getLevel() >= 3 and document.isPackageEnabled("comp"):
+        properties = libsbml.ConversionProperties()
+        properties.addOption("flatten comp", True)  # libsbml's CompFlatteningConverter
+        if document.convert(properties) != libsbml.LIBSBML_OPERATION_SUCCESS:
+            raise _unsupported("the SBML package 'comp' (libsbml could not flatten this model)", "sbml")
     namespaces = document.getNamespaces()
     for i in range(namespaces.getLength() if document.getLevel() >= 3 else 0):
         uri, prefix = namespaces.getURI(i), namespaces.getPrefix(i)

@@ -285,6 +285,37 @@ def test_a_state_dependent_event_is_refused_by_name():
         sbml.model_from_sbml(moving)
 
 
+# SBML comp: a main model instantiating the submodel "decay" (dX/dt = -k X, X(0) = 2)
+COMP_MODEL = f"""<?xml version="1.0" encoding="UTF-8"?>
+<sbml xmlns="http://www.sbml.org/sbml/level3/version1/core" level="3" version="1"
+      xmlns:comp="http://www.sbml.org/sbml/level3/version1/comp/version1" comp:required="true">
+  <model id="main">
+    <listOfCompartments><compartment id="c" size="1" constant="true" spatialDimensions="3"/></listOfCompartments>
+    <comp:listOfSubmodels><comp:submodel comp:id="sub" comp:modelRef="decay"/></comp:listOfSubmodels>
+  </model>
+  <comp:listOfModelDefinitions>
+    <comp:modelDefinition id="decay">
+      <listOfCompartments><compartment id="c" size="1" constant="true" spatialDimensions="3"/></listOfCompartments>
+      <listOfSpecies><species id="X" compartment="c" initialConcentration="2" hasOnlySubstanceUnits="false"
+        boundaryCondition="false" constant="false"/></listOfSpecies>
+      <listOfParameters><parameter id="k" value="0.3" constant="true"/></listOfParameters>
+      <listOfReactions><reaction id="r" reversible="false" fast="false">
+        <listOfReactants><speciesReference species="X" stoichiometry="1" constant="true"/></listOfReactants>
+        <kineticLaw>{_math("<apply><times/><ci>k</ci><ci>X</ci></apply>")}</kineticLaw>
+      </reaction></listOfReactions>
+    </comp:modelDefinition>
+  </comp:listOfModelDefinitions>
+</sbml>"""
+
+
+def test_a_comp_model_is_flattened_by_libsbml():
+    """Hierarchical models (the comp package) are flattened with libsbml's converter: the
+    submodel's ids get its prefix, the dynamics are the submodel's."""
+    model = sbml.model_from_sbml(COMP_MODEL, ts=TS)
+    assert model.state_names == ("sub__X",) and model.parameters.names == ("sub__k",)
+    np.testing.assert_allclose(model.simulate(jnp.asarray([0.3]))[:, 0], 2 * np.exp(-0.3 * TS), rtol=1e-6)
+
+
 def test_an_algebraic_rule_is_refused_by_name():
     algebraic = _sbml(f"""<listOfParameters>
       <parameter id="x" value="1" constant="false"/><parameter id="z" value="1" constant="false"/>
