@@ -334,17 +334,19 @@ def align_reference(table, ref):
     mapped back), else row by row with a note that the keys differ (e.g. renamed conditions)."""
     import numpy as np
 
-    columns = [c for c in _OVERRIDE_COLUMNS if c in table and c in ref]
-    ours = _keys(table, columns)
-    theirs = _keys(ref, columns, observable_ids=set(table["observableId"].astype(str)))
     values = ref["simulation"].to_numpy(float)
-    if ours == theirs:
-        return values, "row order"
-    index = {key: i for i, key in enumerate(theirs)}
-    if len(ours) == len(theirs) and sorted(ours) == sorted(theirs):
-        return np.array([values[index[key]] for key in ours]), "by keys (the reference lists the rows in another order)"
-    if set(ours) <= set(index):
-        return np.array([values[index[key]] for key in ours]), "by keys (the reference has more rows)"
+    shared = [c for c in _OVERRIDE_COLUMNS if c in table and c in ref]
+    for columns in ([shared, []] if shared else [[]]):  # references may write override values, not ids
+        ours = _keys(table, columns)
+        theirs = _keys(ref, columns, observable_ids=set(table["observableId"].astype(str)))
+        if ours == theirs:
+            return values, "row order"
+        index = {key: i for i, key in enumerate(theirs)}
+        if len(ours) == len(theirs) and sorted(ours) == sorted(theirs):
+            return (np.array([values[index[key]] for key in ours]),
+                    "by keys (the reference lists the rows in another order)")
+        if set(ours) <= set(index):
+            return np.array([values[index[key]] for key in ours]), "by keys (the reference has more rows)"
     if len(ours) == len(theirs) and [k[3] for k in ours] == [k[3] for k in theirs]:
         return values, "row order (the reference's ids differ, its times agree)"
     return None, "the reference's rows do not correspond to the measurement table's"

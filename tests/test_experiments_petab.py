@@ -85,6 +85,9 @@ def test_alignment_of_reference_rows():
     amici = scaled.iloc[[1, 2, 0]].assign(observableId=["a__s2__c", "a__s1__c", "a__s1__c"]).reset_index(drop=True)
     values, how = script.align_reference(scaled, amici)
     assert list(values) == [1.0, 2.0, 3.0] and how.startswith("by keys")
+    # a reference that writes the override values instead of the ids aligns without them
+    values, how = script.align_reference(scaled, scaled.iloc[[2, 0, 1]].assign(observableParameters=["1.5"] * 3))
+    assert list(values) == [1.0, 2.0, 3.0] and how.startswith("by keys")
 
 
 @pytest.mark.slow
