@@ -208,7 +208,7 @@ def run_worker(name: str, record_path: pathlib.Path, root: pathlib.Path, grad: b
     record.update(imported=True, n_conditions=len(pairs), n_measurements=len(measurements),
                   n_estimated=len(pp.parameter_ids), n_states=len(pp.model.state_names),
                   n_reactions=len(pp.model.reaction_ids), preequilibration=any(p for p, _ in pairs))
-    save("compile")
+    save("first simulation (compile + solve)")
 
     z = pp.nominal_internal
     t0 = time.perf_counter()
