@@ -85,3 +85,44 @@ def _close_figures():
 
     plt.close("all")
 
+
+
+# `make test` runs `pytest -n auto --dist loadfile`: xdist hands out whole files, by default
+# (--loadscope-reorder) the files with the most tests first. The notebooks and the experiment
+# scripts are one or two tests of a minute or more each, so they came last and one worker ran
+# them alone for minutes at the end. Instead: the files below first, longest (on a fresh clone)
+# first, then the rest in collection order, so the two workers finish together. The list is a
+# schedule, not a selection: a file missing from it still runs, only later.
+LONGEST_FILES_FIRST = (
+    "tests/notebooks/test_nb_07_petab_problem.py",
+    "tests/notebooks/test_nb_03_classical_and_bayesian.py",
+    "tests/test_experiments.py",
+    "tests/test_cli.py",
+    "tests/test_experiments_joint.py",
+    "tests/test_experiments_petab.py",
+    "tests/bayes/test_hmc.py",
+    "tests/test_cli_kernels.py",
+    "tests/notebooks/test_nb_04_surrogates.py",
+    "tests/robustness/test_samplers.py",
+    "tests/estimation/test_global_search.py",
+    "tests/nn/test_impu.py",
+    "tests/robustness/test_cli.py",
+    "tests/notebooks/test_nb_05_amortized_inference.py",
+    "tests/notebooks/test_nb_01_models.py",
+    "tests/workflows/test_iterative_identification.py",
+    "tests/nn/test_pelsvae.py",
+    "tests/test_joint_problem.py",
+    "tests/notebooks/test_nb_02_sensitivity.py",
+    "tests/notebooks/test_nb_00_quickstart.py",
+    "tests/notebooks/test_nb_06_digital_twin_impu.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
+        config.option.loadscopereorder = False  # keep the order set below
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: same order within a file
