@@ -42,8 +42,9 @@ What becomes what (PEtab v1 semantics):
   their ``nominalValue``.
 
 Not yet supported, refused with a ``ValueError`` that names the PEtab feature: more than one
-SBML model, a mapping table, pre-equilibration conditions that change compartment sizes, and condition-table columns that are not SBML
-entities. Objective priors (``objectivePriorType`` uniform, normal, logNormal,
+SBML model, a mapping table, pre-equilibration conditions that change compartment sizes, and
+condition-table columns that are not SBML entities. Condition-table parameters with a numeric
+initial assignment are conditions of the model (the assignment is their default). Objective priors (``objectivePriorType`` uniform, normal, logNormal,
 parameterScaleUniform, parameterScaleNormal) are ``pp.problem``'s prior, truncated to the
 bounds (with laplace priors, ``log_prior`` and ``log_posterior`` raise; the likelihood and
 least-squares methods work); without them the prior is uniform on the bounds in the
@@ -686,8 +687,12 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
                 if name not in outputs:
                     outputs.append(name)
 
+    # parameters with a numeric initial assignment that conditions set: conditions of the model
+    assigned = {ia.getSymbol() for ia in sbml_model.getListOfInitialAssignments()}
+    overridden = sorted({name for entries in conditions.values() for name in entries
+                         if name in assigned and sbml_model.getParameter(name) is not None})
     model = sbml.model_from_sbml(sbml_path, outputs=outputs or None, solver=solver, rtol=rtol, atol=atol,
-                            max_steps=max_steps)
+                                 max_steps=max_steps, constant_parameters=overridden)
     plan["sbml_nominal"] = np.asarray(model.parameters.nominal, dtype=np.float64)
     for cid, entries in conditions.items():
         for name in entries:

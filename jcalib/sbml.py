@@ -43,11 +43,15 @@ is not the default: use it where speed matters more than the last digits of a gr
 
 Events: those triggered at a time ``T`` (``time >= T``, ``T`` a constant or an expression of
 parameters and conditions; Smith_BMCSystBiol2013's insulin pulses) restart the solver at ``T``
-after their assignments (species, non-constant parameters: such targets become states with zero
-derivative); see `SBMLModel.integrate`.
+after their assignments; other triggers (one comparison that depends on the state, e.g.
+Liu_IFACPapersOnLine2025's ``U < 1e-8``) are located by diffrax's event root finding and the
+solver restarts there (at most `MAX_EVENT_RESTARTS` times; forward-mode derivatives only).
+Event targets (species, non-constant parameters) become states with zero derivative; see
+`SBMLModel.integrate`.
 
 Not supported, each refused with a ``ValueError`` that names the feature and the SBML element:
-events with state-dependent triggers or delays, algebraic rules, ``delay``, ``rateOf``, fast reactions, non-constant compartments
+events with delays, triggers other than one comparison, time and state-dependent events in one
+model, algebraic rules, ``delay``, ``rateOf``, fast reactions, non-constant compartments
 (rules on compartments), variable stoichiometry (``stoichiometryMath`` or rules on species
 references), conversion factors, reactions without kinetic laws, and SBML packages
 (``fbc`` ...) that change the model's meaning; hierarchical models (``comp``) are flattened by
@@ -78,13 +82,18 @@ from sympy.printing.numpy import JaxPrinter
 from jcalib.model import AbstractModel, Experiment
 from jcalib.parameters import Parameter, ParameterSpace
 
-__all__ = ["DEFAULT_BOUND_FACTOR", "SBMLModel", "model_from_sbml", "stiff_solver"]
+__all__ = ["DEFAULT_BOUND_FACTOR", "MAX_EVENT_RESTARTS", "SBMLModel", "model_from_sbml", "stiff_solver"]
 
 DEFAULT_BOUND_FACTOR = 1e3
 """Default bounds of a parameter with nominal ``v > 0``: ``[v / 1e3, v * 1e3]``, six decades
 around the SBML value (wide enough for a first calibration; give ``bounds`` for real ones)."""
 
 _TIME = sp.Symbol("t")
+
+
+MAX_EVENT_RESTARTS = 100
+"""State-dependent events: the most restarts of the solver in one simulation (more events end it
+with ``max_steps_reached``, so it is reported as failed, never truncated silently)."""
 
 
 class SBMLModel(AbstractModel):
@@ -97,8 +106,7 @@ class SBMLModel(AbstractModel):
             species initial values, constant parameters moved there), in code order.
         reaction_ids: the SBML reaction ids, columns of `stoichiometry`.
         source: the generated JAX code, for reading and debugging.
-        event_ids: the SBML events (all triggered at times ``T`` that may depend on parameters
-            and conditions, not on the state): `integrate` restarts the solver at each.
+        event_ids: the SBML events: `integrate` restarts the solver at each (module docstring).
     """
 
     stoichiometry: Float[Array, "n_states n_reactions"]
@@ -112,6 +120,8 @@ class SBMLModel(AbstractModel):
     _event_times_fn: object = eqx.field(static=True, default=None)
     _event_fns: tuple = eqx.field(static=True, default=())
     _event_fires_at_t0: tuple[bool, ...] = eqx.field(static=True, default=())
+    _event_triggers_fn: object = eqx.field(static=True, default=None)
+    _state_events: bool = eqx.field(static=True, default=False)
 
     def _conditions(self):
         conditions = self.experiment.conditions
@@ -137,6 +147,8 @@ class SBMLModel(AbstractModel):
         ``T <= t0`` happens at ``t0`` only if its trigger's ``initialValue`` is false (SBML)."""
         if not self._event_fns:
             return super().integrate(y0, theta, t0, t1, ts)
+        if self._state_events:
+            return self._integrate_state_events(y0, theta, t0, t1, ts)
         conditions = self._conditions()
         t0, t1 = jnp.asarray(t0, dtype=jnp.float64), jnp.asarray(t1, dtype=jnp.float64)
         times = jnp.asarray(self._event_times_fn(theta, conditions), dtype=jnp.float64)
@@ -163,6 +175,63 @@ class SBMLModel(AbstractModel):
 
         init = (y0, jnp.full((ts.shape[0], y0.shape[0]), jnp.nan), dfx.RESULTS.successful, jnp.asarray(0))
         (_, ys, result, steps), _ = jax.lax.scan(segment, init, (starts, ends, events, event_fires))
+        return dfx.Solution(t0=t0, t1=t1, ts=ts, ys=ys, interpolation=None, stats={"num_steps": steps},
+                            result=result, solver_state=None, controller_state=None, made_jump=None,
+                            event_mask=None)
+
+    def _integrate_state_events(self, y0, theta, t0, t1, ts) -> dfx.Solution:
+        """Events whose triggers ``h(t, x) > 0`` depend on the state: diffrax's event
+        detection (root finding on the dense output) stops the solve where some ``h`` changes
+        sign; the events whose trigger became true apply their assignments; the solve
+        restarts there (a ``lax.while_loop``, at most `MAX_EVENT_RESTARTS` restarts, else the
+        result is ``max_steps_reached``). At ``t0`` an event whose trigger is true fires if
+        its ``initialValue`` is false. Forward-mode derivatives only (the loop has no reverse
+        mode)."""
+        conditions = self._conditions()
+        t0, t1 = jnp.asarray(t0, dtype=jnp.float64), jnp.asarray(t1, dtype=jnp.float64)
+        term = dfx.ODETerm(self.vector_field)
+        n_events = len(self._event_fns)
+
+        def triggers(t, y):
+            return jnp.asarray(self._event_triggers_fn(t, y, theta, conditions), dtype=jnp.float64)
+
+        def assign_all(t, y, which):  # the assignments of the events in `which`, from the values before
+            new = y
+            for k, assign in enumerate(self._event_fns):
+                changed = assign(t, y, theta, conditions)
+                new = jnp.where(which[k] & (changed != y), changed, new)
+            return new
+
+        def cond_fn(k):
+            return lambda t, y, args, **kwargs: triggers(t, y)[k]
+
+        event = dfx.Event([cond_fn(k) for k in range(n_events)],
+                          root_finder=optx.Newton(rtol=self.controller.rtol, atol=self.controller.atol))
+        y0 = assign_all(t0, y0, (triggers(t0, y0) > 0) & jnp.asarray(self._event_fires_at_t0))
+
+        def body(carry):
+            start, y, ys, result, steps, n, _ = carry
+            sol = dfx.diffeqsolve(
+                term, self.solver, start, t1, self.dt0, y, args=theta,
+                saveat=dfx.SaveAt(subs=[dfx.SubSaveAt(ts=jnp.clip(ts, start, t1)), dfx.SubSaveAt(t1=True)]),
+                stepsize_controller=self.controller, adjoint=self.adjoint, max_steps=self.max_steps, event=event,
+                throw=False)
+            (_, end), (saved, y_end) = (sol.ts[0], sol.ts[1][0]), (sol.ys[0], sol.ys[1][0])
+            stopped = sol.result == dfx.RESULTS.event_occurred
+            take = (ts >= start) & jnp.where(stopped, ts < end, ts <= end)
+            ys = jnp.where(take[:, None], saved, ys)
+            # the events whose h changed sign upwards (their trigger became true): h <= 0 at the start
+            which = jnp.stack([jnp.asarray(m) for m in sol.event_mask]) & (triggers(start, y) <= 0)
+            y_next = assign_all(end, y_end, which & stopped)
+            ok = (sol.result == dfx.RESULTS.successful) | stopped
+            result = dfx.RESULTS.where(ok, result, sol.result)
+            done = ~stopped | ~ok | (n + 1 >= MAX_EVENT_RESTARTS)
+            result = dfx.RESULTS.where(stopped & (n + 1 >= MAX_EVENT_RESTARTS), dfx.RESULTS.max_steps_reached, result)
+            return end, y_next, ys, result, steps + sol.stats["num_steps"], n + 1, done
+
+        init = (t0, y0, jnp.full((ts.shape[0], y0.shape[0]), jnp.nan), dfx.RESULTS.successful, jnp.asarray(0),
+                jnp.asarray(0), jnp.asarray(False))
+        _, _, ys, result, steps, _, _ = jax.lax.while_loop(lambda c: ~c[-1], body, init)
         return dfx.Solution(t0=t0, t1=t1, ts=ts, ys=ys, interpolation=None, stats={"num_steps": steps},
                             result=result, solver_state=None, controller_state=None, made_jump=None,
                             event_mask=None)
@@ -361,17 +430,21 @@ def _monomials(expr: sp.Expr) -> list[tuple[float, list[sp.Symbol]]] | None:
     return terms
 
 
-class _TimeEvent(NamedTuple):
-    """An SBML event triggered at a time ``T`` (``time >= T``) that does not depend on the state."""
+class _Event(NamedTuple):
+    """An SBML event: ``trigger`` is ``T`` of ``time >= T`` (a time event) or, for other
+    triggers, ``h`` with the trigger true where ``h > 0`` (a state event)."""
     id: str
-    time: sp.Expr
+    trigger: sp.Expr
     initial_value: bool
     assignments: list[tuple[str, sp.Expr]]
+    is_time_event: bool
 
 
-def _time_events(model: libsbml.Model, convert: _Converter) -> list[_TimeEvent]:
-    """The model's events; each must be triggered by ``time >= T`` (or ``>``, ``T <= time``) and
-    have no delay. ``T`` may depend on parameters (checked against the states later)."""
+def _events(model: libsbml.Model, convert: _Converter) -> list[_Event]:
+    """The model's events, without delays, each triggered by one comparison: ``time >= T``
+    (or ``>``, ``T <= time``) is a time event (`_Event.trigger` = T; whether T depends on the
+    state is checked later), any other ``a > b`` / ``a < b`` (or ``>=``, ``<=``) a state event
+    with ``h = a - b`` (or ``b - a``)."""
     events = []
     compartments = {c.getId() for c in model.getListOfCompartments()}
     for k, event in enumerate(model.getListOfEvents()):
@@ -382,22 +455,22 @@ def _time_events(model: libsbml.Model, convert: _Converter) -> list[_TimeEvent]:
         if not event.isSetTrigger() or event.getTrigger().getMath() is None:
             raise ValueError(f"model_from_sbml: {where} has no trigger")
         trigger = convert(event.getTrigger(), f"trigger of {where}")
-        if isinstance(trigger, (sp.GreaterThan, sp.StrictGreaterThan)) and trigger.lhs == _TIME:
-            time = trigger.rhs
-        elif isinstance(trigger, (sp.LessThan, sp.StrictLessThan)) and trigger.rhs == _TIME:
-            time = trigger.lhs
+        if isinstance(trigger, (sp.GreaterThan, sp.StrictGreaterThan)):
+            h = trigger.lhs - trigger.rhs
+        elif isinstance(trigger, (sp.LessThan, sp.StrictLessThan)):
+            h = trigger.rhs - trigger.lhs
         else:
-            raise _unsupported(f"events with a state-dependent or other trigger than 'time >= T' ({trigger})", where)
-        if _TIME in time.free_symbols:
-            raise _unsupported(f"events with a trigger time that depends on time ({trigger})", where)
+            raise _unsupported(f"event triggers other than one comparison ({trigger})", where)
         assignments = []
         for assignment in event.getListOfEventAssignments():
             variable = assignment.getVariable()
             if variable in compartments:
                 raise _unsupported("event assignments to compartments", f"{where}, eventAssignment to '{variable}'")
             assignments.append((variable, convert(assignment, f"eventAssignment to '{variable}' of {where}")))
-        initial_value = event.getTrigger().getInitialValue() if model.getLevel() >= 3 else True
-        events.append(_TimeEvent(name, time, bool(initial_value), assignments))
+        initial_value = bool(event.getTrigger().getInitialValue()) if model.getLevel() >= 3 else True
+        time_trigger = sp.expand(h).coeff(_TIME) == 1 and _TIME not in (sp.expand(h) - _TIME).free_symbols
+        events.append(_Event(name, sp.expand(_TIME - h) if time_trigger else h, initial_value, assignments,
+                             time_trigger))
     return events
 
 
@@ -466,7 +539,7 @@ def model_from_sbml(
     convert = _Converter(model)
 
     # --- refuse what is not supported -------------------------------------------------------
-    events = _time_events(model, convert)
+    events = _events(model, convert)
     event_targets = {variable for event in events for variable, _ in event.assignments}
     if model.getNumConstraints():
         pass  # constraints only assert; they do not change the dynamics
@@ -533,11 +606,14 @@ def model_from_sbml(
                 conditions[pid] = float(par.getValue()) if par.isSetValue() else math.nan
                 init_definitions[_symbol(pid)] = _condition(pid)
             continue
-        if ia is not None:
-            definitions[_symbol(pid)] = ia
-        elif pid in constant_parameters:
-            conditions[pid] = float(par.getValue()) if par.isSetValue() else math.nan
+        if pid in constant_parameters:
+            if ia is not None and ia.free_symbols:
+                raise _unsupported("a constant parameter (a condition) whose initial assignment is not a number",
+                                   f"initialAssignment of '{pid}'")
+            conditions[pid] = float(ia) if ia is not None else float(par.getValue()) if par.isSetValue() else math.nan
             definitions[_symbol(pid)] = _condition(pid)
+        elif ia is not None:
+            definitions[_symbol(pid)] = ia
         else:
             if not par.isSetValue():
                 raise ValueError(f"model_from_sbml: parameter '{pid}' has no value (set value or an initialAssignment)")
@@ -688,7 +764,7 @@ def model_from_sbml(
     check_symbols(definitions.values(), "model's rules and initial assignments")
     check_symbols(rate_exprs + rate_rule_exprs, "model's kinetic laws and rate rules")
     check_symbols(init_definitions.values(), "model's initial values")
-    check_symbols([e.time for e in events] + [v for e in events for _, v in e.assignments], "model's events")
+    check_symbols([e.trigger for e in events] + [v for e in events for _, v in e.assignments], "model's events")
 
     printer = _Printer()
     state_symbols = {_symbol(s) for s in states}
@@ -697,12 +773,18 @@ def model_from_sbml(
             raise _unsupported("an initial assignment of a constant that depends on a variable (species or time)",
                                f"initialAssignment of '{str(symbol)[2:]}'")
 
-    for event in events:
-        needed = event.time.free_symbols.union(
-            *(definitions[d].free_symbols for d in _ordered(definitions, event.time.free_symbols, "the model")))
-        if needed & (state_symbols | {_TIME}):
-            raise _unsupported("events whose trigger time depends on the state (only 'time >= T' with T "
-                               "constant in time)", f"event '{event.id}'")
+    def depends_on_state(expr):
+        needed = expr.free_symbols.union(
+            *(definitions[d].free_symbols for d in _ordered(definitions, expr.free_symbols, "the model")))
+        return bool(needed & (state_symbols | {_TIME}))
+
+    # a time event whose T depends on the state is a state event with h = t - T
+    events = [e._replace(trigger=_TIME - e.trigger, is_time_event=False)
+              if e.is_time_event and depends_on_state(e.trigger) else e for e in events]
+    state_events = [e for e in events if not e.is_time_event]
+    if state_events and len(state_events) < len(events):
+        raise _unsupported("time events and state-dependent events in one model",
+                           f"event '{state_events[0].id}'")
 
     def stack(exprs):
         if not exprs:
@@ -782,8 +864,13 @@ def model_from_sbml(
         [*rhs_lines,
          "", "def init(t, p, c):", *body(state_list, all_init), f"    return {stack(state_list)}",
          "", "def observe(t, x, p, c):", *body(output_symbols), f"    return {stack(output_symbols)}", ""])
-    event_times = [e.time for e in events]
-    source += "\n".join(["", "def event_times(p, c):", *body(event_times), f"    return {stack(event_times)}", ""])
+    triggers = [e.trigger for e in events]
+    if state_events:
+        source += "\n".join(["", "def event_triggers(t, x, p, c):", *body(triggers), f"    return {stack(triggers)}",
+                             "", "def event_times(p, c):", "    return None", ""])
+    else:
+        source += "\n".join(["", "def event_times(p, c):", *body(triggers), f"    return {stack(triggers)}",
+                             "", "def event_triggers(t, x, p, c):", "    return None", ""])
     for k, event in enumerate(events):
         constants[f"_EVENT{k}"] = np.array([state_index[v] for v, _ in event.assignments], dtype=np.int32)
         values = [v for _, v in event.assignments]
@@ -814,6 +901,8 @@ def model_from_sbml(
         _observe_fn=namespace["observe"],
         event_ids=tuple(e.id for e in events),
         _event_times_fn=namespace["event_times"],
+        _event_triggers_fn=namespace["event_triggers"],
+        _state_events=bool(state_events),
         _event_fns=tuple(namespace[f"event_{k}"] for k in range(len(events))),
         _event_fires_at_t0=tuple(not e.initial_value for e in events),
     )

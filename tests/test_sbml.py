@@ -266,23 +266,42 @@ def test_time_event_derivatives_jit_and_vmap(event_model):
         np.testing.assert_allclose(out, _event_solution(np.asarray(theta), TS), rtol=1e-7, atol=1e-9)
 
 
-def test_a_state_dependent_event_is_refused_by_name():
-    event_model = _sbml(f"""<listOfParameters><parameter id="x" value="1" constant="false"/>
+def _sawtooth(trigger: str) -> str:
+    """dx/dt = r (x(0) = 0) and an event that sets x = 0 when ``trigger`` becomes true."""
+    return _sbml(f"""<listOfParameters><parameter id="x" value="0" constant="false"/>
       <parameter id="r" value="1" constant="true"/></listOfParameters>
     <listOfRules><rateRule variable="x">{_math("<ci>r</ci>")}</rateRule></listOfRules>
     <listOfEvents><event id="reset" useValuesFromTriggerTime="true">
-      <trigger initialValue="false" persistent="true">{_math("<apply><gt/><ci>x</ci><cn>2</cn></apply>")}</trigger>
+      <trigger initialValue="false" persistent="true">{_math(trigger)}</trigger>
       <listOfEventAssignments><eventAssignment variable="x">{_math("<cn>0</cn>")}</eventAssignment>
       </listOfEventAssignments></event></listOfEvents>""")
-    with pytest.raises(ValueError, match=r"unsupported SBML feature: events with a state-dependent or other "
-                                         r"trigger than 'time >= T' .*\(event 'reset'\)"):
-        sbml.model_from_sbml(event_model)
-    # a trigger time T that is an assignment rule of the state
-    moving = event_model.replace("<apply><gt/><ci>x</ci><cn>2</cn></apply>", _math(
-        '<apply><geq/><csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
-        '<ci>x</ci></apply>')[len('<math xmlns="http://www.w3.org/1998/Math/MathML">'):-len("</math>")])
-    with pytest.raises(ValueError, match=r"events whose trigger time depends on the state.*\(event 'reset'\)"):
-        sbml.model_from_sbml(moving)
+
+
+def test_a_state_dependent_event_against_the_sawtooth():
+    """x > 2 resets x to 0: x = r t mod 2, found by diffrax's event root finding; dx/dr = t
+    (the event times 2 k / r move with r); jit and vmap agree."""
+    ts = np.array([0.0, 0.5, 1.5, 3.0, 5.5])
+    model = sbml.model_from_sbml(_sawtooth("<apply><gt/><ci>x</ci><cn>2</cn></apply>"), ts=ts,
+                                 bounds={"r": (0.1, 10.0)})
+    for r in (1.0, 1.3):
+        np.testing.assert_allclose(model.simulate(jnp.asarray([r]))[:, 0], np.mod(r * ts, 2.0), rtol=1e-6, atol=1e-7)
+    jac = np.asarray(model.forward_mode().jacobian(jnp.asarray([1.3])))[:, 0, 0]
+    np.testing.assert_allclose(jac, ts, rtol=1e-5, atol=1e-6)
+    batched = jax.jit(jax.vmap(model.simulate))(jnp.asarray([[1.0], [1.3], [0.7]]))
+    np.testing.assert_allclose(batched[:, :, 0], np.mod(np.outer([1.0, 1.3, 0.7], ts), 2.0), rtol=1e-6, atol=1e-7)
+
+
+def test_unsupported_event_triggers_are_refused_by_name():
+    both = ("<apply><and/><apply><gt/><ci>x</ci><cn>2</cn></apply><apply><gt/>"
+            '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
+            "<cn>1</cn></apply></apply>")
+    with pytest.raises(ValueError, match=r"unsupported SBML feature: event triggers other than one comparison "
+                                         r".*\(event 'reset'\)"):
+        sbml.model_from_sbml(_sawtooth(both))
+    mixed = _sawtooth("<apply><gt/><ci>x</ci><cn>2</cn></apply>").replace(
+        "</listOfEvents>", _event("later", "<cn>3</cn>", _assign("x", "<cn>1</cn>")) + "</listOfEvents>")
+    with pytest.raises(ValueError, match=r"time events and state-dependent events in one model \(event 'reset'\)"):
+        sbml.model_from_sbml(mixed)
 
 
 # SBML comp: a main model instantiating the submodel "decay" (dX/dt = -k X, X(0) = 2)
@@ -387,3 +406,22 @@ def test_non_polynomial_and_mass_action_kinetic_laws_share_the_vector_field():
     np.testing.assert_allclose(dydt, [(-expected[0] + expected[1]) / c, (2 * expected[0] - expected[1]) / c],
                                rtol=1e-14)
     np.testing.assert_allclose(model.initial_state(theta), [2.0, 0.0])
+
+
+def test_a_constant_parameter_with_a_numeric_initial_assignment_becomes_a_condition():
+    """PEtab conditions set such parameters (Liu_IFACPapersOnLine2025's dose u_2): the initial
+    assignment is the condition's default; an assignment of other symbols is refused."""
+    def model(assignment):
+        return _sbml(f"""<listOfParameters><parameter id="x" value="0" constant="false"/>
+          <parameter id="dose" constant="true"/><parameter id="r" value="1" constant="true"/></listOfParameters>
+        <listOfInitialAssignments><initialAssignment symbol="dose">{_math(assignment)}</initialAssignment>
+        </listOfInitialAssignments>
+        <listOfRules><rateRule variable="x">{_math("<apply><times/><ci>r</ci><ci>dose</ci></apply>")}</rateRule>
+        </listOfRules>""")
+    m = sbml.model_from_sbml(model("<apply><times/><cn>2</cn><cn>3</cn></apply>"), ts=TS, constant_parameters=["dose"])
+    assert m.parameters.names == ("r",) and float(m.experiment.conditions["dose"]) == 6.0
+    np.testing.assert_allclose(m.simulate(jnp.asarray([1.0]))[:, 0], 6.0 * TS, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(m.with_conditions({"dose": 0.5}).simulate(jnp.asarray([1.0]))[:, 0], 0.5 * TS,
+                               rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="whose initial assignment is not a number .*initialAssignment of 'dose'"):
+        sbml.model_from_sbml(model("<apply><times/><cn>2</cn><ci>r</ci></apply>"), constant_parameters=["dose"])
