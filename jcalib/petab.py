@@ -44,8 +44,9 @@ What becomes what (PEtab v1 semantics):
 Not yet supported, refused with a ``ValueError`` that names the PEtab feature: more than one
 SBML model, a mapping table, pre-equilibration conditions that change compartment sizes, and
 condition-table columns that are not SBML entities. Condition-table parameters with a numeric
-initial assignment are conditions of the model (the assignment is their default). Objective priors (``objectivePriorType`` uniform, normal, logNormal,
-parameterScaleUniform, parameterScaleNormal) are ``pp.problem``'s prior, truncated to the
+initial assignment are conditions of the model (the assignment is their default). Objective
+priors (``objectivePriorType`` uniform, normal, logNormal, parameterScaleUniform,
+parameterScaleNormal) are ``pp.problem``'s prior, truncated to the
 bounds (with laplace priors, ``log_prior`` and ``log_posterior`` raise; the likelihood and
 least-squares methods work); without them the prior is uniform on the bounds in the
 parameter scale. PEtab's log-likelihood (``pp.log_likelihood``) is without priors.
