@@ -43,8 +43,8 @@ jax.config.update("jax_enable_x64", True)
 LLH_TOLERANCE = 0.1  # a start "reaches the published optimum" within this much log-likelihood
 # problems of different sizes (states, estimated parameters) whose reference simulations jcalib
 # reproduces and whose noise model is least squares (normal)
-PROBLEMS = ("Bertozzi_PNAS2020", "Zhao_QuantBiol2020", "Fiedler_BMCSystBiol2016", "Rahman_MBS2016",
-            "Boehm_JProteomeRes2014")
+PROBLEMS = ("Bertozzi_PNAS2020", "Armistead_CellDeathDis2024", "Zhao_QuantBiol2020", "Fiedler_BMCSystBiol2016",
+            "Rahman_MBS2016", "Boehm_JProteomeRes2014")
 QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 
 
