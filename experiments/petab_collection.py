@@ -25,14 +25,14 @@ problem that runs past its timeout still reports how far it got. At the end
 "N of M reproduce their reference simulations". ``--scaling`` adds a compile-time study of
 synthetic mass-action chains (10 ... 400 species).
 
-Measured (2026-11-24, 2 shared cores; ``--timeout 240``, then Alkan, Brannmark, Giordano and
-Isensee again with ``--timeout 420`` after adding their SETTINGS): 14 of 28 reproduce their
-reference simulations (max rel. error <= 4.1e-5); not reproduced: 6 refused (comp package, events
-x2, steady-state data, a laplace prior, log-scale nominal 0), 2 without a reference table, 3
-whose reference is not a simulation of this problem version (Perelson: jcalib = scipy Radau to
-1.4e-7; Fujita: stale condition ids, jcalib = scipy to 2.3e-7; Zheng: the "simulations" are the
-measurements), Sneyd (the two highest-Ca conditions, unresolved), Chen and Isensee (compile past
-the timeout). Compile time grows linearly in the chain length (4.3 s + 36 ms per species).
+Measured (2026-11-24, 2 shared cores, ``--timeout 240``; 2026-11-25 ``--update`` of Blasi,
+Smith, Liu, Isensee, Armistead, Sneyd and Raimundez with ``--timeout 600``-``900`` after the
+features they need): 20 of 28 reproduce their reference simulations (max rel. error <= 4.1e-5);
+not reproduced: Sneyd (its reference has the two highest-Ca conditions swapped: with them
+exchanged, 5.6e-6), Perelson (jcalib = scipy Radau to 1.4e-7), Fujita (stale condition ids,
+jcalib = scipy to 2.3e-7), Zheng (the "simulations" are the measurements), Okuonghae and
+Oliveira (no reference), Chen and Lang (their first solve runs past the timeout). Compile time
+grows linearly in the chain length (4.3 s + 36 ms per species).
 """
 
 from __future__ import annotations
