@@ -45,24 +45,45 @@ def test_petab_collection_quick(tmp_path):
     assert boehm["n_conditions"] == 1 and boehm["n_estimated"] == 9 and boehm["n_states"] == 8
 
 
+_DELAYED_EVENT = """<listOfEvents><event id="late" useValuesFromTriggerTime="true">
+  <trigger initialValue="true" persistent="true"><math xmlns="http://www.w3.org/1998/Math/MathML"><apply><geq/>
+    <csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol><cn>1</cn></apply>
+  </math></trigger>
+  <delay><math xmlns="http://www.w3.org/1998/Math/MathML"><cn>1</cn></math></delay>
+  <listOfEventAssignments><eventAssignment variable="I_"><math xmlns="http://www.w3.org/1998/Math/MathML"><cn>0</cn>
+  </math></eventAssignment></listOfEventAssignments></event></listOfEvents>"""
+
+
 def test_petab_collection_records_refusals_and_timeouts(tmp_path):
-    """A refused problem keeps its reason; a problem past its timeout is recorded, not waited for."""
+    """A refused problem keeps its reason (Bertozzi with an event delay, which jcalib.sbml
+    refuses); a problem past its timeout is recorded, not waited for; --update reruns one."""
     script = load_script("experiments/petab_collection.py")
-    script.main(["--out", str(tmp_path), "--problems", "Liu_IFACPapersOnLine2025", "Chen_MSB2009",
+    root = tmp_path / "collection"
+    delayed = root / "Delayed_PNAS2020"
+    delayed.mkdir(parents=True)
+    for path in (COLLECTION / "Bertozzi_PNAS2020").iterdir():
+        text = path.read_text()
+        if path.name == "model.xml":
+            text = text.replace("</model>", _DELAYED_EVENT + "</model>")
+        (delayed / path.name).write_text(text)
+    (root / "Chen_MSB2009").symlink_to(COLLECTION / "Chen_MSB2009")
+    out = tmp_path / "out"
+    script.main(["--out", str(out), "--root", str(root), "--problems", "Delayed_PNAS2020", "Chen_MSB2009",
                  "--timeout", "5"])
-    rows = _rows(tmp_path)
-    assert rows["Liu_IFACPapersOnLine2025"]["imported"] is False
-    assert "events with a state-dependent" in rows["Liu_IFACPapersOnLine2025"]["reason"]
+    rows = _rows(out)
+    assert rows["Delayed_PNAS2020"]["imported"] is False
+    assert "events with a delay (event 'late')" in rows["Delayed_PNAS2020"]["reason"]
     assert rows["Chen_MSB2009"]["timeout"].startswith("timeout after 5 s")
     assert rows["Chen_MSB2009"].get("matches") is None and "llh" not in rows["Chen_MSB2009"]
-    assert "| Liu_IFACPapersOnLine2025:" in (tmp_path / "paper_comparison.md").read_text()
-    assert "**0 of 2 problems reproduce" in (tmp_path / "table.md").read_text()
+    assert "| Delayed_PNAS2020:" in (out / "paper_comparison.md").read_text()
+    assert "**0 of 2 problems reproduce" in (out / "table.md").read_text()
     # --update reruns the named problem and keeps the other rows
-    script.main(["--out", str(tmp_path), "--problems", "Liu_IFACPapersOnLine2025", "--update", "--timeout", "5"])
-    updated = _rows(tmp_path)
-    assert sorted(updated) == ["Chen_MSB2009", "Liu_IFACPapersOnLine2025"]
+    script.main(["--out", str(out), "--root", str(root), "--problems", "Delayed_PNAS2020", "--update",
+                 "--timeout", "5"])
+    updated = _rows(out)
+    assert sorted(updated) == ["Chen_MSB2009", "Delayed_PNAS2020"]
     assert updated["Chen_MSB2009"]["timeout"] == rows["Chen_MSB2009"]["timeout"]
-    assert "**0 of 2 problems reproduce" in (tmp_path / "table.md").read_text()
+    assert "**0 of 2 problems reproduce" in (out / "table.md").read_text()
 
 
 def test_alignment_of_reference_rows():
