@@ -583,20 +583,23 @@ def main(argv=None):
     names = list(args.problems if args.problems is not None else QUICK if args.quick else problem_names(root))
     timeout = min(args.timeout, QUICK_TIMEOUT) if args.quick else args.timeout
     jsonl = out / "results.jsonl"
-    previous = _previous_rows(jsonl, args.problems) if args.update else []
-    jsonl.write_text("".join(json.dumps(row) + "\n" for row in previous))
-    rows, t_start = list(previous), time.perf_counter()
+    rows = _previous_rows(jsonl, args.problems) if args.update else []
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))  # kept until replaced: see _previous_rows
+    t_start = time.perf_counter()
     for k, name in enumerate(names, 1):
         print(f"[{k}/{len(names)}] {name} ...", flush=True)
         row = run_problem(name, out, root, timeout, grad=not args.no_gradient)
-        rows = [r for r in rows if r["problem"] != name] + [row]
+        at = [i for i, r in enumerate(rows) if r["problem"] == name]  # --update: in its earlier place
+        if at:
+            rows[at[0]] = row
+        else:
+            rows.append(row)
         with jsonl.open("a") as stream:
             stream.write(json.dumps(to_jsonable(row)) + "\n")
         print(f"    {status_of(row)}; match {row.get('matches')}, max rel err {fmt(row.get('max_rel_error'))}, "
               f"llh {fmt(row.get('llh'), '.6g')}, grad {(row.get('gradient_check') or {}).get('passes')}, "
               f"{row['wall_s']:.1f} s", flush=True)
     scaling = run_scaling(SCALING_SIZES[:2] if args.quick else SCALING_SIZES) if args.scaling else None
-    rows.sort(key=lambda r: r["problem"])
     wall = sum(r.get("wall_s", 0.0) for r in rows) if args.update else time.perf_counter() - t_start
     written = write_table(out, rows, scaling, args.quick, wall, timeout)
     print((out / "table.md").read_text())
@@ -605,13 +608,18 @@ def main(argv=None):
 
 
 def _previous_rows(jsonl: pathlib.Path, problems) -> list[dict]:
-    """The rows of an earlier run (``--update``) except those of ``problems``, which rerun."""
+    """The rows of an earlier run (``--update``; those of ``problems`` are replaced as they rerun),
+    one per problem: where a problem has several lines (an update appends), the last."""
     if not problems:
         raise SystemExit("--update needs --problems (the ones to rerun)")
     if not jsonl.exists():
         raise SystemExit(f"--update: no earlier run at {jsonl}")
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["problem"] not in set(problems)]
+    rows: dict[str, dict] = {}
+    for line in jsonl.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["problem"]] = row  # keeps the first place, takes the last value
+    return list(rows.values())
 
 
 def argparse_hidden():
