@@ -120,6 +120,10 @@ def test_petab_steady_state_measurements(tmp_path):
                                                 "obs_a\tc0\tinf\t0.4\nobs_a\tc0\tinf\t0.45\n")
     pp_steady = jpetab.load(path)
     np.testing.assert_allclose(float(jax.grad(pp_steady.log_likelihood)(z)[2]), grad_steady_k1, rtol=1e-5)
+    # a steady state not reached (here: a step budget of 2) is a status, NaN and -inf, not a number
+    starved = jpetab.load(path, max_steps=2)
+    assert starved.problem.solve_status(starved.to_problem_internal(z)) == SolveStatus.NO_STEADY_STATE
+    assert np.isnan(starved.simulate(z)).all() and float(starved.log_likelihood(z)) == -np.inf
 
 
 def _copy(case, tmp_path):
