@@ -563,6 +563,11 @@ def model_from_sbml(
         if model.getLevel() >= 3 and sp_.isSetConversionFactor():
             raise _unsupported("conversion factors", f"species '{sid}'")
     parameters = {p.getId(): p for p in model.getListOfParameters()}
+    for event in events:
+        for variable, _ in event.assignments:
+            if variable not in species and variable not in parameters:
+                raise ValueError(f"model_from_sbml: event '{event.id}' assigns '{variable}', which is not a species "
+                                 "or parameter of the model")
 
     constant_parameters = tuple(constant_parameters)
     for name in constant_parameters:
