@@ -302,7 +302,8 @@ def test_unsupported_event_triggers_are_refused_by_name():
         "</listOfEvents>", _event("later", "<cn>3</cn>", _assign("x", "<cn>1</cn>")) + "</listOfEvents>")
     with pytest.raises(ValueError, match=r"time events and state-dependent events in one model \(event 'reset'\)"):
         sbml.model_from_sbml(mixed)
-    unknown = _sawtooth("<apply><gt/><ci>x</ci><cn>2</cn></apply>").replace('variable="x"><math', 'variable="nope"><math')
+    unknown = _sawtooth("<apply><gt/><ci>x</ci><cn>2</cn></apply>").replace('variable="x"><math',
+                                                                            'variable="nope"><math')
     with pytest.raises(ValueError, match="event 'reset' assigns 'nope', which is not a species or parameter"):
         sbml.model_from_sbml(unknown)
 
