@@ -724,6 +724,9 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
         pairs.append({"condition": conditions[sim], "preequilibration": conditions[preeq] if preeq else None,
                       "ts": finite if finite.size else np.zeros(1), "steady": bool(np.any(np.isinf(times[rows]))),
                       "rows": rows})
+    if model.event_ids and (any(p["steady"] for p in pairs) or any(p["preequilibration"] is not None for p in pairs)):
+        raise _unsupported(f"steady states (pre-equilibration or t = inf data) of a model with events "
+                           f"{list(model.event_ids)}: the steady-state solve does not apply events")
     plan["pair_groups"], global_index = _pair_groups(pairs, times, n_rows)
     plan["n_rows"] = n_rows
     plan["batch_size"] = batch_size

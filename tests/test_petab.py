@@ -120,6 +120,17 @@ def test_petab_steady_state_measurements(tmp_path):
                                                 "obs_a\tc0\tinf\t0.4\nobs_a\tc0\tinf\t0.45\n")
     pp_steady = jpetab.load(path)
     np.testing.assert_allclose(float(jax.grad(pp_steady.log_likelihood)(z)[2]), grad_steady_k1, rtol=1e-5)
+    # a model with events: its steady state would ignore them, so the problem is refused
+    model = (tmp_path / "_model.xml").read_text()
+    event = ('<listOfEvents><event id="dose"><trigger><math xmlns="http://www.w3.org/1998/Math/MathML"><apply><geq/>'
+             '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol><cn>1</cn>'
+             '</apply></math></trigger><listOfEventAssignments><eventAssignment variable="A"><math '
+             'xmlns="http://www.w3.org/1998/Math/MathML"><cn>1</cn></math></eventAssignment>'
+             '</listOfEventAssignments></event></listOfEvents>')
+    (tmp_path / "_model.xml").write_text(model.replace("</model>", event + "</model>"))
+    with pytest.raises(ValueError, match=r"steady states .* of a model with events \['dose'\]"):
+        jpetab.load(path)
+    (tmp_path / "_model.xml").write_text(model)
     # a steady state not reached (here: a step budget of 2) is a status, NaN and -inf, not a number
     starved = jpetab.load(path, max_steps=2)
     assert starved.problem.solve_status(starved.to_problem_internal(z)) == SolveStatus.NO_STEADY_STATE
