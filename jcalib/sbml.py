@@ -96,6 +96,12 @@ MAX_EVENT_RESTARTS = 100
 with ``max_steps_reached``, so it is reported as failed, never truncated silently)."""
 
 
+def _solution(t0, t1, ts, ys, result, steps) -> dfx.Solution:
+    """A diffrax Solution of states ``ys`` at ``ts`` pieced together from several solves."""
+    return dfx.Solution(t0=t0, t1=t1, ts=ts, ys=ys, interpolation=None, stats={"num_steps": steps}, result=result,
+                        solver_state=None, controller_state=None, made_jump=None, event_mask=None)
+
+
 class SBMLModel(AbstractModel):
     """An SBML model as a jcalib model (build it with `model_from_sbml`).
 
@@ -117,7 +123,6 @@ class SBMLModel(AbstractModel):
     _init_fn: object = eqx.field(static=True)
     _observe_fn: object = eqx.field(static=True)
     event_ids: tuple[str, ...] = eqx.field(static=True, default=())
-    _event_times_fn: object = eqx.field(static=True, default=None)
     _event_fns: tuple = eqx.field(static=True, default=())
     _event_fires_at_t0: tuple[bool, ...] = eqx.field(static=True, default=())
     _event_triggers_fn: object = eqx.field(static=True, default=None)
@@ -151,7 +156,8 @@ class SBMLModel(AbstractModel):
             return self._integrate_state_events(y0, theta, t0, t1, ts)
         conditions = self._conditions()
         t0, t1 = jnp.asarray(t0, dtype=jnp.float64), jnp.asarray(t1, dtype=jnp.float64)
-        times = jnp.asarray(self._event_times_fn(theta, conditions), dtype=jnp.float64)
+        # time events: the "triggers" are their times T (functions of parameters and conditions only)
+        times = jnp.asarray(self._event_triggers_fn(t0, y0, theta, conditions), dtype=jnp.float64)
         fires = (times <= t1) & ((times > t0) | jnp.asarray(self._event_fires_at_t0))
         order = jnp.argsort(times)
         bounds = jnp.clip(times[order], t0, t1)
@@ -170,14 +176,22 @@ class SBMLModel(AbstractModel):
                 stepsize_controller=self.controller, adjoint=self.adjoint, max_steps=self.max_steps, throw=False)
             ys = jnp.where((ts >= start)[:, None], sol.ys[:-1], ys)
             result = dfx.RESULTS.where(result == dfx.RESULTS.successful, sol.result, result)
-            after = jax.lax.switch(event, self._event_fns, end, sol.ys[-1], theta, conditions)
-            return (jnp.where(fire, after, sol.ys[-1]), ys, result, steps + sol.stats["num_steps"]), None
+            which = (jnp.arange(len(self._event_fns)) == event) & fire
+            return (self._assign(end, sol.ys[-1], theta, conditions, which), ys, result,
+                    steps + sol.stats["num_steps"]), None
 
         init = (y0, jnp.full((ts.shape[0], y0.shape[0]), jnp.nan), dfx.RESULTS.successful, jnp.asarray(0))
         (_, ys, result, steps), _ = jax.lax.scan(segment, init, (starts, ends, events, event_fires))
-        return dfx.Solution(t0=t0, t1=t1, ts=ts, ys=ys, interpolation=None, stats={"num_steps": steps},
-                            result=result, solver_state=None, controller_state=None, made_jump=None,
-                            event_mask=None)
+        return _solution(t0, t1, ts, ys, result, steps)
+
+    def _assign(self, t, y, theta, conditions, which):
+        """The state after the assignments of the events flagged in ``which`` ``(n_events,)``,
+        all computed from ``y``, the state before them."""
+        new = y
+        for k, assign in enumerate(self._event_fns):
+            changed = assign(t, y, theta, conditions)
+            new = jnp.where(which[k] & (changed != y), changed, new)
+        return new
 
     def _integrate_state_events(self, y0, theta, t0, t1, ts) -> dfx.Solution:
         """Events whose triggers ``h(t, x) > 0`` depend on the state: diffrax's event
@@ -195,19 +209,12 @@ class SBMLModel(AbstractModel):
         def triggers(t, y):
             return jnp.asarray(self._event_triggers_fn(t, y, theta, conditions), dtype=jnp.float64)
 
-        def assign_all(t, y, which):  # the assignments of the events in `which`, from the values before
-            new = y
-            for k, assign in enumerate(self._event_fns):
-                changed = assign(t, y, theta, conditions)
-                new = jnp.where(which[k] & (changed != y), changed, new)
-            return new
-
         def cond_fn(k):
             return lambda t, y, args, **kwargs: triggers(t, y)[k]
 
         event = dfx.Event([cond_fn(k) for k in range(n_events)],
                           root_finder=optx.Newton(rtol=self.controller.rtol, atol=self.controller.atol))
-        y0 = assign_all(t0, y0, (triggers(t0, y0) > 0) & jnp.asarray(self._event_fires_at_t0))
+        y0 = self._assign(t0, y0, theta, conditions, (triggers(t0, y0) > 0) & jnp.asarray(self._event_fires_at_t0))
 
         def body(carry):
             start, y, ys, result, steps, n, _ = carry
@@ -222,7 +229,7 @@ class SBMLModel(AbstractModel):
             ys = jnp.where(take[:, None], saved, ys)
             # the events whose h changed sign upwards (their trigger became true): h <= 0 at the start
             which = jnp.stack([jnp.asarray(m) for m in sol.event_mask]) & (triggers(start, y) <= 0)
-            y_next = assign_all(end, y_end, which & stopped)
+            y_next = self._assign(end, y_end, theta, conditions, which & stopped)
             ok = (sol.result == dfx.RESULTS.successful) | stopped
             result = dfx.RESULTS.where(ok, result, sol.result)
             done = ~stopped | ~ok | (n + 1 >= MAX_EVENT_RESTARTS)
@@ -232,9 +239,7 @@ class SBMLModel(AbstractModel):
         init = (t0, y0, jnp.full((ts.shape[0], y0.shape[0]), jnp.nan), dfx.RESULTS.successful, jnp.asarray(0),
                 jnp.asarray(0), jnp.asarray(False))
         _, _, ys, result, steps, _, _ = jax.lax.while_loop(lambda c: ~c[-1], body, init)
-        return dfx.Solution(t0=t0, t1=t1, ts=ts, ys=ys, interpolation=None, stats={"num_steps": steps},
-                            result=result, solver_state=None, controller_state=None, made_jump=None,
-                            event_mask=None)
+        return _solution(t0, t1, ts, ys, result, steps)
 
     def with_conditions(self, values: Mapping[str, float]) -> SBMLModel:
         """A copy with other compartment sizes, initial values or constant parameters (see
@@ -870,12 +875,7 @@ def model_from_sbml(
          "", "def init(t, p, c):", *body(state_list, all_init), f"    return {stack(state_list)}",
          "", "def observe(t, x, p, c):", *body(output_symbols), f"    return {stack(output_symbols)}", ""])
     triggers = [e.trigger for e in events]
-    if state_events:
-        source += "\n".join(["", "def event_triggers(t, x, p, c):", *body(triggers), f"    return {stack(triggers)}",
-                             "", "def event_times(p, c):", "    return None", ""])
-    else:
-        source += "\n".join(["", "def event_times(p, c):", *body(triggers), f"    return {stack(triggers)}",
-                             "", "def event_triggers(t, x, p, c):", "    return None", ""])
+    source += "\n".join(["", "def event_triggers(t, x, p, c):", *body(triggers), f"    return {stack(triggers)}", ""])
     for k, event in enumerate(events):
         constants[f"_EVENT{k}"] = np.array([state_index[v] for v, _ in event.assignments], dtype=np.int32)
         values = [v for _, v in event.assignments]
@@ -905,7 +905,6 @@ def model_from_sbml(
         _init_fn=namespace["init"],
         _observe_fn=namespace["observe"],
         event_ids=tuple(e.id for e in events),
-        _event_times_fn=namespace["event_times"],
         _event_triggers_fn=namespace["event_triggers"],
         _state_events=bool(state_events),
         _event_fns=tuple(namespace[f"event_{k}"] for k in range(len(events))),
