@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import sys
 from collections import deque
 
 import pytest
@@ -227,3 +228,28 @@ def test_importing_jcalib_turns_equinox_runtime_errors_into_nan():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "EQX_ON_ERROR": "raise"}, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "raise"
+
+
+_OPENBLAS_THREADS = """
+import ctypes, jcalib, jax, jax.numpy as jnp
+jax.scipy.linalg.lu_factor(jnp.eye(3))  # loads scipy's OpenBLAS, which JAX's CPU LU calls
+path = next(line.split()[-1] for line in open("/proc/self/maps") if "scipy.libs/libscipy_openblas" in line)
+print(ctypes.CDLL(path).scipy_openblas_get_num_threads())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_importing_jcalib_runs_the_lu_factorisations_on_one_openblas_thread():
+    """Without OPENBLAS_NUM_THREADS in the environment, the OpenBLAS that JAX's CPU LU
+    factorisations call runs one thread after ``import jcalib``; a value the user set is kept."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", _OPENBLAS_THREADS], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "1"
+    if (os.cpu_count() or 1) > 1:
+        out = subprocess.run([sys.executable, "-c", _OPENBLAS_THREADS], env={**env, "OPENBLAS_NUM_THREADS": "2"},
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "2"
