@@ -117,6 +117,22 @@ def test_newton_stage_solves_give_the_same_analytic_solution():
     np.testing.assert_allclose(y[:, 0], 3 * 1.5 * np.exp(-0.4 * TS / 2.0), rtol=1e-6)
 
 
+def test_chord_stage_tolerances_give_the_same_analytic_solution():
+    """stiff_solver(stage_tolerances=(1e-3, 1e-6)): the chord method's own stopping tolerances
+    (Lang_PLOSComputBiol2024's setting), still pinned to the analytic solution; bad
+    tolerances are refused."""
+    solver = sbml.stiff_solver(stage_tolerances=(1e-3, 1e-6))
+    assert (solver.root_finder.rtol, solver.root_finder.atol) == (1e-3, 1e-6)
+    model = sbml.model_from_sbml(VOLUME_MODEL, ts=TS, outputs=["A"], solver=solver)
+    y = np.asarray(model.simulate(jnp.asarray(model.parameters.nominal)))
+    np.testing.assert_allclose(y[:, 0], 3 * 1.5 * np.exp(-0.4 * TS / 2.0), rtol=1e-6)
+    for bad in [(0.0, 1e-6), (1e-3, float("nan")), (-1e-3, 1e-6)]:
+        with pytest.raises(ValueError, match="stage_tolerances"):
+            sbml.stiff_solver(stage_tolerances=bad)
+    with pytest.raises(ValueError, match="not both"):
+        sbml.stiff_solver(newton=True, stage_tolerances=(1e-3, 1e-6))
+
+
 def test_new_parameters_and_conditions_do_not_recompile(volume_model):
     n_traces = []
 
