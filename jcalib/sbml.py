@@ -40,6 +40,11 @@ simulations (7e-7 relative), but its forward-mode derivatives are less accurate 
 gradient at the published optimum: up to 3.2e-3 from central differences, chord 1e-6), so it
 is not the default: use it where speed matters more than the last digits of a gradient
 (multistarts).
+``stiff_solver(stage_tolerances=(rtol, atol))`` gives the chord method its own stopping
+tolerances instead of the controller's: on Lang_PLOSComputBiol2024 (124 states) and Chen_MSB2009
+(500) the controller's 1e-8/1e-10 make the stage iterations fail and reject about half of the
+steps; 1e-3/1e-6 do not (Lang: 7e-6 from its reference; Chen: the same values as 1e-5/1e-7 to
+1e-10).
 
 Events: those triggered at a time ``T`` (``time >= T``, ``T`` a constant or an expression of
 parameters and conditions; Smith_BMCSystBiol2013's insulin pulses) restart the solver at ``T``
