@@ -2,6 +2,7 @@
 
 import csv
 
+import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import optimistix as optx
 import pytest
 
 from jcalib import sbml
+from jcalib.rosenbrock import Rodas5P
 from tests.helpers import shared_petab
 
 PETAB_SUITE = shared_petab("test_suite_v1")
@@ -107,30 +109,45 @@ def test_concentration_species_in_a_compartment_of_volume_2(volume_model):
     np.testing.assert_allclose(y[:, 2], volume * 3 * a0, rtol=1e-6)  # assignment rule: conserved total
 
 
-def test_newton_stage_solves_give_the_same_analytic_solution():
-    """stiff_solver(newton=True): Kvaerno5 with optimistix.Newton stage solves, pinned to the
-    analytic solution like the default chord method."""
-    model = sbml.model_from_sbml(VOLUME_MODEL, ts=TS, outputs=["A"], solver=sbml.stiff_solver(newton=True))
-    assert isinstance(model.solver.root_finder, optx.Newton)
-    assert not isinstance(sbml.stiff_solver().root_finder, optx.Newton)
-    y = np.asarray(model.simulate(jnp.asarray(model.parameters.nominal)))
-    np.testing.assert_allclose(y[:, 0], 3 * 1.5 * np.exp(-0.4 * TS / 2.0), rtol=1e-6)
+def test_default_solver_is_rodas5p_and_kvaerno5_options_are_refused_with_it(volume_model):
+    """The default stiff solver is the Rosenbrock method Rodas5P (pinned to the analytic
+    solution by test_concentration_species_in_a_compartment_of_volume_2); Kvaerno5's stage-solve options need
+    method='kvaerno5'."""
+    assert isinstance(volume_model.solver, Rodas5P)
+    assert isinstance(sbml.stiff_solver(), Rodas5P)
+    with pytest.raises(ValueError, match="method='kvaerno5'"):
+        sbml.stiff_solver(newton=True)
+    with pytest.raises(ValueError, match="method='kvaerno5'"):
+        sbml.stiff_solver(stage_tolerances=(1e-3, 1e-6))
+    with pytest.raises(ValueError, match="method must be one of"):
+        sbml.stiff_solver(method="radau")
+
+
+def test_kvaerno5_chord_and_newton_stage_solves_give_the_same_analytic_solution():
+    """stiff_solver(method='kvaerno5'): diffrax's Kvaerno5 with chord stage solves (the default)
+    or optimistix.Newton (newton=True), pinned to the analytic solution like Rodas5P."""
+    for newton in (False, True):
+        solver = sbml.stiff_solver(method="kvaerno5", newton=newton)
+        assert isinstance(solver, dfx.Kvaerno5) and isinstance(solver.root_finder, optx.Newton) == newton
+        model = sbml.model_from_sbml(VOLUME_MODEL, ts=TS, outputs=["A"], solver=solver)
+        y = np.asarray(model.simulate(jnp.asarray(model.parameters.nominal)))
+        np.testing.assert_allclose(y[:, 0], 3 * 1.5 * np.exp(-0.4 * TS / 2.0), rtol=1e-6)
 
 
 def test_chord_stage_tolerances_give_the_same_analytic_solution():
     """stiff_solver(stage_tolerances=(1e-3, 1e-6)): the chord method's own stopping tolerances
     (Lang_PLOSComputBiol2024's setting), still pinned to the analytic solution; bad
     tolerances are refused."""
-    solver = sbml.stiff_solver(stage_tolerances=(1e-3, 1e-6))
+    solver = sbml.stiff_solver(method="kvaerno5", stage_tolerances=(1e-3, 1e-6))
     assert (solver.root_finder.rtol, solver.root_finder.atol) == (1e-3, 1e-6)
     model = sbml.model_from_sbml(VOLUME_MODEL, ts=TS, outputs=["A"], solver=solver)
     y = np.asarray(model.simulate(jnp.asarray(model.parameters.nominal)))
     np.testing.assert_allclose(y[:, 0], 3 * 1.5 * np.exp(-0.4 * TS / 2.0), rtol=1e-6)
     for bad in [(0.0, 1e-6), (1e-3, float("nan")), (-1e-3, 1e-6)]:
         with pytest.raises(ValueError, match="stage_tolerances"):
-            sbml.stiff_solver(stage_tolerances=bad)
+            sbml.stiff_solver(method="kvaerno5", stage_tolerances=bad)
     with pytest.raises(ValueError, match="not both"):
-        sbml.stiff_solver(newton=True, stage_tolerances=(1e-3, 1e-6))
+        sbml.stiff_solver(method="kvaerno5", newton=True, stage_tolerances=(1e-3, 1e-6))
 
 
 def test_new_parameters_and_conditions_do_not_recompile(volume_model):
