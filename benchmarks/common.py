@@ -3,16 +3,18 @@
 Every benchmark is a module run from the repository root (``python -m benchmarks.<name>``)
 whose ``main(argv)`` builds its command line with `parser` (``--quick``, ``--seed``,
 ``--out``) and `parse_args` (which checks ``--out`` before any work), times warm calls with
-`time_repeated`, and writes one JSON report with `write_report` (atomic, strict JSON), whose
+`time_repeated` (sub-millisecond calls with `per_call_seconds`), and writes one JSON report with `write_report` (atomic, strict JSON), whose
 ``"machine"`` entry is `machine_info`.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 from jcalib.fileio import check_output_file, write_json
 from jcalib.jsonable import to_jsonable
 
-__all__ = ["load_average", "machine_info", "parse_args", "parser", "time_repeated", "write_report"]
+__all__ = ["load_average", "machine_info", "parse_args", "parser", "per_call_seconds", "time_repeated", "write_report"]
 
 
 def parser(doc: str, name: str, quick_help: str = "small sizes (CI smoke run)") -> argparse.ArgumentParser:
@@ -74,6 +76,33 @@ def time_repeated(fn: Callable[[], Any], repeats: int) -> tuple[float, list[floa
         out = fn()
         times.append(time.perf_counter() - t)
     return first, times, out
+
+
+def per_call_seconds(fn: Callable[[], Any], repeats: int, min_seconds: float = 0.2) -> float:
+    """Median seconds per warm call of ``fn()``, robust for sub-millisecond calls.
+
+    One untimed call, then ``repeats`` timed loops of k calls each, k chosen so that a loop
+    lasts at least ``min_seconds`` (timing single calls of ~0.3 ms on a shared machine gave
+    medians 10x off); the result is the median over the loops of (loop time / k).
+
+    Args:
+        fn: a function without arguments that returns a finished result (block on JAX
+            arrays inside it).
+        repeats: the number of timed loops.
+        min_seconds: the shortest loop.
+    """
+    fn()
+    t = time.perf_counter()
+    fn()
+    single = max(time.perf_counter() - t, 1e-7)
+    k = max(1, math.ceil(min_seconds / single))
+    per_call = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(k):
+            fn()
+        per_call.append((time.perf_counter() - t) / k)
+    return float(statistics.median(per_call))
 
 
 def load_average() -> list[float] | None:

@@ -79,10 +79,10 @@ def build(case: str, seed: int):
 
 
 def time_calls(fn, z, repeats):
-    """Median seconds of ``repeats`` warm calls (after one untimed call)."""
+    """Median seconds per warm call (`common.per_call_seconds`: loops of >= 0.2 s, so that
+    sub-millisecond calls are timed reliably), each call at a new point."""
     points = (z + 1e-9 * i for i in itertools.count())  # a new point each time (no caching anywhere)
-    _, times, _ = common.time_repeated(lambda: jax.block_until_ready(fn(next(points))), repeats)
-    return float(np.median(times))
+    return common.per_call_seconds(lambda: jax.block_until_ready(fn(next(points))), repeats)
 
 
 def run_scipy_fd(problem, theta0):
