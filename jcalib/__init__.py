@@ -22,7 +22,7 @@ import os
 os.environ.setdefault("EQX_ON_ERROR", "nan")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from jcalib import models  # noqa: E402
+from jcalib import distributed, models  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements
 from jcalib.joint_problem import JointProblem
 from jcalib.model import (
@@ -50,6 +50,7 @@ __all__ = [
     "ParameterSpace",
     "SimulationError",
     "SolveStatus",
+    "distributed",
     "models",
     "simulate_batch",
     "synthetic_measurements",

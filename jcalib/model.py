@@ -24,6 +24,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from tqdm.auto import tqdm
 
+from jcalib import distributed
 from jcalib._simulator import AbstractSimulator
 from jcalib.parameters import ParameterSpace
 
@@ -601,13 +602,17 @@ def simulate_batch(
 
     The batch is processed in chunks of ``chunk_size``, so memory stays bounded; each
     chunk is split into equal shares, one per visible device (``jax.devices()``).
-    The last chunk is padded, so every chunk reuses one compiled function.
+    The last chunk is padded, so every chunk reuses one compiled function. After
+    `jcalib.distributed.initialize` with several processes (each holding the same
+    ``thetas``), each process solves its block of rows (`jcalib.distributed.process_rows`)
+    on its own devices (``jax.local_devices()``), in chunks as above, and every process
+    gets all ``n`` results back (`jcalib.distributed.gather_rows`).
 
     Args:
         model: any `AbstractSimulator` (a model, a surrogate, a `FunctionSimulator`).
         thetas: physical parameter vectors, ``(n, n_params)``.
-        chunk_size: samples per compiled call, rounded up to a multiple of the device
-            count (default: `DEFAULT_CHUNK_PER_DEVICE` per device).
+        chunk_size: samples per compiled call (per process), rounded up to a multiple of
+            the local device count (default: `DEFAULT_CHUNK_PER_DEVICE` per device).
         throw: raise `SimulationError` if any solve fails (it carries all results).
         return_status: also return the `SolveStatus` code per sample.
         check_bounds: raise ``ValueError`` for samples outside the parameter bounds;
@@ -640,18 +645,20 @@ def simulate_batch(
     if not jax.config.jax_enable_x64:
         raise ValueError("simulate_batch needs float64: call jax.config.update('jax_enable_x64', True)")
 
-    devices = jax.devices()
+    devices = jax.local_devices()  # = jax.devices() with one process
     n_dev = len(devices)
     chunk = DEFAULT_CHUNK_PER_DEVICE * n_dev if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"simulate_batch: chunk_size must be positive; got {chunk_size}")
-    chunk = math.ceil(min(chunk, n) / n_dev) * n_dev
+    local = distributed.process_rows(thetas)  # all of thetas with one process
+    n_local = local.shape[0]
+    chunk = math.ceil(min(chunk, n_local) / n_dev) * n_dev
 
-    starts = range(0, n, chunk)
-    show = len(starts) > 1 if progress is None else progress
+    starts = range(0, n_local, chunk)
+    show = (len(starts) > 1 if progress is None else progress) and jax.process_index() == 0
     values, status = [], []
     for start in tqdm(starts, desc="simulate_batch", unit="chunk", disable=not show):
-        block = thetas[start : start + chunk]
+        block = local[start : start + chunk]
         n_real = block.shape[0]
         if n_real < chunk:  # pad with the last row so the compiled shape is reused
             block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
@@ -663,8 +670,7 @@ def simulate_batch(
                   for part, device in zip(np.split(block, n_dev), devices)]
         values.append(np.concatenate([np.asarray(y) for y, _ in shares])[:n_real])
         status.append(np.concatenate([np.asarray(s) for _, s in shares])[:n_real])
-    values = np.concatenate(values)
-    status = np.concatenate(status)
+    values, status = distributed.gather_rows((np.concatenate(values), np.concatenate(status)), n)
 
     failed = np.flatnonzero(status != SolveStatus.SUCCESS)
     if throw and failed.size:

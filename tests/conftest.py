@@ -100,6 +100,7 @@ LONGEST_FILES_FIRST = (
     "tests/test_cli.py",
     "tests/test_experiments_joint.py",
     "tests/test_experiments_petab.py",
+    "tests/test_distributed.py",
     "tests/bayes/test_hmc.py",
     "tests/test_cli_kernels.py",
     "tests/notebooks/test_nb_04_surrogates.py",

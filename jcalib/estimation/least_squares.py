@@ -55,6 +55,7 @@ import optimistix as optx
 import scipy.optimize
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from jcalib import distributed
 from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
@@ -511,7 +512,10 @@ def levenberg_marquardt_batch(
             the change of the residuals are below ``atol + rtol * |value|`` (max norm).
         max_steps: step budget per start (reaching it: ``converged=False``).
         chunk_size: starts per compiled call (None: all at once); the last chunk is padded,
-            so every chunk reuses one compiled program.
+            so every chunk reuses one compiled program. After `jcalib.distributed.initialize`
+            with several processes, each process runs its block of the starts
+            (`jcalib.distributed.process_rows`, in chunks of ``chunk_size``) on its default
+            device and every process gets all results (`jcalib.distributed.gather_rows`).
         start_distribution: label stored in the result (used by `multistart`).
 
     Returns:
@@ -554,11 +558,12 @@ def levenberg_marquardt_batch(
     chunk = n if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"levenberg_marquardt_batch: chunk_size must be positive; got {chunk_size}")
-    chunk = min(chunk, n)
+    local = distributed.process_rows(u0s)  # several processes: each runs its block of starts
+    chunk = min(chunk, local.shape[0])
     forward = problem.forward_mode()
     outputs = []
-    for i in range(0, n, chunk):
-        block = u0s[i : i + chunk]
+    for i in range(0, local.shape[0], chunk):
+        block = local[i : i + chunk]
         n_real = block.shape[0]
         if n_real < chunk:
             block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
@@ -567,8 +572,8 @@ def levenberg_marquardt_batch(
         out = run(None, algorithm, algorithm.init(jnp.asarray(block)), int(max_steps), compiled=False,
                   stop=lambda s: jnp.all(s.done), trace_fn=lambda s, info: None)
         outputs.append([np.asarray(o)[:n_real] for o in jax.vmap(_lm_outcome, (0, None, None))(out.state, mid, half)])
-    z_final, losses, success, max_reached, n_steps, n_accepted = (
-        np.concatenate([o[k] for o in outputs]) for k in range(6))
+    z_final, losses, success, max_reached, n_steps, n_accepted = distributed.gather_rows(
+        [np.concatenate([o[k] for o in outputs]) for k in range(6)], n)
     wall = time.perf_counter() - start
 
     results = []

@@ -11,6 +11,13 @@ weights restored:
 - **Speed.** One epoch is one jitted `jax.lax.scan` over its minibatches (shuffled by a key
   derived from ``key`` and the epoch; the last partial batch is dropped so every
   step has one shape). Validation is one jitted call on the whole validation set.
+- **Devices.** With several devices (``jax.devices()``, of one process or of all processes
+  after `jcalib.distributed.initialize`) training is data-parallel: weights, optimizer state
+  and data are replicated on every device, each minibatch is split over the devices
+  (`jcalib.distributed.shard_rows`) and the compiler turns the minibatch mean into a
+  cross-device reduction, so every device applies the same averaged gradient. The result
+  equals one device's up to round-off (the order in which the gradient mean adds up); every
+  process must call `fit` with the same data and key. With one device nothing changes.
 - **Optimizer.** Adam (AdamW with ``weight_decay``) with a constant, multi-step
   (``milestones``, factor ``decay``; zhang2023, aka2023) or exponential (``decay`` per
   epoch; zhang2023's BayesFlow) learning-rate schedule, optional gradient clipping.
@@ -75,7 +82,7 @@ from flax import nnx, serialization
 from jaxtyping import PRNGKeyArray
 from tqdm.auto import tqdm
 
-from jcalib import fileio
+from jcalib import distributed, fileio
 from jcalib.jsonable import to_jsonable
 
 __all__ = ["SCHEDULES", "NetworkConfig", "TrainingConfig", "TrainingResult", "fit", "load_model", "make_optimizer",
@@ -317,6 +324,8 @@ def fit(
         state = _load_checkpoint(path, state, config, data_hash)
         resumed_from = state["epoch"]
 
+    rest = distributed.replicate(rest)  # on every device when data-parallel (identity with one device)
+
     def loss_of(p, batch, key):
         out = loss_fn(key, nnx.merge(graphdef, p, rest), batch)
         loss, metrics = out if isinstance(out, tuple) else (out, {})
@@ -330,7 +339,7 @@ def fit(
         def step(carry, xs):
             p, o = carry
             idx, k = xs
-            batch = jax.tree_util.tree_map(lambda a: a[idx], data)
+            batch = distributed.shard_rows(jax.tree_util.tree_map(lambda a: a[idx], data))
             (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(p, batch, k)
             with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counters
                 updates, o = optimizer.update(grads, o, p)
@@ -342,7 +351,8 @@ def fit(
     evaluate = jax.jit(loss_of)
     schedule = _schedule(config, n_batches)
     history = state["history"]
-    p, o = state["params"], state["opt_state"]
+    p, o = distributed.replicate((state["params"], state["opt_state"]))
+    train_on_devices, val_on_devices = distributed.replicate((train, val))
     stopped_early = False
     timed_epochs, timed_s, first_epoch = 0, 0.0, state["epoch"] + 1
     bar = tqdm(total=config.epochs, initial=state["epoch"], desc="training", unit="epoch",
@@ -354,15 +364,16 @@ def fit(
             if data_fn is not None and epoch > 1:
                 t = time.perf_counter()
                 train = _epoch_data(data_fn, epoch, train)
+                train_on_devices = distributed.replicate(train)
                 history.setdefault("data_time_s", []).append(time.perf_counter() - t)
             elif data_fn is not None:
                 history.setdefault("data_time_s", []).append(0.0)
             t = time.perf_counter()
             key_train, key_val = jax.random.split(jax.random.fold_in(base_key, epoch))
-            p, o, train_loss, train_metrics = train_epoch(p, o, train, key_train)
+            p, o, train_loss, train_metrics = train_epoch(p, o, train_on_devices, key_train)
             row = {"train_loss": float(train_loss), **{f"train_{k}": float(v) for k, v in train_metrics.items()}}
             if val is not None:
-                val_loss, val_metrics = evaluate(p, val, key_val)
+                val_loss, val_metrics = evaluate(p, val_on_devices, key_val)
                 row |= {"val_loss": float(val_loss), **{f"val_{k}": float(v) for k, v in val_metrics.items()}}
             elapsed = time.perf_counter() - t
             if epoch > first_epoch:  # the first epoch of a call includes compilation
@@ -392,7 +403,7 @@ def fit(
             if stop:
                 stopped_early = True
                 break
-    nnx.update(model, state["best_params"])
+    nnx.update(model, distributed.to_local(state["best_params"]))
     n_epochs_run = int(state["epoch"]) - (resumed_from or 0)
     if resumed_from is None:
         _logger.info("fit: trained %d epochs (best epoch %d)", n_epochs_run, int(state["best_epoch"]))
