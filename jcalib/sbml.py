@@ -68,6 +68,7 @@ from __future__ import annotations
 import graphlib
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -79,9 +80,11 @@ import libsbml
 import numpy as np
 import optimistix as optx
 import sbmlmath
+import scipy.linalg
 import sympy as sp
 from jaxtyping import Array, Float
 from sympy.core.function import AppliedUndef
+from sympy.core.relational import Relational
 from sympy.printing.numpy import JaxPrinter
 
 from jcalib.model import AbstractModel, Experiment
@@ -95,6 +98,9 @@ DEFAULT_BOUND_FACTOR = 1e3
 around the SBML value (wide enough for a first calibration; give ``bounds`` for real ones)."""
 
 _TIME = sp.Symbol("t")
+_SWITCH = sp.Symbol("t_switch")
+"""The time at which piecewise switches in time are evaluated (`_time_switches`): the middle of
+the solver's current segment while integrating, the time itself everywhere else."""
 
 
 MAX_EVENT_RESTARTS = 100
@@ -114,14 +120,19 @@ class SBMLModel(AbstractModel):
     Attributes (besides `AbstractModel`'s):
         stoichiometry: ``(n_states, n_reactions)`` stoichiometric matrix (0 rows for states set
             by rate rules).
+        conservation: ``(n_conserved, n_states)`` the conserved moieties of the reactions, as
+            weights of the states' amounts (`conserved_moieties`).
         condition_names: the ids held in ``experiment.conditions`` (compartment sizes,
             species initial values, constant parameters moved there), in code order.
         reaction_ids: the SBML reaction ids, columns of `stoichiometry`.
         source: the generated JAX code, for reading and debugging.
         event_ids: the SBML events: `integrate` restarts the solver at each (module docstring).
+        switch_conditions: the piecewise conditions that switch at a time ``T`` constant in time
+            (e.g. ``tau - time > 0``): `integrate` restarts the solver at each ``T`` too.
     """
 
     stoichiometry: Float[Array, "n_states n_reactions"]
+    conservation: Float[Array, "n_conserved n_states"]
     condition_names: tuple[str, ...] = eqx.field(static=True)
     reaction_ids: tuple[str, ...] = eqx.field(static=True)
     source: str = eqx.field(static=True)
@@ -133,6 +144,8 @@ class SBMLModel(AbstractModel):
     _event_fires_at_t0: tuple[bool, ...] = eqx.field(static=True, default=())
     _event_triggers_fn: object = eqx.field(static=True, default=None)
     _state_events: bool = eqx.field(static=True, default=False)
+    switch_conditions: tuple[str, ...] = eqx.field(static=True, default=())
+    _switch_times_fn: object = eqx.field(static=True, default=None)
 
     def _conditions(self):
         conditions = self.experiment.conditions
@@ -141,48 +154,60 @@ class SBMLModel(AbstractModel):
         return jnp.stack([jnp.asarray(conditions[name], dtype=jnp.float64) for name in self.condition_names])
 
     def vector_field(self, t, y, theta):
-        rates, scale, rate_rules = self._rhs_fn(t, y, theta, self._conditions())
+        return self._field(t, y, theta, t)
+
+    def _field(self, t, y, theta, t_switch):
+        """dy/dt with the piecewise switches in time (`switch_conditions`) evaluated at ``t_switch``."""
+        rates, scale, rate_rules = self._rhs_fn(t, y, theta, self._conditions(), t_switch)
         return (self.stoichiometry @ rates) * scale + rate_rules
 
     def initial_state(self, theta):
-        return self._init_fn(jnp.asarray(self.experiment.t0, dtype=jnp.float64), theta, self._conditions())
+        t0 = jnp.asarray(self.experiment.t0, dtype=jnp.float64)
+        return self._init_fn(t0, theta, self._conditions(), t0)
 
     def observe(self, t, y, theta):
-        return self._observe_fn(t, y, theta, self._conditions())
+        return self._observe_fn(t, y, theta, self._conditions(), t)
 
     def integrate(self, y0, theta, t0, t1, ts) -> dfx.Solution:
-        """`AbstractModel.integrate`, restarting the solver at each event: the events in time
-        order split ``[t0, t1]`` into segments (one ``lax.scan`` over them, one compiled solve);
-        at an event's time ``T`` its assignments change the state, and a state saved at ``T``
-        is the one after the event. An event with ``T > t1`` does not happen; one with
-        ``T <= t0`` happens at ``t0`` only if its trigger's ``initialValue`` is false (SBML)."""
-        if not self._event_fns:
+        """`AbstractModel.integrate`, restarting the solver at each event and each time switch:
+        these times in order split ``[t0, t1]`` into segments (one ``lax.scan`` over them, one
+        compiled solve); at an event's time ``T`` its assignments change the state, and a state
+        saved at ``T`` is the one after the event. An event with ``T > t1`` does not happen; one
+        with ``T <= t0`` happens at ``t0`` only if its trigger's ``initialValue`` is false (SBML).
+        Within a segment the time switches are evaluated at its middle, where they are
+        constant (`switch_conditions`)."""
+        if not self._event_fns and self._switch_times_fn is None:
             return super().integrate(y0, theta, t0, t1, ts)
         if self._state_events:
             return self._integrate_state_events(y0, theta, t0, t1, ts)
         conditions = self._conditions()
         t0, t1 = jnp.asarray(t0, dtype=jnp.float64), jnp.asarray(t1, dtype=jnp.float64)
-        # time events: the "triggers" are their times T (functions of parameters and conditions only)
-        times = jnp.asarray(self._event_triggers_fn(t0, y0, theta, conditions), dtype=jnp.float64)
-        fires = (times <= t1) & ((times > t0) | jnp.asarray(self._event_fires_at_t0))
+        # time events: the "triggers" are their times T (functions of parameters and conditions only);
+        # time switches are events without assignments
+        times = jnp.asarray(self._event_triggers_fn(t0, y0, theta, conditions, t0), dtype=jnp.float64)
+        fires = (times <= t1) & ((times > t0) | jnp.asarray(self._event_fires_at_t0, dtype=bool))
+        if self._switch_times_fn is not None:
+            switch_times = jnp.asarray(self._switch_times_fn(t0, y0, theta, conditions, t0), dtype=jnp.float64)
+            times = jnp.concatenate([times, switch_times])
+            fires = jnp.concatenate([fires, jnp.zeros(switch_times.shape, dtype=bool)])
         order = jnp.argsort(times)
         bounds = jnp.clip(times[order], t0, t1)
         starts = jnp.concatenate([t0[None], bounds])
         ends = jnp.concatenate([bounds, t1[None]])
         events = jnp.concatenate([order, jnp.zeros(1, dtype=order.dtype)])
         event_fires = jnp.concatenate([fires[order], jnp.zeros(1, dtype=bool)])
-        term = dfx.ODETerm(self.vector_field)
+        term = dfx.ODETerm(lambda t, y, args: self._field(t, y, *args))
 
         def segment(carry, xs):
             y, ys, result, steps = carry
             start, end, event, fire = xs
             sol = dfx.diffeqsolve(
-                term, self.solver, start, end, self.dt0, y, args=theta,
+                term, self.solver, start, end, self.dt0, y, args=(theta, 0.5 * (start + end)),
                 saveat=dfx.SaveAt(ts=jnp.clip(ts, start, end), t1=True),
                 stepsize_controller=self.controller, adjoint=self.adjoint, max_steps=self.max_steps, throw=False)
             ys = jnp.where((ts >= start)[:, None], sol.ys[:-1], ys)
             result = dfx.RESULTS.where(result == dfx.RESULTS.successful, sol.result, result)
-            which = (jnp.arange(len(self._event_fns)) == event) & fire
+            which = (jnp.arange(len(self._event_fns)) == event) & fire  # a switch (event >= n_events): none
             return (self._assign(end, sol.ys[-1], theta, conditions, which), ys, result,
                     steps + sol.stats["num_steps"]), None
 
@@ -195,7 +220,7 @@ class SBMLModel(AbstractModel):
         all computed from ``y``, the state before them."""
         new = y
         for k, assign in enumerate(self._event_fns):
-            changed = assign(t, y, theta, conditions)
+            changed = assign(t, y, theta, conditions, t)
             new = jnp.where(which[k] & (changed != y), changed, new)
         return new
 
@@ -213,7 +238,7 @@ class SBMLModel(AbstractModel):
         n_events = len(self._event_fns)
 
         def triggers(t, y):
-            return jnp.asarray(self._event_triggers_fn(t, y, theta, conditions), dtype=jnp.float64)
+            return jnp.asarray(self._event_triggers_fn(t, y, theta, conditions, t), dtype=jnp.float64)
 
         def cond_fn(k):
             return lambda t, y, args, **kwargs: triggers(t, y)[k]
@@ -262,9 +287,17 @@ class SBMLModel(AbstractModel):
         conditions.update({k: jnp.asarray(float(v)) for k, v in values.items()})
         return eqx.tree_at(lambda m: m.experiment.conditions, self, conditions)
 
+    def conserved_moieties(self, y, theta) -> Float[Array, " n_conserved"]:
+        """The quantities the reactions conserve, ``conservation @ amounts`` (an amount is a
+        concentration times its compartment's size); constant along every trajectory, so a
+        steady state depends on the initial state through them."""
+        t0 = jnp.asarray(self.experiment.t0, dtype=jnp.float64)
+        scale = self._rhs_fn(t0, y, theta, self._conditions(), t0)[1]  # 1 / compartment size or 1
+        return self.conservation @ (y / scale)
+
     def reaction_rates(self, t, y, theta) -> Float[Array, " n_reactions"]:
         """The reaction rates (kinetic laws, substance / time) at one state."""
-        return self._rhs_fn(t, y, theta, self._conditions())[0]
+        return self._rhs_fn(t, y, theta, self._conditions(), t)[0]
 
 
 class _Printer(JaxPrinter):
@@ -483,6 +516,48 @@ def _events(model: libsbml.Model, convert: _Converter) -> list[_Event]:
         events.append(_Event(name, sp.expand(_TIME - h) if time_trigger else h, initial_value, assignments,
                              time_trigger))
     return events
+
+
+def _time_switches(exprs, constant_in_time) -> tuple[dict, list]:
+    """Piecewise conditions that compare time with a threshold ``T`` constant in time (``time < T``,
+    ``T - time > 0``, ... with ``T`` of parameters and conditions): the replacements that make
+    them compare ``t_switch`` (`_SWITCH`) instead, and the thresholds.
+
+    `SBMLModel.integrate` restarts the solver at every threshold and evaluates these conditions
+    at the middle of each segment, where they cannot change: no step straddles the switch, and
+    the derivative with respect to ``T`` (the jump of the vector field times dT) is right; the
+    conditions evaluated at the time itself, ``d(where(t < T, a, b))/dT`` would be 0.
+    """
+    replacements: dict[sp.Basic, sp.Basic] = {}
+    thresholds: list[sp.Expr] = []
+    for expr in exprs:
+        for piecewise in expr.atoms(sp.Piecewise):
+            for _, condition in piecewise.args:
+                for relation in condition.atoms(Relational) if isinstance(condition, sp.Basic) else ():
+                    difference = sp.expand(relation.lhs - relation.rhs)
+                    slope = difference.coeff(_TIME)
+                    rest = sp.expand(difference - slope * _TIME)
+                    if relation in replacements or slope not in (1, -1) or _TIME in rest.free_symbols \
+                            or not constant_in_time(rest):
+                        continue
+                    replacements[relation] = relation.xreplace({_TIME: _SWITCH})
+                    if -rest / slope not in thresholds:
+                        thresholds.append(-rest / slope)
+    return replacements, thresholds
+
+
+def _conservation_laws(stoichiometry: np.ndarray, no_rate_rule: Sequence[bool]) -> np.ndarray:
+    """Rows ``u`` of amounts the reactions conserve, ``(n_conserved, n_states)``: an orthonormal
+    basis of the left null space of the stoichiometry restricted to the states without a rate
+    rule (a rate-rule state is conserved by nothing; a state without reactions or rule, such
+    as an event target, is conserved alone). `SBMLModel.conserved_moieties` applies them."""
+    keep = np.flatnonzero(np.asarray(no_rate_rule, dtype=bool))
+    laws = np.zeros((0, stoichiometry.shape[0]))
+    if keep.size:
+        basis = scipy.linalg.null_space(stoichiometry[keep].T).T  # (n_conserved, n_keep)
+        laws = np.zeros((basis.shape[0], stoichiometry.shape[0]))
+        laws[:, keep] = basis
+    return laws
 
 
 def _code_lines(printer, definitions, order) -> list[str]:
@@ -805,7 +880,7 @@ def model_from_sbml(
     header += [f"    S_{n} = p[{i}]" for i, n in enumerate(theta_names)]
     header += [f"    C_{n} = c[{i}]" for i, n in enumerate(condition_names)]
     known = ({_symbol(s) for s in states} | {_symbol(n) for n in theta_names}
-             | {_condition(n) for n in condition_names} | {_TIME} | set(definitions))
+             | {_condition(n) for n in condition_names} | {_TIME, _SWITCH} | set(definitions))
 
     def check_symbols(exprs, where):
         for expr in exprs:
@@ -837,6 +912,18 @@ def model_from_sbml(
     if state_events and len(state_events) < len(events):
         raise _unsupported("time events and state-dependent events in one model",
                            f"event '{state_events[0].id}'")
+
+    # piecewise switches in time at thresholds constant in time: the solver restarts there
+    switches, switch_times = _time_switches(
+        [*definitions.values(), *init_definitions.values(), *rate_exprs, *rate_rule_exprs],
+        lambda expr: not depends_on_state(expr))
+    if switch_times and state_events:
+        raise _unsupported("piecewise switches in time and state-dependent events in one model",
+                           f"event '{state_events[0].id}'")
+    definitions = {k: v.xreplace(switches) for k, v in definitions.items()}
+    init_definitions = {k: v.xreplace(switches) for k, v in init_definitions.items()}
+    rate_exprs = [e.xreplace(switches) for e in rate_exprs]
+    rate_rule_exprs = [e.xreplace(switches) for e in rate_rule_exprs]
 
     def stack(exprs):
         if not exprs:
@@ -900,7 +987,7 @@ def model_from_sbml(
     scalar_rates = [rate_exprs[j] for j in scalar_reactions]
     rules = [rate_rule_exprs[i] for i in rule_states]
     rhs_lines = [
-        "def rhs(t, x, p, c):",
+        "def rhs(t, x, p, c, t_switch):",
         *body(scalar_rates + rules + derived_in_v),
         f"    v = jax.numpy.concatenate([x, p, c, {stack(derived_in_v)}, _ONE])",
         "    terms = _COEF * jax.numpy.prod(v[_IDX], axis=1)",
@@ -914,14 +1001,17 @@ def model_from_sbml(
     state_list = [_symbol(s) for s in states]
     source = "\n".join(
         [*rhs_lines,
-         "", "def init(t, p, c):", *body(state_list, all_init), f"    return {stack(state_list)}",
-         "", "def observe(t, x, p, c):", *body(output_symbols), f"    return {stack(output_symbols)}", ""])
+         "", "def init(t, p, c, t_switch):", *body(state_list, all_init), f"    return {stack(state_list)}",
+         "", "def observe(t, x, p, c, t_switch):", *body(output_symbols), f"    return {stack(output_symbols)}", ""])
     triggers = [e.trigger for e in events]
-    source += "\n".join(["", "def event_triggers(t, x, p, c):", *body(triggers), f"    return {stack(triggers)}", ""])
+    source += "\n".join(["", "def event_triggers(t, x, p, c, t_switch):", *body(triggers),
+                         f"    return {stack(triggers)}", ""])
+    source += "\n".join(["", "def switch_times(t, x, p, c, t_switch):", *body(switch_times),
+                         f"    return {stack(switch_times)}", ""])
     for k, event in enumerate(events):
         constants[f"_EVENT{k}"] = np.array([state_index[v] for v, _ in event.assignments], dtype=np.int32)
         values = [v for _, v in event.assignments]
-        source += "\n".join(["", f"def event_{k}(t, x, p, c):", *body(values),
+        source += "\n".join(["", f"def event_{k}(t, x, p, c, t_switch):", *body(values),
                              f"    return x.at[_EVENT{k}].set({stack(values)})", ""])
     namespace = {"jax": jax, "_f": _f, "math": math, **constants}
     exec(compile(source, f"<sbml model {model.getId()!r}>", "exec"), namespace)  # generated code
@@ -940,6 +1030,7 @@ def model_from_sbml(
         dt0=None,
         max_steps=max_steps,
         stoichiometry=jnp.asarray(stoichiometry),
+        conservation=jnp.asarray(_conservation_laws(stoichiometry, [e.is_zero is True for e in rate_rule_exprs])),
         condition_names=condition_names,
         reaction_ids=tuple(reaction_ids),
         source=source,
@@ -951,4 +1042,7 @@ def model_from_sbml(
         _state_events=bool(state_events),
         _event_fns=tuple(namespace[f"event_{k}"] for k in range(len(events))),
         _event_fires_at_t0=tuple(not e.initial_value for e in events),
+        switch_conditions=tuple(sorted({re.sub(r"\bt\b", "time", re.sub(r"\b[SC]_", "", str(r)))
+                                        for r in switches})),
+        _switch_times_fn=namespace["switch_times"] if switch_times else None,
     )

@@ -299,6 +299,50 @@ def test_time_event_derivatives_jit_and_vmap(event_model):
         np.testing.assert_allclose(out, _event_solution(np.asarray(theta), TS), rtol=1e-7, atol=1e-9)
 
 
+_TIME_CSYMBOL = '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
+# dx/dt = k while time < T (a piecewise in an assignment rule, as Beer_MolBioSystems2014's lag),
+# then a constant 2 k while 2 T - time > 0, then 0: x = k min(t, T) + 2 k clip(t - T, 0, T)
+SWITCH_MODEL = _sbml(f"""<listOfParameters>
+      <parameter id="x" value="0" constant="false"/><parameter id="k" value="0.5" constant="true"/>
+      <parameter id="T" value="1.5" constant="true"/><parameter id="rate" constant="false"/>
+    </listOfParameters>
+    <listOfRules>
+      <assignmentRule variable="rate">{_math(
+          f"<piecewise><piece><ci>k</ci><apply><lt/>{_TIME_CSYMBOL}<ci>T</ci></apply></piece>"
+          f"<piece><apply><times/><cn>2</cn><ci>k</ci></apply><apply><gt/><apply><minus/><apply><times/>"
+          f"<cn>2</cn><ci>T</ci></apply>{_TIME_CSYMBOL}</apply><cn>0</cn></apply></piece>"
+          "<otherwise><cn>0</cn></otherwise></piecewise>")}</assignmentRule>
+      <rateRule variable="x">{_math("<ci>rate</ci>")}</rateRule>
+    </listOfRules>""")
+
+
+def _switch_solution(theta, ts):
+    k, t_switch = theta
+    return k * np.minimum(ts, t_switch) + 2 * k * np.clip(ts - t_switch, 0.0, t_switch)
+
+
+def test_piecewise_switches_in_time_restart_the_solver_and_have_derivatives():
+    """Piecewise conditions comparing time with parameters are switches: the solver restarts at
+    T and 2 T, and the derivatives include the jump, d x / d T = k (2 - 1) + 2 k (t > 2T) ...:
+    analytic values and derivatives, forward and reverse mode, jit and vmap."""
+    ts = np.array([0.0, 1.0, 2.0, 3.5, 6.0])
+    model = sbml.model_from_sbml(SWITCH_MODEL, ts=ts, bounds={"T": (0.1, 10.0)})
+    assert model.switch_conditions == ("2.0*T - time > 0", "T > time")
+    theta = jnp.asarray([0.5, 1.5])
+    np.testing.assert_allclose(model.simulate(theta)[:, 0], _switch_solution([0.5, 1.5], ts), rtol=1e-8, atol=1e-10)
+    # x = k min(t, T) + 2 k clip(t - T, 0, T): dx/dk = x / k; dx/dT = k [t > T] - 2 k [T < t] + 4 k [t > 2T]
+    jac = np.asarray(model.forward_mode().jacobian(theta))[:, 0, :]
+    np.testing.assert_allclose(jac[:, 0], _switch_solution([1.0, 1.5], ts), rtol=1e-7, atol=1e-9)
+    d_t = 0.5 * ((ts > 1.5) * 1.0 - 2 * (ts > 1.5) + 4 * (ts > 3.0))
+    np.testing.assert_allclose(jac[:, 1], d_t, rtol=1e-7, atol=1e-9)
+    reverse = jax.jacrev(lambda th: model.simulate(th)[:, 0])(theta)
+    np.testing.assert_allclose(np.asarray(reverse), jac, rtol=1e-7, atol=1e-9)
+    thetas = jnp.asarray([[0.5, 1.5], [0.2, 0.5], [0.8, 4.0]])
+    batched = jax.jit(jax.vmap(model.simulate))(thetas)
+    for th, out in zip(thetas, batched, strict=True):
+        np.testing.assert_allclose(out[:, 0], _switch_solution(np.asarray(th), ts), rtol=1e-8, atol=1e-10)
+
+
 def _sawtooth(trigger: str) -> str:
     """dx/dt = r (x(0) = 0) and an event that sets x = 0 when ``trigger`` becomes true."""
     return _sbml(f"""<listOfParameters><parameter id="x" value="0" constant="false"/>
