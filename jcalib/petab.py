@@ -452,15 +452,81 @@ def _setting_arrays(model: sbml.SBMLModel, plan: _Plan, condition: dict, values)
     return theta, conditions, jnp.asarray(mask), override
 
 
+STEADY_STATE_NEWTON_STEPS = 3
+"""Gauss-Newton steps that polish the steady state the simulation stopped at (`_steady_state`)."""
+
+
 def _steady_state(model: sbml.SBMLModel, y0, theta):
-    """The state at diffrax's steady-state event from ``y0`` at t = 0 (NaN if none), the time it
-    was reached, and whether it was."""
+    """The steady state reached from ``y0`` at t = 0 (NaN if none), the time it was reached,
+    and whether it was.
+
+    The simulation runs to diffrax's steady-state event (|dy/dt| within the controller's
+    tolerances), which leaves the slowest modes short of their limit: on Isensee_JCB2018 that
+    changed log-likelihood gradients by up to 25 % (and finite differences as much), since
+    sensitivities converge no faster than the state. So the state is then polished by Gauss-Newton
+    on f(y) = 0 with the conserved moieties of ``y0`` held (`STEADY_STATE_NEWTON_STEPS`, each
+    kept only if it lowers |f|), and its derivatives come from the implicit function theorem
+    (`_steady_state_derivative`), not from differentiating the simulation.
+    """
     sol = dfx.diffeqsolve(
-        dfx.ODETerm(model.vector_field), model.solver, 0.0, jnp.inf, model.dt0, y0, args=theta,
-        saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller, adjoint=model.adjoint,
-        max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
+        dfx.ODETerm(model.vector_field), model.solver, 0.0, jnp.inf, model.dt0, jax.lax.stop_gradient(y0),
+        args=jax.lax.stop_gradient(theta), saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller,
+        adjoint=model.adjoint, max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
     ok = sol.result == dfx.RESULTS.event_occurred
-    return jnp.where(ok, sol.ys[-1], jnp.nan), sol.ts[-1], ok
+    dynamic, static = eqx.partition(model, eqx.is_array)
+    state = _polish_steady_state(eqx.combine(jax.lax.stop_gradient(dynamic), static), jax.lax.stop_gradient(y0),
+                                 jax.lax.stop_gradient(theta), sol.ys[-1])
+    state = _steady_state_derivative(state, y0, theta, model)
+    return jnp.where(ok, state, jnp.nan), jax.lax.stop_gradient(sol.ts[-1]), ok
+
+
+def _steady_state_system(model: sbml.SBMLModel, y0, theta, y):
+    """The residual ``[f(y); m(y) - m(y0)]`` of a steady state with the conserved moieties ``m``
+    of ``y0``, and its Jacobian in ``y``, ``(n_states + n_conserved, n_states)``."""
+    def residual(x):
+        return jnp.concatenate([model.vector_field(0.0, x, theta),
+                                model.conserved_moieties(x, theta) - model.conserved_moieties(y0, theta)])
+
+    return residual(y), jax.jacfwd(residual)(y)
+
+
+def _polish_steady_state(model: sbml.SBMLModel, y0, theta, y):
+    """`STEADY_STATE_NEWTON_STEPS` Gauss-Newton steps on `_steady_state_system`, each kept only
+    where it lowers |f| (a step from a poorly conditioned Jacobian is dropped)."""
+    for _ in range(STEADY_STATE_NEWTON_STEPS):
+        value, jac = _steady_state_system(model, y0, theta, y)
+        candidate = y - jnp.linalg.lstsq(jac, value)[0]
+        better = jnp.linalg.norm(_steady_state_system(model, y0, theta, candidate)[0]) < jnp.linalg.norm(value)
+        y = jnp.where(better & jnp.all(jnp.isfinite(candidate)), candidate, y)
+    return y
+
+
+@eqx.filter_custom_jvp
+def _steady_state_derivative(state, y0, theta, model):
+    """``state`` (a steady state reached from ``y0``) with the derivatives of the exact steady
+    state: the implicit function theorem on `_steady_state_system`, ``J dy = -(df/dp dp)`` and
+    ``dm(y) = dm(y0)`` for the conserved moieties, solved by least squares (the rows are
+    consistent: the moieties span the left null space of ``J`` that the reactions create)."""
+    return state
+
+
+@_steady_state_derivative.def_jvp
+def _steady_state_derivative_jvp(primals, tangents):
+    state, y0, theta, model = primals
+    _, dy0, dtheta, dmodel = tangents
+    if dmodel is None:
+        dmodel = jax.tree_util.tree_map(lambda _: None, model)
+
+    def residual(y_init, th, mdl):  # at the fixed steady state: its dependence on y0 and the parameters
+        return _steady_state_system(mdl, y_init, th, state)[0]
+
+    _, d_residual = eqx.filter_jvp(residual, (y0, theta, model), (dy0, dtheta, dmodel))
+    if d_residual is None:
+        return state, jnp.zeros_like(state)
+    jac = _steady_state_system(model, y0, theta, state)[1]
+    # the pseudo-inverse does not depend on the tangent: under jax.jacfwd (a vmap over tangents)
+    # it is computed once, where lstsq would factor the matrix again for every tangent
+    return state, -jnp.linalg.pinv(jac) @ d_residual
 
 
 def _solve(model: sbml.SBMLModel, setting, preequilibration, ts, t1, *, steady: bool = False):

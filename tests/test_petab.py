@@ -137,6 +137,30 @@ def test_petab_steady_state_measurements(tmp_path):
     assert np.isnan(starved.simulate(z)).all() and float(starved.log_likelihood(z)) == -np.inf
 
 
+def test_petab_steady_state_derivatives_are_exact_for_slow_kinetics(tmp_path):
+    """Case 0001 with slow rates (k1 = 2e-3, k2 = 1e-3 /s) and one t = inf row: the simulation
+    reaches the steady-state event while its slowest mode (and more so its sensitivities) are
+    still converging; the polished steady state and its implicit-function derivatives match
+    A = (a0 + b0) k2 / (k1 + k2) and its analytic derivatives, the dependence on a0 and b0
+    coming through the conserved total A + B."""
+    path = _copy("0001", tmp_path)
+    (tmp_path / "_parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "a0\tlin\t0\t10\t1.0\t1\nb0\tlin\t0\t10\t0.5\t1\nk1\tlin\t0\t10\t0.002\t1\nk2\tlin\t0\t10\t0.001\t1\n")
+    (tmp_path / "_measurements.tsv").write_text("observableId\tsimulationConditionId\ttime\tmeasurement\n"
+                                                "obs_a\tc0\tinf\t0.4\n")
+    pp = jpetab.load(path)
+    assert pp.model.conservation.shape == (1, 2)  # A + B
+    z = pp.nominal_internal
+    a0, b0, k1, k2 = 1.0, 0.5, 0.002, 0.001
+    steady = (a0 + b0) * k2 / (k1 + k2)
+    np.testing.assert_allclose(pp.simulation_table(z)["simulation"], [steady], rtol=1e-10)
+    d_steady = np.array([k2 / (k1 + k2), k2 / (k1 + k2), -(a0 + b0) * k2 / (k1 + k2) ** 2,
+                         (a0 + b0) * k1 / (k1 + k2) ** 2])  # d/d(a0, b0, k1, k2)
+    grad = np.asarray(jax.grad(pp.log_likelihood)(z))
+    np.testing.assert_allclose(grad, (0.4 - steady) / 0.25 * d_steady, rtol=1e-8)
+
+
 def _copy(case, tmp_path):
     folder, _ = _case(case)
     for path in folder.iterdir():
