@@ -8,11 +8,14 @@ parent wrote (``--data``, an .npz with ``theta_train`` (n_train, n_params), ``x_
 
 1. builds a `bayesflow.approximators.ContinuousApproximator` with a
    `bayesflow.networks.CouplingFlow` (``depth`` dual coupling layers of affine couplings,
-   each coupling's subnet an MLP of ``widths``) and a summary network of the size of jcalib's:
-   one LSTM layer of ``summary_hidden`` units whose final state goes through a dense layer to
-   ``summary_size`` summary statistics (`LSTMSummary` below, a `bayesflow.networks.SummaryNetwork`;
-   bayesflow's own TimeSeriesNetwork adds a convolutional stem and a bidirectional skip-GRU, so it
-   would not be the same size). Both the parameters and the series are standardized by bayesflow
+   each coupling's subnet an MLP of ``widths``) and the summary network of jcalib's of the same
+   name (``summary`` in the settings), layer for layer, each a `bayesflow.networks.SummaryNetwork`:
+   ``"lstm"`` (`LSTMSummary`): one LSTM layer of ``summary_hidden`` units whose final state goes
+   through a dense layer to ``summary_size`` summary statistics; ``"conv"`` (`ConvSummary`): two
+   Conv1D layers of ``summary_hidden`` channels (kernel 5 then 3, stride 2, "same" padding, ReLU),
+   the mean over time and a dense layer to ``summary_size`` (bayesflow's own TimeSeriesNetwork
+   adds a convolutional stem and a bidirectional skip-GRU, so it would not be the same size).
+   Both the parameters and the series are standardized by bayesflow
    (``standardize=("inference_variables", "summary_variables")``);
 2. trains it with Adam (``learning_rate``, constant) for ``epochs`` epochs of minibatches of
    ``batch_size`` (`bayesflow.datasets.OfflineDataset`, shuffled; ``n_train`` is a multiple of
@@ -88,10 +91,32 @@ def main(argv=None):
         def call(self, x, training: bool = False, **kwargs):
             return self.projector(self.lstm(x, training=training))
 
+    class ConvSummary(bf.networks.SummaryNetwork):
+        """jcalib's "conv" summary: two strided 1-D convolutions with ReLU, mean over time, a dense map."""
+
+        def __init__(self, hidden: int, summary_dim: int, **kwargs):
+            super().__init__(**kwargs)
+            self.conv1 = keras.layers.Conv1D(hidden, 5, strides=2, padding="same", activation="relu")
+            self.conv2 = keras.layers.Conv1D(hidden, 3, strides=2, padding="same", activation="relu")
+            self.pool = keras.layers.GlobalAveragePooling1D()
+            self.projector = keras.layers.Dense(summary_dim)
+
+        def call(self, x, training: bool = False, **kwargs):
+            return self.projector(self.pool(self.conv2(self.conv1(x))))
+
+    summaries = {"lstm": (LSTMSummary, f"LSTM({s['summary_hidden']}) -> Dense({s['summary_size']})"),
+                 "conv": (ConvSummary, f"Conv1D({s['summary_hidden']}, kernel 5, stride 2, same, ReLU) -> Conv1D("
+                                       f"{s['summary_hidden']}, kernel 3, stride 2, same, ReLU) -> mean over time -> "
+                                       f"Dense({s['summary_size']})")}
+    kind = s.get("summary", "lstm")
+    if kind not in summaries:
+        raise SystemExit(f"bayesflow_reference: unknown summary network {kind!r}; known: {', '.join(summaries)}")
+    summary_type, summary_text = summaries[kind]
+
     flow = bf.networks.CouplingFlow(
         depth=int(s["depth"]), transform="affine", permutation=s["permutation"], use_actnorm=bool(s["actnorm"]),
         subnet_kwargs={"widths": tuple(s["coupling_hidden"]), "dropout": s["dropout"]})
-    summary = LSTMSummary(int(s["summary_hidden"]), int(s["summary_size"]))
+    summary = summary_type(int(s["summary_hidden"]), int(s["summary_size"]))
     adapter = (bf.Adapter()
                .convert_dtype("float64", "float32")
                .rename("theta", "inference_variables")
@@ -121,6 +146,7 @@ def main(argv=None):
     approximator.fit(dataset=dataset, epochs=int(s["epochs"]), verbose=0, callbacks=[timer])
     train_wall_s = time.perf_counter() - t
     n_weights = int(sum(np.prod(w.shape) for w in approximator.trainable_weights))
+    n_summary_weights = int(sum(np.prod(w.shape) for w in summary.trainable_weights))
     timed = timer.times[1:]
     samples_per_second = n_train * len(timed) / sum(timed) if timed else float("nan")
     timed_cpu = timer.cpu_times[1:]
@@ -143,6 +169,7 @@ def main(argv=None):
     warm = float(np.median(times)) if times else first_s
     report = {
         "library": "bayesflow",
+        "configuration": {"summary": kind, "batch_size": batch_size, "n_train": n_train},
         "versions": {"bayesflow": bf.__version__, "keras": keras.__version__, "jax": jax.__version__,
                      "numpy": np.__version__, "python": platform.python_version()},
         "keras_backend": keras.backend.backend(),
@@ -151,8 +178,8 @@ def main(argv=None):
         "network": {"inference": "CouplingFlow", "depth_dual_couplings": int(s["depth"]),
                     "n_coupling_subnets": 2 * int(s["depth"]), "coupling_hidden": list(s["coupling_hidden"]),
                     "transform": "affine", "permutation": s["permutation"], "actnorm": bool(s["actnorm"]),
-                    "dropout": s["dropout"], "summary": f"LSTM({s['summary_hidden']}) -> Dense({s['summary_size']})",
-                    "n_weights": n_weights},
+                    "dropout": s["dropout"], "summary_network": kind, "summary": summary_text,
+                    "n_weights": n_weights, "n_summary_weights": n_summary_weights},
         "training": {"n_train": n_train, "epochs": len(timer.times), "batch_size": batch_size,
                      "learning_rate": float(s["learning_rate"]), "wall_s": train_wall_s,
                      "epoch_time_s": timer.times, "loss": timer.losses,

@@ -56,21 +56,46 @@ def _check_bayesflow_side(side, n_train, epochs, n_obs, n_samples):
 
 
 def test_bayesflow_benchmark_quick_jcalib_side(tmp_path):
-    """benchmarks/bayesflow.py --quick --no-reference: jcalib's side only (nothing installed)."""
+    """benchmarks/bayesflow.py --quick --no-reference: jcalib's side only (nothing installed), two
+    configurations (the LSTM and the convolutional summary network) in one report."""
     out = tmp_path / "bayesflow.json"
-    report = load_script("benchmarks/bayesflow.py").main(["--quick", "--no-reference", "--out", str(out)])
+    report = load_script("benchmarks/bayesflow.py").main(["--quick", "--no-reference", "--configs", "lstm:64,conv:128",
+                                                          "--n-train", "300", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["benchmark"] == "bayesflow" and report["quick"]
     p = report["problem"]
-    assert (p["n_params"], p["n_times"], p["n_outputs"], p["n_train"], p["n_obs"]) == (4, 20, 2, 256, 32)
-    _check_bayesflow_side(report["jcalib"], 256, 3, 32, 100)
-    assert report["bayesflow"] == {"skipped": "--no-reference"}
-    assert set(report["ratios"]) == {"target_training_throughput_ratio"}
+    assert (p["n_params"], p["n_times"], p["n_outputs"], p["n_train"], p["n_obs"]) == (4, 20, 2, 300, 32)
+    # n_train is rounded down to a multiple of each configuration's batch size
+    assert report["configurations"] == [{"summary": "lstm", "batch_size": 64, "n_train": 256},
+                                        {"summary": "conv", "batch_size": 128, "n_train": 256}]
+    assert [run["configuration"] for run in report["runs"]] == report["configurations"]
+    for run, summary, batch_size in zip(report["runs"], ("lstm", "conv"), (64, 128)):
+        ours = run["jcalib"]
+        _check_bayesflow_side(ours, 256, 3, 32, 100)
+        assert ours["configuration"]["summary"] == summary and ours["network"]["summary_network"] == summary
+        assert ours["training"]["batch_size"] == batch_size
+        assert 0 < ours["network"]["n_summary_weights"] < ours["network"]["n_weights"]
+        assert run["bayesflow"] == {"skipped": "--no-reference"}
+        assert set(run["ratios"]) == {"target_training_throughput_ratio"}
+    # hidden 16, summary 8: LSTM 4*16*(2+16)+4*16, conv 5*2*16+16 + 3*16*16+16, each + dense 16*8+8
+    assert [run["jcalib"]["network"]["n_summary_weights"] for run in report["runs"]] == [1352, 1096]
+    assert [(row["summary"], row["batch_size"], row["ratio"]) for row in report["table"]] == [("lstm", 64, None),
+                                                                                            ("conv", 128, None)]
+    assert report["best"] is None and report["target_met"] is None
     assert report["machine"]["cpu_count"] > 0
 
 
-@pytest.mark.parametrize("args, match", [(["--epochs", "1"], "need --epochs >= 2"),
-                                         (["--n-train", "10"], "--n-train must be at least the batch size")])
+@pytest.mark.parametrize("args, match", [
+    (["--epochs", "1"], "need --epochs >= 2"),
+    (["--n-train", "10"], "--n-train must be at least the batch size"),
+    (["--summary", "gru"], "unknown summary network 'gru'; known: lstm, conv"),
+    (["--configs", "lstm:64,transformer:64"], "unknown summary network 'transformer'"),
+    (["--configs", "lstm64"], "entries are SUMMARY:BATCH_SIZE"),
+    (["--configs", "conv:0"], "batch size must be at least 1"),
+    (["--configs", "conv:64,conv:64"], "lists a configuration twice"),
+    (["--configs", "conv:64", "--batch-size", "32"], "either --configs or --summary/--batch-size"),
+    (["--configs", "conv:64", "--summary", "lstm"], "either --configs or --summary/--batch-size"),
+])
 def test_bayesflow_benchmark_bad_arguments(tmp_path, args, match):
     with pytest.raises(ValueError, match=match):
         load_script("benchmarks/bayesflow.py").main(["--quick", "--no-reference", "--out", str(tmp_path / "x.json"),
@@ -80,14 +105,22 @@ def test_bayesflow_benchmark_bad_arguments(tmp_path, args, match):
 @pytest.mark.slow  # installs bayesflow into results/benchmarks/bayesflow-venv (PyPI) on its first run, ~2-3 min
 def test_bayesflow_benchmark_quick_with_reference(tmp_path):
     out = tmp_path / "bayesflow.json"
-    report = load_script("benchmarks/bayesflow.py").main(["--quick", "--out", str(out)])
-    ref = report["bayesflow"]
-    assert "error" not in ref, ref.get("error")
-    assert ref["keras_backend"] == "jax" and ref["versions"]["bayesflow"].startswith("2.")
-    assert ref["versions"]["jax"] == report["machine"]["jax"]  # the same XLA on both sides
-    for side in (report["jcalib"], ref):
-        _check_bayesflow_side(side, 256, 3, 32, 100)
-    r = report["ratios"]
-    assert np.isclose(r["training_throughput_jcalib_over_bayesflow"],
-                      report["jcalib"]["training"]["samples_per_second"] / ref["training"]["samples_per_second"])
-    assert r["sampling_time_bayesflow_over_jcalib"] > 0 and isinstance(r["target_met"], bool)
+    report = load_script("benchmarks/bayesflow.py").main(["--quick", "--configs", "lstm:64,conv:64", "--out", str(out)])
+    for run in report["runs"]:
+        ref = run["bayesflow"]
+        assert "error" not in ref, ref.get("error")
+        assert ref["keras_backend"] == "jax" and ref["versions"]["bayesflow"].startswith("2.")
+        assert ref["versions"]["jax"] == report["machine"]["jax"]  # the same XLA on both sides
+        assert ref["configuration"] == run["configuration"]
+        # the same summary network on both sides: same layers, same number of weights
+        assert ref["network"]["summary_network"] == run["jcalib"]["network"]["summary_network"]
+        assert ref["network"]["summary"] == run["jcalib"]["network"]["summary"]
+        assert ref["network"]["n_summary_weights"] == run["jcalib"]["network"]["n_summary_weights"]
+        for side in (run["jcalib"], ref):
+            _check_bayesflow_side(side, 256, 3, 32, 100)
+        r = run["ratios"]
+        assert np.isclose(r["training_throughput_jcalib_over_bayesflow"],
+                          run["jcalib"]["training"]["samples_per_second"] / ref["training"]["samples_per_second"])
+        assert r["sampling_time_bayesflow_over_jcalib"] > 0 and isinstance(r["target_met"], bool)
+    assert report["best"]["ratio"] == max(row["ratio"] for row in report["table"])
+    assert isinstance(report["target_met"], bool)

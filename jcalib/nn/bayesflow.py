@@ -6,7 +6,8 @@ the parameters of a simulation model from its trajectories:
 - **Summary network** ``h_ψ(x)``: compresses a trajectory ``x`` ``(n_times, n_outputs)``
   into ``summary_size`` statistics. ``"lstm"`` (the paper's choice) and ``"gru"`` run a
   recurrent layer over time and map its final state linearly; ``"conv"`` uses two 1-D
-  convolutions (kernel 5 and 3, stride 2, ReLU), mean pooling over time and a linear map;
+  convolutions (kernel 5 and 3, stride 2, "SAME" padding, ``summary_hidden`` channels, ReLU;
+  computed by `jcalib.nn.layers.patch_conv1d`), mean pooling over time and a linear map;
   ``"mlp"`` applies a ReLU MLP to every time step (its outputs and the step's position
   ``t / (n_times - 1)``), averages over time and maps linearly.
 - **Conditional invertible network** ``f_φ(θ; h_ψ(x))``: `CouplingFlow` (affine coupling
@@ -79,7 +80,7 @@ from jcalib.nn.data import (
     simulate_training_set,
 )
 from jcalib.nn.flows import CouplingFlow
-from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer
+from jcalib.nn.layers import MLP, SequenceEncoder, Standardizer, patch_conv1d
 from jcalib.nn.training import NetworkConfig, TrainingConfig, load_model, save_model
 from jcalib.parameters import Parameter, ParameterSpace
 
@@ -216,8 +217,11 @@ class SummaryNetwork(nnx.Module):
         if kind in ("lstm", "gru"):
             self.body = SequenceEncoder(n_outputs, hidden, cell=kind, rngs=rngs)
         elif kind == "conv":
-            self.body = nnx.List([nnx.Conv(n_outputs, hidden, 5, strides=2, rngs=rngs),
-                                  nnx.Conv(hidden, hidden, 3, strides=2, rngs=rngs)])
+            # nnx.Conv's layers and weights, computed as patch matmuls (fast gradients inside fit's scan on CPU)
+            self.body = nnx.List([nnx.Conv(n_outputs, hidden, 5, strides=2, conv_general_dilated=patch_conv1d,
+                                           rngs=rngs),
+                                  nnx.Conv(hidden, hidden, 3, strides=2, conv_general_dilated=patch_conv1d,
+                                           rngs=rngs)])
         else:  # per-time-step MLP of (x_t, t position), mean-pooled
             self.body = MLP(n_outputs + 1, (hidden,), hidden, rngs=rngs)
         self.head = nnx.Linear(hidden, size, rngs=rngs)

@@ -1,4 +1,4 @@
-"""Building blocks of jcalib's networks: MLPs, LSTM/GRU sequence encoders and scalers.
+"""Building blocks of jcalib's networks: MLPs, LSTM/GRU sequence encoders, a fast 1-D convolution and scalers.
 
 Networks are flax nnx modules built with ``rngs=nnx.Rngs(key)`` (the key given to ``fit``) and run in float32 (inputs
 are cast, so float64 callers need no conversion).
@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float
 
-__all__ = ["CELLS", "MLP", "MinMaxScaler", "SequenceEncoder", "Standardizer"]
+__all__ = ["CELLS", "MLP", "MinMaxScaler", "SequenceEncoder", "Standardizer", "patch_conv1d"]
 
 CELLS = ("lstm", "gru")
 
@@ -78,6 +78,59 @@ class SequenceEncoder(nnx.Module):
             carry = (zeros, zeros) if self.cell == "lstm" else zeros
             carry, seq = jax.lax.scan(lambda c, xt, cell=cell: cell(c, xt), carry, seq)
         return seq[-1]
+
+
+def patch_conv1d(lhs: Array, rhs: Array, window_strides: Sequence[int], padding, lhs_dilation=None,
+                 rhs_dilation=None, dimension_numbers=None, feature_group_count: int = 1, precision=None,
+                 preferred_element_type=None, out_sharding=None, **kwargs) -> Array:
+    """`jax.lax.conv_general_dilated` for a 1-D convolution as one matrix product of strided patches.
+
+    A drop-in ``conv_general_dilated`` for `flax.nnx.Conv`
+    (``nnx.Conv(..., conv_general_dilated=patch_conv1d)``): the same layer, weights and outputs
+    (to float32 round-off), computed as ``k`` strided slices of the padded input stacked into
+    patches ``(batch, n_out, k * in_features)`` and multiplied by the kernel reshaped to
+    ``(k * in_features, out_features)`` ("im2col"). Its gradient is a matrix product and ``k``
+    padded slices. Why: on XLA's CPU backend the gradient of `lax.conv_general_dilated` is
+    20-25x slower inside a `jax.lax.scan` than in a jitted call of its own, and
+    `jcalib.nn.training.fit` runs each epoch as one scan over its minibatches. The forward and
+    backward pass of BayesFlow's ``"conv"`` summary network (kernels 5 and 3, stride 2, 64
+    channels, 50 times) inside a scan took 18 ms per batch of 64 (108 ms per batch of 256)
+    through `lax.conv_general_dilated` and 1.1 ms (6.5 ms) through this function on a shared
+    2-core CPU; in separate jitted calls both took 1 ms (4 ms). Padding follows `lax.padtype_to_pads`
+    (``"SAME"``, ``"VALID"`` or explicit pairs), as in `lax.conv_general_dilated`.
+
+    Only the case ``nnx.Conv`` produces for a 1-D layer is computed this way: one spatial axis
+    with the ``("NWC", "WIO", "NWC")`` layout, no dilation, one feature group; any other call
+    (or one with ``out_sharding``) goes to `lax.conv_general_dilated` unchanged.
+
+    Example:
+        >>> conv = nnx.Conv(2, 8, 5, strides=2, conv_general_dilated=patch_conv1d, rngs=nnx.Rngs(0))
+        >>> conv(jnp.ones((4, 50, 2))).shape
+        (4, 25, 8)
+    """
+    strides = tuple(window_strides)
+    plain = (lhs.ndim == 3 and rhs.ndim == 3 and dimension_numbers is not None
+             and jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+             == jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, ("NWC", "WIO", "NWC"))
+             and tuple(lhs_dilation or (1,)) == (1,) and tuple(rhs_dilation or (1,)) == (1,)
+             and feature_group_count == 1 and out_sharding is None and not kwargs)
+    if plain:
+        pads = (jax.lax.padtype_to_pads((lhs.shape[1],), (rhs.shape[0],), strides, padding)
+                if isinstance(padding, str) else [tuple(int(p) for p in pair) for pair in padding])
+        # lax allows negative padding (cropping), which jnp.pad does not, and inputs shorter than the kernel
+        plain = len(pads) == 1 and min(pads[0]) >= 0 and lhs.shape[1] + sum(pads[0]) >= rhs.shape[0]
+    if not plain:
+        extra = {} if out_sharding is None else {"out_sharding": out_sharding}
+        return jax.lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                                            dimension_numbers, feature_group_count, precision=precision,
+                                            preferred_element_type=preferred_element_type, **extra, **kwargs)
+    k, stride = rhs.shape[0], strides[0]
+    (low, high), = pads
+    x = jnp.pad(lhs, ((0, 0), (low, high), (0, 0)))
+    n_out = (x.shape[1] - k) // stride + 1
+    patches = jnp.concatenate([x[:, j:j + (n_out - 1) * stride + 1:stride, :] for j in range(k)], axis=-1)
+    return jnp.matmul(patches, rhs.reshape(k * rhs.shape[1], rhs.shape[2]), precision=precision,
+                      preferred_element_type=preferred_element_type)
 
 
 class Standardizer(eqx.Module):

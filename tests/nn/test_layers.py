@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 from jcalib.nn import MLP, MinMaxScaler, SequenceEncoder, Standardizer
+from jcalib.nn.layers import patch_conv1d
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -29,6 +30,49 @@ def test_stacked_encoder_and_mlp_shapes_and_jit():
         SequenceEncoder(2, 4, cell="rnn", rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="positive"):
         MLP(3, (0,), 2, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("n_times, kernel, stride, padding", [(50, 5, 2, "SAME"), (25, 3, 2, "SAME"), (7, 3, 1, "SAME"),
+                                                                (50, 5, 3, "VALID"), (9, 4, 2, ((2, 1),)),
+                                                                (1, 5, 2, "SAME")])
+def test_patch_conv1d_equals_lax_convolution(n_times, kernel, stride, padding):
+    """nnx.Conv through patch_conv1d: the same weights (same initialisation, so saved networks
+    load unchanged), outputs and gradients as through lax.conv_general_dilated."""
+    reference = nnx.Conv(3, 6, kernel, strides=stride, padding=padding, rngs=nnx.Rngs(0))
+    patched = nnx.Conv(3, 6, kernel, strides=stride, padding=padding, conv_general_dilated=patch_conv1d,
+                       rngs=nnx.Rngs(0))
+    params, patched_params = nnx.state(reference, nnx.Param), nnx.state(patched, nnx.Param)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), params, patched_params))
+    x = jax.random.normal(jax.random.key(1), (4, n_times, 3), dtype=jnp.float32)
+    np.testing.assert_allclose(np.asarray(patched(x)), np.asarray(reference(x)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(patched(x[1])), np.asarray(reference(x[1])), rtol=1e-5, atol=1e-5)
+
+    def loss(module, x):
+        return jnp.sum(jnp.sin(module(x)))
+
+    grad_ref, grad_x_ref = nnx.grad(loss, argnums=(0, 1))(reference, x)
+    grad, grad_x = nnx.grad(loss, argnums=(0, 1))(patched, x)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4),
+                 nnx.state(grad), nnx.state(grad_ref))
+    np.testing.assert_allclose(np.asarray(grad_x), np.asarray(grad_x_ref), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda x: patch_conv1d(x, patched.kernel[...], (stride,), padding,
+                                                                          dimension_numbers=("NWC", "WIO", "NWC")))(x)),
+                               np.asarray(patched(x) - patched.bias[...].reshape(1, 1, -1)), rtol=1e-5, atol=1e-5)
+
+
+def test_patch_conv1d_hands_other_convolutions_to_lax():
+    """Dilated, grouped, negatively padded (cropping) or 2-D convolutions (not computed as
+    patches) give lax's result."""
+    x = jax.random.normal(jax.random.key(2), (2, 12, 4), dtype=jnp.float32)
+    for options in ({"kernel_dilation": 2}, {"feature_group_count": 2}, {"input_dilation": 2, "padding": ((1, 1),)},
+                    {"padding": ((-1, 2),)}):
+        reference = nnx.Conv(4, 6, 3, strides=2, rngs=nnx.Rngs(0), **options)
+        patched = nnx.Conv(4, 6, 3, strides=2, conv_general_dilated=patch_conv1d, rngs=nnx.Rngs(0), **options)
+        np.testing.assert_allclose(np.asarray(patched(x)), np.asarray(reference(x)), rtol=1e-5, atol=1e-5)
+    image = jax.random.normal(jax.random.key(3), (2, 8, 8, 3), dtype=jnp.float32)
+    reference = nnx.Conv(3, 5, (3, 3), strides=2, rngs=nnx.Rngs(0))
+    patched = nnx.Conv(3, 5, (3, 3), strides=2, conv_general_dilated=patch_conv1d, rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(np.asarray(patched(image)), np.asarray(reference(image)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("scaler_type", [Standardizer, MinMaxScaler])
