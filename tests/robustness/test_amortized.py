@@ -54,11 +54,20 @@ def pools(model):
     return simulate_training_set(jax.random.key(3), model, 8), simulate_training_set(jax.random.key(4), model, 4)
 
 
-def faked(posterior, scale):
-    """A copy of ``posterior`` whose network draws N(0, scale²) (known leakage outside [-3, 3])."""
+def faked(posterior, scale, observations=None):
+    """A copy of ``posterior`` whose network draws N(0, scale²) (known leakage outside [-3, 3]);
+    with ``observations`` (n_obs, n_times, n_outputs), ``scale`` holds one value per observation,
+    found by its first entry (the sampler redraws for a subset of the observations)."""
     fake = object.__new__(AmortizedPosterior)  # the trained network's state, another sampler
+
+    def sample(key, x, n):
+        if observations is None:
+            return scale * jax.random.normal(key, (*x.shape[:-2], n, 1), jnp.float64)
+        which = jnp.argmin(jnp.abs(x[:, :1, 0] - jnp.asarray(observations)[None, :, 0, 0]), axis=1)
+        return jnp.asarray(scale)[which, None, None] * jax.random.normal(key, (x.shape[0], n, 1), jnp.float64)
+
     fake._set(**{k: v for k, v in vars(posterior).items() if k != "_frozen"})
-    fake._set(_fns={"sample": lambda key, x, n: scale * jax.random.normal(key, (*x.shape[:-2], n, 1), jnp.float64)})
+    fake._set(_fns={"sample": sample})
     return fake._freeze()
 
 
@@ -91,8 +100,11 @@ def test_draws_outside_the_bounds_are_rejected_with_a_warning(posterior, data):
 
 
 def test_the_warning_counts_all_draws_and_info_gives_each_observation(posterior, data):
-    fake = faked(posterior, np.array([6.0] + [0.5] * 9)[:, None, None])  # one leaky observation of 10
+    fake = faked(posterior, np.array([6.0] + [0.5] * 9), data[1][:10])  # one leaky observation of 10
+    network, rows = fake._fns["sample"], []
+    fake._fns["sample"] = lambda key, x, n: rows.append(x.shape[0]) or network(key, x, n)
     (draws, info), caught = record(lambda: fake.sample(jax.random.key(3), data[1][:10], 2000, return_info=True))
+    assert rows[0] == 10 and set(rows[1:]) == {1}  # later rounds redraw the short observation only
     assert np.all(np.abs(np.asarray(draws)) <= 3.0)
     assert abs(info.acceptance[0] - 0.383) < 5 * np.sqrt(0.383 * 0.617 / 2000) and np.all(info.acceptance[1:] == 1)
     assert not [w for w in caught if issubclass(w.category, PosteriorLeakageWarning)]  # 94 % of all draws inside
