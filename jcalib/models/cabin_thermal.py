@@ -141,6 +141,7 @@ for _k, (_i, _j, _type) in enumerate(_PAIRS):
     _INCIDENCE[ZONES.index(_i), _k], _INCIDENCE[ZONES.index(_j), _k] = 1.0, -1.0
     _PAIR_TYPE[_k, EXCHANGE_TYPES.index(_type)] = 1.0
 _N_VERTICAL = 4  # the FBT and RBT pairs come first
+_SOFTPLUS_CLIP = 700.0  # K: exp(700) ~ 1e304 < float64 max; see CabinThermal.heat_flows
 assert all(t in ("FBT", "RBT") for _, _, t in _PAIRS[:_N_VERTICAL])
 # internal mass i touches zones top(i) and bottom(i): zone = mass position + top/bottom
 _MASS_TOP = np.array([[float(z == m + "T") for m in MASSES] for z in ZONES])  # (8, 4)
@@ -329,11 +330,16 @@ class CabinThermal(AbstractModel):
         cf_exchange = theta[_P["CF_airExchangeFBT"]:_P["CF_airExchangeLR"] + 1]
         g_type = cf_exchange * (c.g_nat + c.g_fcd * r_fan)  # (5,) kg/s
         i_minus_j = jnp.asarray(_INCIDENCE.T) @ t_air  # (12,) T_i - T_j
-        # buoyancy on the 4 vertical pairs (the first 4). softplus as log(1 + exp(x)): |x| is
-        # far below exp's overflow (709 K) and the result is added to 1, so this plain form is
-        # accurate; it costs a third of jax.nn.softplus's overflow-safe form (-15 % for the
-        # whole vector field).
-        buoyancy = 1.0 + c.kappa_b * jnp.log(1.0 + jnp.exp(i_minus_j[:_N_VERTICAL]))
+        # buoyancy on the 4 vertical pairs (the first 4). softplus as log(1 + exp(x)): on any
+        # accepted step |x| is far below exp's overflow (709 K) and the result is added to 1,
+        # so this plain form is accurate; it costs a third of jax.nn.softplus's overflow-safe
+        # form (-15 % for the whole vector field). The clip at 700 K only guards the stages of
+        # rejected trial steps, whose states can run far off: there exp would overflow, its
+        # reverse-mode partial exp(x) / (1 + exp(x)) would be inf / inf = NaN, and reverse mode
+        # multiplies it by the zero cotangent of the rejected step: NaN for the whole gradient
+        # (jax.grad through simulate), while forward mode and the values stayed finite.
+        x = jnp.minimum(i_minus_j[:_N_VERTICAL], _SOFTPLUS_CLIP)
+        buoyancy = 1.0 + c.kappa_b * jnp.log(1.0 + jnp.exp(x))
         g_pair = (jnp.asarray(_PAIR_TYPE) @ g_type) * jnp.concatenate(
             [buoyancy, jnp.ones(len(_PAIRS) - _N_VERTICAL, dtype=buoyancy.dtype)])
         q_exchange = jnp.asarray(_INCIDENCE) @ (-g_pair * c.c_p * i_minus_j)  # (8,)
