@@ -1,9 +1,13 @@
 """Multistart calibration of PEtab benchmark-collection problems (issue 21 §5).
 
 For each problem: `jcalib.petab.load`, then ``--n-starts`` starts drawn uniformly over the
-PEtab bounds (uniform in each parameter's scale: lin, log or log10), each fitted by
-Levenberg-Marquardt with the forward-mode autodiff Jacobian, all starts in one vmapped,
-jitted solve (`jcalib.estimation.multistart`, method ``"lm"``). Estimated noise parameters
+PEtab bounds (uniform in each parameter's scale: lin, log or log10), each fitted with the
+forward-mode autodiff Jacobian by scipy's trust-region reflective method, one start after the
+other (`jcalib.estimation.multistart`, method ``"trf"``, the default), or by Levenberg-Marquardt
+with all starts in one vmapped, jitted solve (``--method lm``). TRF treats the bounds as
+constraints; the LM's sine box transform reaches a bound only asymptotically and crawls along
+flat valleys: with 200 iterations it brought 6 of 24 Armistead_CellDeathDis2024 starts to the
+published optimum (every start still iterating) where TRF brought 23, in 40 s against 66 s. Estimated noise parameters
 enter the least-squares residuals through AMICI's sigma residuals
 (`jcalib.petab.PetabCalibrationProblem`), so minimising the sum of squares maximises PEtab's
 log-likelihood. Solver: jcalib.sbml's default, the Rosenbrock method Rodas5P (rtol 1e-8, atol
@@ -47,7 +51,8 @@ PROBLEMS = ("Bertozzi_PNAS2020", "Armistead_CellDeathDis2024", "Zhao_QuantBiol20
 QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 
 
-def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int, method: str = "lm") -> dict:
+def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int | None = None,
+                method: str = "trf") -> dict:
     """Import, evaluate at the nominal parameters, multistart; the metrics of one problem."""
     name = folder.name
     t0 = time.perf_counter()
@@ -59,7 +64,8 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int, 
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
     import_s = time.perf_counter() - t0
-    starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", max_steps=max_steps)
+    options = {} if max_steps is None else {"max_steps": max_steps}
+    starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", **options)
     llh = np.array([float(problem.log_likelihood(r.theta_internal)) if np.isfinite(r.loss) else -np.inf
                     for r in starts.results])
     converged = llh >= llh_nominal - LLH_TOLERANCE
@@ -91,7 +97,8 @@ def table(rows: list[dict]) -> str:
                      f"{r['wall_time_s']:.1f} | {per} |")
     lines.append("")
     lines.append(f"Converged: log-likelihood within {LLH_TOLERANCE} of the nominal (published) parameters' or "
-                 "better. Wall time: the whole multistart (lm: one vmapped batch), compilation included.")
+                 "better. Wall time: the whole multistart (trf: one start after another; lm: one vmapped batch), "
+                 "compilation included.")
     return "\n".join(lines) + "\n"
 
 
@@ -117,8 +124,9 @@ def comparison_rows(rows: list[dict]) -> list[dict]:
 def main(argv=None):
     parser = common.parser(__doc__, "petab_multistart", quick_help="Bertozzi_PNAS2020 only, 8 starts")
     parser.add_argument("--n-starts", type=int, default=24, help="starts per problem (uniform over the bounds)")
-    parser.add_argument("--max-steps", type=int, default=200, help="iterations per start")
-    parser.add_argument("--method", choices=("lm", "trf"), default="lm",
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="iterations per start (default: the method's own, LM 200, TRF scipy's 100 n)")
+    parser.add_argument("--method", choices=("lm", "trf"), default="trf",
                         help="lm: vmapped Levenberg-Marquardt (all starts at once); trf: scipy's trust-region "
                              "reflective, one start after another (bounds handled as active constraints)")
     parser.add_argument("--problems", nargs="+", default=None, help="collection problems (default: %(default)s)")

@@ -35,7 +35,7 @@ def test_petab_tools_quick_jcalib_side(tmp_path):
     report = load_script("benchmarks/petab_tools.py").main(["--quick", "--no-reference", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["benchmark"] == "petab_tools" and report["quick"]
-    assert report["settings"] == {"n_starts": 4, "n_batch": 32, "max_steps": 200, "repeats": 3}
+    assert report["settings"] == {"n_starts": 4, "n_batch": 32, "max_steps": None, "repeats": 3}
     assert report["reference"] == {"skipped": "--no-reference"} and len(report["problems"]) == 1
     row = report["problems"][0]
     _check_jcalib_side(row, 4, 32)
