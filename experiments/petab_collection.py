@@ -85,15 +85,6 @@ SETTINGS: dict[str, dict] = {
         "rtol": 1e-10, "atol": 1e-12,
         "why": "rtol 1e-10, atol 1e-12: the simulations match at the default, but the gradient of this model with a "
                "step input deviates ~1e-2 from central differences there (< 1e-3 at 1e-10/1e-12)"},
-    "Lang_PLOSComputBiol2024": {
-        "stage_tolerances": (1e-3, 1e-6),
-        "why": "chord stage tolerances 1e-3/1e-6: with the controller's 1e-8/1e-10 the stage iterations of this "
-               "124-state cell-cycle model fail and reject step after step (100,000 steps do not reach t = 1,000 "
-               "of 136,472)"},
-    "Chen_MSB2009": {
-        "stage_tolerances": (1e-3, 1e-6),
-        "why": "chord stage tolerances 1e-3/1e-6: with the controller's 1e-8/1e-10, 92 of 211 steps to t = 100 are "
-               "rejected (50 steps with 3 rejected at 1e-3/1e-6)"},
     "Giordano_Nature2020": {
         "atol": 1e-14,
         "why": "atol 1e-14: the observables are population fractions ~1e-5, so the default atol 1e-10 gives 3.9e-3 "

@@ -146,3 +146,17 @@ def test_petab_multistart_quick(tmp_path):
     assert "| Bertozzi_PNAS2020 | trf | 3 | 8 | 8 |" in (tmp_path / "table.md").read_text()
     assert "| yes |" in (tmp_path / "paper_comparison.md").read_text()
     assert (tmp_path / "waterfall_Bertozzi_PNAS2020.png").stat().st_size > 0
+
+
+def test_petab_multistart_comparison_tells_reached_missed_and_exceeded():
+    """paper_comparison rows: reaching the published llh matches; missing it, or finding a
+    clearly higher likelihood (the published estimate then is not the likelihood's maximum, e.g.
+    Zhao_QuantBiol2020's objective priors), does not, and says why."""
+    script = load_script("experiments/petab_multistart.py")
+    base = {"n_starts": 24, "llh_nominal": -10.0}
+    rows = script.comparison_rows([{**base, "problem": "reached", "llh_best": -10.05, "n_converged": 3},
+                                   {**base, "problem": "missed", "llh_best": -12.0, "n_converged": 0},
+                                   {**base, "problem": "exceeded", "llh_best": -5.0, "n_converged": 24}])
+    assert [r["match"] for r in rows] == [True, False, False]
+    assert rows[0]["why"] == "" and "no start came within" in rows[1]["why"]
+    assert "higher likelihood (+5.000)" in rows[2]["why"]
