@@ -25,15 +25,14 @@ problem that runs past its timeout still reports how far it got. At the end
 "N of M reproduce their reference simulations". ``--scaling`` adds a compile-time study of
 synthetic mass-action chains (10 ... 400 species).
 
-Measured (2026-11-24, 2 shared cores, ``--timeout 240``; 2026-11-25 ``--update`` of Blasi,
-Smith, Liu, Isensee, Armistead, Sneyd and Raimundez with ``--timeout 600``-``900`` after the
-features they need; later Lang and Chen with chord stage tolerances 1e-3/1e-6, timeouts 900
-and 700 s): 21 of 28 reproduce their reference simulations (max rel. error <= 4.1e-5);
+Measured (2026-11-28, 2 shared cores, ``--timeout 400``, then ``--update`` of the problems the
+solver restarts at time switches and the implicit steady states changed): 21 of 28 reproduce their
+reference simulations (max rel. error <= 4.3e-5), the gradient matches finite differences on 24;
 not reproduced: Sneyd (its reference has the two highest-Ca conditions swapped: with them
 exchanged, 5.6e-6), Perelson (jcalib = scipy Radau to 1.4e-7), Fujita (stale condition ids,
 jcalib = scipy to 2.3e-7), Zheng (the "simulations" are the measurements), Okuonghae and
-Oliveira (no reference), Chen (2.8e-3 on 9 of 120 rows; unchanged with stage tolerances
-1e-5/1e-7, cause not found). Compile time
+Oliveira (no reference), Chen (2.8e-3 on 9 of 120 rows with Rodas5P as with Kvaerno5 at two stage
+tolerances: not the solver; cause not found). Compile time
 grows linearly in the chain length (4.3 s + 36 ms per species).
 """
 
