@@ -13,6 +13,7 @@ import pytest
 
 from benchmarks import common
 from benchmarks.scipy_reference import SCIPY_CASES, ScipyCase
+from tests.helpers import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(f"{p.parent.name}.{p.stem}" for folder in ("benchmarks", "experiments")
@@ -123,3 +124,22 @@ def test_scripts_run_as_modules_from_the_repository_root():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage: python -m benchmarks.simulate_batch" in done.stdout
+
+
+def test_profile_batch_quick(tmp_path):
+    """benchmarks/profile_batch.py --quick on the stiff polymerization model: the pieces of a
+    Rodas5P step are reported, and the shares are their definitions applied to the reported
+    timings (no timing is compared with a threshold)."""
+    out = tmp_path / "profile.json"
+    report = load_script("benchmarks/profile_batch.py").main(
+        ["--quick", "--cases", "radical_polymerization_real", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    (row,) = report["results"]
+    assert row["solver"] == "Rodas5P" and row["n_states"] == 11 and row["chunk"] == 16
+    assert row["steps_max"] >= row["steps_mean"] > 100 and row["lockstep_factor"] >= 1
+    assert row["lane_step_us"] == pytest.approx(row["whole_solve_s"] / 16 / row["steps_max"] * 1e6)
+    assert row["share_step"] == pytest.approx(row["step_us"] / row["lane_step_us"])
+    assert row["share_lu_and_inverse"] == pytest.approx(row["lu_and_inverse_us"] / row["lane_step_us"])
+    assert min(row[k] for k in ("step_us", "vector_field_us", "jacobian_us", "lu_factor_us")) > 0
+    with pytest.raises(SystemExit):
+        load_script("benchmarks/profile_batch.py").main(["--cases", "nope", "--out", str(out)])
