@@ -66,9 +66,7 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
     import_s = time.perf_counter() - t0
-    options = {} if max_steps is None else {"max_steps": max_steps}
-    if method == "trf":
-        options["workers"] = workers
+    options = ({} if max_steps is None else {"max_steps": max_steps}) | ({"workers": workers} if method == "trf" else {})
     starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", **options)
     llh = np.array([float(problem.log_likelihood(r.theta_internal)) if np.isfinite(r.loss) else -np.inf
                     for r in starts.results])
@@ -77,8 +75,7 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     return {
         "problem": name, "method": method, "n_states": len(pp.model.state_names), "n_parameters": problem.n_free,
         "n_measurements": len(pp.petab_problem.measurement_df), "n_starts": n_starts,
-        "workers": workers if method == "trf" else None,
-        "llh_nominal": llh_nominal, "llh_best": float(llh.max()), "llh_starts": llh.tolist(),
+        "workers": workers if method == "trf" else None, "llh_nominal": llh_nominal, "llh_best": float(llh.max()), "llh_starts": llh.tolist(),
         "n_converged": n_converged, "fraction_converged": n_converged / n_starts,
         "n_failed_starts": int(starts.extra.get("n_failed_starts", 0)),
         "wall_time_s": starts.wall_time_s, "import_and_nominal_s": import_s,
@@ -102,8 +99,8 @@ def table(rows: list[dict]) -> str:
                      f"{r['wall_time_s']:.1f} | {per} |")
     lines.append("")
     lines.append(f"Converged: log-likelihood within {LLH_TOLERANCE} of the nominal (published) parameters' or "
-                 "better. Wall time: the whole multistart (trf: `workers` starts at a time in threads; lm: one "
-                 "vmapped batch), compilation included.")
+                 "better. Wall time: the whole multistart (trf: `workers` starts at a time in threads; lm: one vmapped batch), "
+                 "compilation included.")
     return "\n".join(lines) + "\n"
 
 
