@@ -26,8 +26,7 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    at ``pp.nominal_internal`` (PEtab scale, forward sensitivities), the batch as one jitted
    ``jax.vmap(pp.log_likelihood)``, and the multistart of
    `experiments.petab_multistart.run_problem` (its default: scipy's trust-region reflective
-   method with jcalib's autodiff Jacobian, one start per CPU at a time in threads, as pyPESTO runs
-   one process per CPU; ``--max-steps`` caps the
+   method with jcalib's autodiff Jacobian, one start after another; ``--max-steps`` caps the
    iterations);
 4. agreement: the nominal log-likelihood (relative difference), the gradient per component
    (``|g_jcalib - g_amici| / max(|g_amici|, 1)``: the nominal values are optima, so many
@@ -235,8 +234,7 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
     batch_timing = _timed(lambda: batch_fn(zs), 1)
     llh_batch = batch_timing.pop("_out")
     warm_s = batch_timing["median_ms"] / 1e3
-    row = run_problem(collection_root() / name, s["n_starts"], seed, s["max_steps"],
-                      workers=os.cpu_count() or 1)  # as many as pyPESTO's processes
+    row = run_problem(collection_root() / name, s["n_starts"], seed, s["max_steps"])
     result = row.pop("_starts")
     if not np.allclose(result.starts, _physical(pp, starts), rtol=1e-10):
         raise RuntimeError(f"{name}: the multistart's starts are not the ones given to the reference")
@@ -249,7 +247,7 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
                                  "n_finite": int(np.isfinite(llh_batch).sum()), "_llh": llh_batch},
         "multistart": row | {"optimizer": f"{row['method']} (experiments.petab_multistart.run_problem's default: "
                                           "scipy's trust-region reflective with jcalib's autodiff Jacobian), "
-                                          f"max_steps {s['max_steps']}, {row['workers']} starts at a time (threads)",
+                                          f"max_steps {s['max_steps']}",
                              "timing": "wall time of the whole batch, compilation included"},
     }
 

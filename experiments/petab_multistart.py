@@ -2,8 +2,8 @@
 
 For each problem: `jcalib.petab.load`, then ``--n-starts`` starts drawn uniformly over the
 PEtab bounds (uniform in each parameter's scale: lin, log or log10), each fitted with the
-forward-mode autodiff Jacobian by scipy's trust-region reflective method, ``--workers`` starts at
-a time in threads (`jcalib.estimation.multistart`, method ``"trf"``, the default), or by Levenberg-Marquardt
+forward-mode autodiff Jacobian by scipy's trust-region reflective method, one start after the
+other (`jcalib.estimation.multistart`, method ``"trf"``, the default), or by Levenberg-Marquardt
 with all starts in one vmapped, jitted solve (``--method lm``). TRF treats the bounds as
 constraints; the LM's sine box transform reaches a bound only asymptotically and crawls along
 flat valleys: with 200 iterations it brought 6 of 24 Armistead_CellDeathDis2024 starts to the
@@ -29,7 +29,6 @@ problem. The collection is found beside the checkout (``../shared/petab``) or in
 
 from __future__ import annotations
 
-import os
 import pathlib
 import time
 
@@ -53,9 +52,8 @@ QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 
 
 def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int | None = None,
-                method: str = "trf", workers: int = 1) -> dict:
-    """Import, evaluate at the nominal parameters, multistart (``workers`` TRF starts at a time);
-    the metrics of one problem."""
+                method: str = "trf") -> dict:
+    """Import, evaluate at the nominal parameters, multistart; the metrics of one problem."""
     name = folder.name
     t0 = time.perf_counter()
     yaml, _ = problem_files(folder)
@@ -66,7 +64,7 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
     import_s = time.perf_counter() - t0
-    options = ({} if max_steps is None else {"max_steps": max_steps}) | ({"workers": workers} if method == "trf" else {})
+    options = {} if max_steps is None else {"max_steps": max_steps}
     starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", **options)
     llh = np.array([float(problem.log_likelihood(r.theta_internal)) if np.isfinite(r.loss) else -np.inf
                     for r in starts.results])
@@ -75,7 +73,7 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     return {
         "problem": name, "method": method, "n_states": len(pp.model.state_names), "n_parameters": problem.n_free,
         "n_measurements": len(pp.petab_problem.measurement_df), "n_starts": n_starts,
-        "workers": workers if method == "trf" else None, "llh_nominal": llh_nominal, "llh_best": float(llh.max()), "llh_starts": llh.tolist(),
+        "llh_nominal": llh_nominal, "llh_best": float(llh.max()), "llh_starts": llh.tolist(),
         "n_converged": n_converged, "fraction_converged": n_converged / n_starts,
         "n_failed_starts": int(starts.extra.get("n_failed_starts", 0)),
         "wall_time_s": starts.wall_time_s, "import_and_nominal_s": import_s,
@@ -99,7 +97,7 @@ def table(rows: list[dict]) -> str:
                      f"{r['wall_time_s']:.1f} | {per} |")
     lines.append("")
     lines.append(f"Converged: log-likelihood within {LLH_TOLERANCE} of the nominal (published) parameters' or "
-                 "better. Wall time: the whole multistart (trf: `workers` starts at a time in threads; lm: one vmapped batch), "
+                 "better. Wall time: the whole multistart (trf: one start after another; lm: one vmapped batch), "
                  "compilation included.")
     return "\n".join(lines) + "\n"
 
@@ -133,16 +131,12 @@ def main(argv=None):
                         help="iterations per start (default: the method's own, LM 200, TRF scipy's 100 n)")
     parser.add_argument("--method", choices=("lm", "trf"), default="trf",
                         help="lm: vmapped Levenberg-Marquardt (all starts at once); trf: scipy's trust-region "
-                             "reflective, --workers starts at a time (bounds handled as active constraints)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="trf: starts run at once in threads (default: the CPU count, %(default)s)")
+                             "reflective, one start after another (bounds handled as active constraints)")
     parser.add_argument("--problems", nargs="+", default=None, help="collection problems (default: %(default)s)")
     parser.add_argument("--root", default=None, help="the collection's folder")
     args = parser.parse_args(argv)
     if args.n_starts < 1:
         parser.error("--n-starts must be positive")
-    if args.workers < 1:
-        parser.error("--workers must be positive")
     common.prepare_out(args.out)
     root = pathlib.Path(args.root) if args.root else collection_root()
     names = args.problems or (QUICK_PROBLEMS if args.quick else PROBLEMS)
@@ -151,7 +145,7 @@ def main(argv=None):
     for name in names:
         folder = root / name
         try:
-            row = run_problem(folder, n_starts, args.seed, args.max_steps, args.method, args.workers)
+            row = run_problem(folder, n_starts, args.seed, args.max_steps, args.method)
         except (ValueError, OSError) as error:  # a refused or missing problem is a row, not a crash
             rows.append({"problem": name, "error": " ".join(str(error).split())})
             continue

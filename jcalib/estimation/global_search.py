@@ -38,7 +38,6 @@ Example:
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import math
 import time
@@ -146,7 +145,6 @@ def multistart(
     *,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     progress: bool = False,
-    workers: int = 1,
     **local_options,
 ) -> MultistartResult:
     """A local least-squares method from ``n_starts`` starts (Aka et al. 2023, Table 2).
@@ -157,14 +155,10 @@ def multistart(
         n_starts: number of starts.
         method: ``"lm"`` (`levenberg_marquardt_batch`: all starts in one jitted, vmapped
             solve) or ``"trf"`` (`least_squares_trf` with the autodiff Jacobian, one start
-            after another, or ``workers`` at a time).
+            after another).
         start_distribution: ``"aka2023"``, ``"lhs"`` or ``"uniform"`` (see `sample_starts`).
         theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values).
         progress: progress bar over the starts (``"trf"`` only).
-        workers: ``"trf"`` only: starts run at once in this many threads (the compiled
-            residuals and Jacobian release Python's lock, so on a CPU with that many cores
-            they run in parallel; the first start runs alone and compiles them). The
-            results do not depend on it.
         **local_options: passed to the local method (e.g. ``max_steps`` for ``"lm"``,
             ``max_steps`` for ``"trf"``).
 
@@ -183,41 +177,21 @@ def multistart(
         raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")
     start = time.perf_counter()
     starts = sample_starts(key, problem, n_starts, start_distribution, theta0)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"multistart: workers must be a positive integer; got {workers!r}")
-    if method == "lm" and workers != 1:
-        raise ValueError(f"multistart: workers is for method='trf' (the 'lm' starts are one vmapped solve); "
-                         f"got workers={workers}")
     if method == "lm":
         result = levenberg_marquardt_batch(problem, starts, start_distribution=start_distribution,
                                            **local_options)
         return eqx.tree_at(lambda r: r.wall_time_s, result, time.perf_counter() - start)
-
-    def local(i: int) -> EstimationResult:
+    results = []
+    for i in tqdm(range(starts.shape[0]), desc="multistart trf", unit="start", disable=not progress):
         try:
-            return least_squares_trf(problem, starts[i], **local_options)
+            results.append(least_squares_trf(problem, starts[i], **local_options))
         except FailedStartError as e:
             z, theta = _inside(problem, problem.to_internal(jnp.asarray(starts[i])))
-            return EstimationResult(
+            results.append(EstimationResult(
                 method="trf", names=problem.free_names, theta=theta, theta_internal=z,
                 loss=math.inf, singular_values=np.zeros(0), condition_number=math.nan,
                 n_essential_directions=problem.n_free, n_steps=0, n_simulations=1,
-                n_jacobians=0, wall_time_s=0.0, converged=False, reason=f"failed: {e}")
-
-    n = starts.shape[0]
-    with tqdm(total=n, desc="multistart trf", unit="start", disable=not progress) as bar:
-        results = [local(0)]  # compiles the residuals and the Jacobian once
-        bar.update()
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(local, i) for i in range(1, n)]
-            try:
-                for future in concurrent.futures.as_completed(futures):
-                    future.result()  # re-raises an unexpected error at once
-                    bar.update()
-            except BaseException:  # e.g. Ctrl-C: the queued starts do not start
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
-        results += [future.result() for future in futures]
+                n_jacobians=0, wall_time_s=0.0, converged=False, reason=f"failed: {e}"))
     return _multistart_result("trf", start_distribution, problem, starts, results,
                               time.perf_counter() - start)
 

@@ -187,22 +187,6 @@ def test_multistart_aka2023_from_the_bad_start_finds_the_global_minimum(oscillat
     assert result.n_simulations == sum(r.n_simulations for r in result.results)
 
 
-def test_trf_multistart_in_threads_gives_the_same_starts(oscillator_problem):
-    """workers=2 runs the starts two at a time: the same results in the same order as one
-    after another; bad ``workers`` values are refused by name."""
-    one = multistart(jax.random.key(3), oscillator_problem, 5, method="trf", start_distribution="lhs")
-    two = multistart(jax.random.key(3), oscillator_problem, 5, method="trf", start_distribution="lhs", workers=2)
-    np.testing.assert_array_equal(two.losses, one.losses)
-    for a, b in zip(one.results, two.results):
-        np.testing.assert_array_equal(a.theta_internal, b.theta_internal)
-        assert a.n_steps == b.n_steps and a.reason == b.reason
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="multistart: workers must be a positive integer"):
-            multistart(jax.random.key(3), oscillator_problem, 2, method="trf", workers=bad)
-    with pytest.raises(ValueError, match="workers is for method='trf'"):
-        multistart(jax.random.key(3), oscillator_problem, 2, method="lm", workers=2)
-
-
 def test_de_errors(oscillator_problem):
     with pytest.raises(ValueError, match=r"differential_evolution: problem must be a CalibrationProblem; got "
                                          r"function \(for a loss function use differential_evolution_algorithm"):
