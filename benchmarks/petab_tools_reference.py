@@ -49,6 +49,8 @@ import numpy as np
 
 
 def _timed(fn, repeats: int) -> tuple[dict, object]:
+    """`benchmarks.common.time_repeated`'s measurement, written out here: this script runs in the
+    AMICI virtual environment, which has neither jax nor jcalib (benchmarks.common imports both)."""
     t = time.perf_counter()
     out = fn()
     first = time.perf_counter() - t
