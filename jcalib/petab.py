@@ -493,11 +493,12 @@ def _steady_state_system(model: sbml.SBMLModel, y0, theta, y):
 def _polish_steady_state(model: sbml.SBMLModel, y0, theta, y):
     """`STEADY_STATE_NEWTON_STEPS` Gauss-Newton steps on `_steady_state_system`, each kept only
     where it lowers |f| (a step from a poorly conditioned Jacobian is dropped)."""
+    value, jac = _steady_state_system(model, y0, theta, y)
     for _ in range(STEADY_STATE_NEWTON_STEPS):
-        value, jac = _steady_state_system(model, y0, theta, y)
         candidate = y - jnp.linalg.lstsq(jac, value)[0]
-        better = jnp.linalg.norm(_steady_state_system(model, y0, theta, candidate)[0]) < jnp.linalg.norm(value)
-        y = jnp.where(better & jnp.all(jnp.isfinite(candidate)), candidate, y)
+        new_value, new_jac = _steady_state_system(model, y0, theta, candidate)  # reused by the next step
+        better = (jnp.linalg.norm(new_value) < jnp.linalg.norm(value)) & jnp.all(jnp.isfinite(candidate))
+        y, value, jac = (jnp.where(better, a, b) for a, b in ((candidate, y), (new_value, value), (new_jac, jac)))
     return y
 
 
