@@ -27,14 +27,18 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    ``jax.vmap(pp.log_likelihood)``, and the multistart of
    `experiments.petab_multistart.run_problem` (its default: scipy's trust-region reflective
    method with jcalib's autodiff Jacobian, one start after another; ``--max-steps`` caps the
-   iterations);
+   iterations); then the batch and the multistart again on ``--processes`` local processes
+   (default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool use every core;
+   `benchmarks.petab_tools_processes` over `jcalib.distributed`), because one jcalib process
+   uses one core;
 4. agreement: the nominal log-likelihood (relative difference), the gradient per component
    (``|g_jcalib - g_amici| / max(|g_amici|, 1)``: the nominal values are optima, so many
    components are near zero) and the batch's log-likelihoods;
 5. ratios: gradient time jcalib / AMICI per call (target <= 3), batch speed-up AMICI time /
    jcalib time (warm, and with jcalib's compilation), multistart time per converged start
-   pyPESTO / jcalib. A start converges when its final log-likelihood is within
-   `experiments.petab_multistart.LLH_TOLERANCE` of that tool's nominal log-likelihood, or
+   pyPESTO / jcalib (one process, and ``--processes``). A start converges when its final
+   log-likelihood is within `experiments.petab_multistart.LLH_TOLERANCE` of that tool's
+   nominal log-likelihood, or
    higher.
 
 Times: median of ``repeats`` warm calls (the first call, jcalib's compilation, is reported
@@ -48,7 +52,8 @@ cached in the venv folder, ``models/``).
 
 Usage:
     python -m benchmarks.petab_tools [--quick] [--no-reference] [--problems A B ...]
-        [--n-starts N] [--n-batch N] [--max-steps N] [--repeats R] [--seed S] [--venv PATH] [--out PATH]
+        [--n-starts N] [--n-batch N] [--max-steps N] [--repeats R] [--processes P] [--seed S] [--venv PATH]
+        [--out PATH]
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -82,6 +88,7 @@ from jcalib.estimation import sample_starts  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKER = ROOT / "benchmarks" / "petab_tools_reference.py"
+PROCESS_TIMEOUT_S = 3600  # jcalib's multi-process side of one problem
 DEFAULT_VENV = ROOT / "results" / "benchmarks" / "amici-venv"
 # SWIG from PyPI, one version for AMICI's own extension and for every model it compiles: AMICI's
 # sdist asks for swig at build time, and pip's isolated build then takes the newest (4.5.1) while
@@ -99,6 +106,7 @@ PROBLEMS = ("Bertozzi_PNAS2020", "Boehm_JProteomeRes2014", "Armistead_CellDeathD
             "Rahman_MBS2016")
 QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 TARGET_GRADIENT_RATIO = 3.0  # jcalib's gradient at most 3x AMICI's time per call
+BATCH_REPEATS = 1  # warm calls of a batch after the first (the batch takes seconds)
 BATCH_SPREAD = 0.05  # batch vectors: nominal +- 5 % of the bound width, per component, in PEtab's scale
 LLH_RTOL = 1e-6  # the two tools agree on the nominal log-likelihood to this relative difference
 GRADIENT_RTOL = 1e-3  # ... and on the gradient to this (relative, floor GRAD_FLOOR = 1)
@@ -231,7 +239,7 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
     grad = _timed(lambda: grad_fn(z), s["repeats"])
     batch_fn = jax.jit(jax.vmap(pp.log_likelihood))
     zs = jax.numpy.asarray(batch)
-    batch_timing = _timed(lambda: batch_fn(zs), 1)
+    batch_timing = _timed(lambda: batch_fn(zs), BATCH_REPEATS)
     llh_batch = batch_timing.pop("_out")
     warm_s = batch_timing["median_ms"] / 1e3
     row = run_problem(collection_root() / name, s["n_starts"], seed, s["max_steps"])
@@ -252,14 +260,60 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
     }
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dict, n_processes: int,
+                     tmp: pathlib.Path, llh_nominal: float) -> dict:
+    """jcalib's batch and multistart over ``n_processes`` local processes
+    (`benchmarks.petab_tools_processes`, `jcalib.distributed` on 127.0.0.1)."""
+    out = tmp / f"{name}.processes.json"
+    port = _free_port()
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
+    extra = ["--repeats", str(BATCH_REPEATS)] + ([] if s["max_steps"] is None else
+                                                      ["--max-steps", str(s["max_steps"])])
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.petab_tools_processes", name, str(yaml), str(points),
+                               str(out), str(port), str(i), str(n_processes), *extra],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(n_processes)]
+    try:
+        logs = [p.communicate(timeout=PROCESS_TIMEOUT_S)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        logs = [f"timed out after {PROCESS_TIMEOUT_S} s"] * n_processes
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    failed = [(i, log) for i, (p, log) in enumerate(zip(procs, logs)) if p.returncode != 0]
+    if failed:
+        return {"error": f"process {failed[0][0]} of {n_processes} failed:\n{failed[0][1][-3000:]}"}
+    report = json.loads(out.read_text())
+    llh = np.asarray(report["multistart"]["llh_starts"], dtype=float)
+    n_converged = int((llh >= llh_nominal - LLH_TOLERANCE).sum())
+    wall = report["multistart"]["wall_time_s"]
+    report["batch"] |= {"n": len(report["batch"]["llh"]), "per_second": len(report["batch"]["llh"]) /
+                        report["batch"]["warm_s"],
+                        "how": f"jax.jit(jax.vmap(pp.log_likelihood)) on each process's block of rows, gathered"}
+    report["multistart"] |= {"n_starts": int(llh.size), "n_converged": n_converged,
+                             "seconds_per_converged_start": wall / n_converged if n_converged else None,
+                             "timing": "barrier after the import to the gathered result; every process's "
+                                       "compilation included"}
+    return report
+
+
 def _physical(pp, z: np.ndarray) -> np.ndarray:
     """PEtab scale -> physical values, for a batch of vectors."""
     return np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(z)))
 
 
 # --- both sides together -------------------------------------------------------------------------
-def compare(ours: dict, ref: dict) -> tuple[dict, dict]:
-    """``(agreement, ratios)`` of one problem's two sides."""
+def compare(ours: dict, ref: dict, ours_processes: dict | None = None) -> tuple[dict, dict]:
+    """``(agreement, ratios)`` of one problem's two sides (and of jcalib's multi-process side,
+    `jcalib_processes`, when given and not failed)."""
     g_j, g_a = np.asarray(ours["gradient"]["values"]), np.asarray(ref["gradient"]["values"])
     grad_dev = np.abs(g_j - g_a) / np.maximum(np.abs(g_a), GRAD_FLOOR)
     llh_dev = abs(ours["llh_nominal"] - ref["llh_nominal"]) / abs(ref["llh_nominal"])
@@ -286,6 +340,10 @@ def compare(ours: dict, ref: dict) -> tuple[dict, dict]:
         "seconds_per_converged_start_pypesto_over_jcalib": per_a / per_j if per_j and per_a else None,
     }
     ratios["gradient_target_met"] = bool(ratios["gradient_jcalib_over_amici"] <= TARGET_GRADIENT_RATIO)
+    if ours_processes and "error" not in ours_processes:
+        per_p = ours_processes["multistart"]["seconds_per_converged_start"]
+        ratios["batch_speedup_amici_over_jcalib_processes"] = ref["batch"]["wall_s"] / ours_processes["batch"]["warm_s"]
+        ratios["seconds_per_converged_start_pypesto_over_jcalib_processes"] = per_a / per_p if per_p and per_a else None
     return agreement, ratios
 
 
@@ -294,35 +352,44 @@ def _fmt(value, spec=".3g", missing="–") -> str:
 
 
 def table(rows: list[dict], n_batch: int) -> str:
-    """The Markdown table of the run (one row per problem)."""
+    """The Markdown table of the run (one row per problem). Batch and multistart columns give
+    jcalib in one process, then jcalib on P processes (`jcalib_processes`; "–" when not run),
+    then the reference; speed-ups are the reference's time over jcalib's (one process / P)."""
     head = ("| problem | states / estimated | llh jcalib / AMICI | grad max rel. diff. | sim ms jcalib / AMICI | "
-            f"grad ms jcalib / AMICI (ratio) | {n_batch} sims: jcalib s (first call) / AMICI s (speed-up) | "
-            "multistart reach jcalib / pyPESTO | s per converged start jcalib / pyPESTO |")
+            f"grad ms jcalib / AMICI (ratio) | {n_batch} sims s: jcalib (first call) / jcalib P / AMICI "
+            "(speed-up 1 / P) | multistart reach jcalib / jcalib P / pyPESTO | s per converged start jcalib / "
+            "jcalib P / pyPESTO |")
     lines = [head, "|---|---|---|---:|---|---|---|---|---|"]
     for r in rows:
-        j, a = r.get("jcalib", {}), r.get("amici", {})
+        j, a, jp = r.get("jcalib", {}), r.get("amici", {}), r.get("jcalib_processes") or {}
         if "error" in j:
             lines.append(f"| {r['problem']} | error (jcalib): {j['error'][:120]} |||||||| ")
             continue
         size = f"{r['n_states']} / {r['n_estimated']}"
         ms_j = j["multistart"]
+        ok_p = "batch" in jp
+        batch_p = f"{jp['batch']['warm_s']:.3g} (P={jp['processes']})" if ok_p else "–"
+        reach_p = f"{jp['multistart']['n_converged']}/{jp['multistart']['n_starts']}" if ok_p else "–"
+        per_p = _fmt(jp["multistart"]["seconds_per_converged_start"]) if ok_p else "–"
         reach_j = f"{ms_j['n_converged']}/{ms_j['n_starts']}"
         if "llh_nominal" not in a:
             why = a.get("error", a.get("skipped", "not run"))[:80].replace("\n", " ").replace("|", "/")
             lines.append(f"| {r['problem']} | {size} | {j['llh_nominal']:.6g} / – | – | "
                          f"{j['simulation']['median_ms']:.3g} / – | {j['gradient']['median_ms']:.3g} / – | "
-                         f"{j['batch']['warm_s']:.3g} ({j['batch']['first_call_s']:.3g}) / – | {reach_j} / – | "
-                         f"{_fmt(ms_j['seconds_per_converged_start'])} / – ({why}) |")
+                         f"{j['batch']['warm_s']:.3g} ({j['batch']['first_call_s']:.3g}) / {batch_p} / – | "
+                         f"{reach_j} / {reach_p} / – | "
+                         f"{_fmt(ms_j['seconds_per_converged_start'])} / {per_p} / – ({why}) |")
             continue
         ag, ra, ms_a = r["agreement"], r["ratios"], a["multistart"]
+        speed_p = _fmt(ra.get("batch_speedup_amici_over_jcalib_processes"), ".2g")
         lines.append(
             f"| {r['problem']} | {size} | {j['llh_nominal']:.6g} / {a['llh_nominal']:.6g} | "
             f"{ag['gradient_max_rel_difference']:.1e} | {j['simulation']['median_ms']:.3g} / "
             f"{a['simulation']['median_ms']:.3g} | {j['gradient']['median_ms']:.3g} / {a['gradient']['median_ms']:.3g} "
             f"({ra['gradient_jcalib_over_amici']:.2g}x) | {j['batch']['warm_s']:.3g} "
-            f"({j['batch']['first_call_s']:.3g}) / {a['batch']['wall_s']:.3g} "
-            f"({ra['batch_speedup_amici_over_jcalib']:.2g}x) | {reach_j} / "
-            f"{ms_a['n_converged']}/{ms_a['n_starts']} | {_fmt(ms_j['seconds_per_converged_start'])} / "
+            f"({j['batch']['first_call_s']:.3g}) / {batch_p} / {a['batch']['wall_s']:.3g} "
+            f"({ra['batch_speedup_amici_over_jcalib']:.2g}x / {speed_p}x) | {reach_j} / {reach_p} / "
+            f"{ms_a['n_converged']}/{ms_a['n_starts']} | {_fmt(ms_j['seconds_per_converged_start'])} / {per_p} / "
             f"{_fmt(ms_a['seconds_per_converged_start'])} |")
     return "\n".join(lines) + "\n"
 
@@ -337,12 +404,17 @@ def main(argv=None):
     parser.add_argument("--max-steps", type=int, default=None,
                         help="jcalib's multistart iterations per start (default: the method's own)")
     parser.add_argument("--repeats", type=int, default=None, help="warm timed calls of a simulation and a gradient")
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1,
+                        help="jcalib's batch and multistart also on this many local processes (jcalib.distributed; "
+                             "default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool; 1: skip)")
     parser.add_argument("--venv", type=pathlib.Path, default=DEFAULT_VENV, help="the AMICI/pyPESTO virtual environment")
     args = common.parse_args(parser, argv)
     s = {k: v[1 if args.quick else 0] for k, v in SETTINGS.items()}
     for key in s:
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
+    if args.processes < 1:
+        raise ValueError(f"petab_tools benchmark: --processes must be at least 1; got {args.processes}")
     for key, least in (("n_starts", 1), ("n_batch", 1), ("max_steps", 1), ("repeats", 1)):
         if s[key] is not None and s[key] < least:
             raise ValueError(f"petab_tools benchmark: --{key.replace('_', '-')} must be at least {least}; "
@@ -367,7 +439,8 @@ def main(argv=None):
             points = tmp / f"{name}.npz"
             np.savez(points, starts=starts, batch=batch)
             settings = settings_of(name)
-            problems[name] = {"pp": pp, "starts": starts, "batch": batch, "import_s": time.perf_counter() - t}
+            problems[name] = {"pp": pp, "yaml": yaml, "starts": starts, "batch": batch,
+                              "import_s": time.perf_counter() - t}
             tasks.append({"name": name, "yaml": str(yaml), "points": str(points), "parameter_ids": pp.parameter_ids,
                           "rtol": settings["rtol"], "atol": settings["atol"], "max_steps": settings["max_steps"]})
 
@@ -395,6 +468,17 @@ def main(argv=None):
                "jcalib_import_s": p["import_s"]}
         print(f"{name}: jcalib ...", flush=True)
         row["jcalib"] = jcalib_side(name, pp, p["starts"], p["batch"], s, args.seed)
+        if args.processes > 1:
+            print(f"{name}: jcalib on {args.processes} processes ...", flush=True)
+            with tempfile.TemporaryDirectory(prefix="jcalib-petab-processes-") as tmp:
+                points = pathlib.Path(tmp) / f"{name}.npz"
+                np.savez(points, starts=p["starts"], batch=p["batch"])
+                row["jcalib_processes"] = jcalib_processes(name, p["yaml"], points, s, args.processes,
+                                                           pathlib.Path(tmp), row["jcalib"]["llh_nominal"])
+            if "batch" in row["jcalib_processes"]:  # the same rows, vmapped in blocks of another width
+                b_p = np.asarray(row["jcalib_processes"]["batch"].pop("llh"), dtype=float)
+                row["jcalib_processes"]["batch"]["max_abs_difference_to_one_process"] = float(
+                    np.max(np.abs(b_p - row["jcalib"]["batch"]["_llh"]), initial=0.0))
         ref = reference.get("problems", {}).get(name) if "problems" in reference else None
         if ref is None:
             row["amici"] = {k: v for k, v in reference.items() if k in ("skipped", "error")} or {"error": "not run"}
@@ -404,7 +488,7 @@ def main(argv=None):
             row["jcalib"]["batch"].pop("_llh")
         else:
             row["amici"] = ref
-            row["agreement"], row["ratios"] = compare(row["jcalib"], ref)
+            row["agreement"], row["ratios"] = compare(row["jcalib"], ref, row.get("jcalib_processes"))
         rows.append(row)
         print(table(rows[-1:], s["n_batch"]).splitlines()[-1], flush=True)
 

@@ -662,8 +662,9 @@ def simulate_batch(
         n_real = block.shape[0]
         if n_real < chunk:  # pad with the last row so the compiled shape is reused
             block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
-        # one equal share per device, dispatched asynchronously: the devices run their own
-        # solves concurrently and never synchronise inside the solver's while loops
+        # one equal share per device, dispatched asynchronously: separate devices (GPUs) run
+        # their own solves concurrently and never synchronise inside the solver's while loops
+        # (XLA's CPU devices of one process run one after another: one process per core instead)
         # (shard_map trips lineax's structure checks in implicit solvers; a GSPMD-sharded
         # while loop synchronises every step).
         shares = [_simulate_vmapped(model, jax.device_put(part, device))

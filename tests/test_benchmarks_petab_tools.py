@@ -30,9 +30,11 @@ def _check_jcalib_side(row, n_starts, n_batch):
 
 
 def test_petab_tools_quick_jcalib_side(tmp_path):
-    """--quick --no-reference: Bertozzi_PNAS2020, 4 starts, a batch of 32, jcalib only (nothing installed)."""
+    """--quick --no-reference: Bertozzi_PNAS2020, 4 starts, a batch of 32, jcalib only (nothing installed),
+    in one process and on two (benchmarks/petab_tools_processes.py over jcalib.distributed)."""
     out = tmp_path / "petab_tools.json"
-    report = load_script("benchmarks/petab_tools.py").main(["--quick", "--no-reference", "--out", str(out)])
+    report = load_script("benchmarks/petab_tools.py").main(["--quick", "--no-reference", "--processes", "2",
+                                                           "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["benchmark"] == "petab_tools" and report["quick"]
     assert report["settings"] == {"n_starts": 4, "n_batch": 32, "max_steps": None, "repeats": 3}
@@ -40,6 +42,14 @@ def test_petab_tools_quick_jcalib_side(tmp_path):
     row = report["problems"][0]
     _check_jcalib_side(row, 4, 32)
     assert row["amici"] == {"skipped": "--no-reference"} and "ratios" not in row
+    two, one = row["jcalib_processes"], row["jcalib"]
+    assert two["processes"] == 2 and len(two["devices"]) == 2, two.get("error")
+    assert two["batch"]["n"] == 32 and two["batch"]["warm_s"] > 0 and "llh" not in two["batch"]
+    # the same solves of the same rows, vmapped 16 wide instead of 32: round-off apart
+    assert two["batch"]["max_abs_difference_to_one_process"] <= 1e-8 * abs(BERTOZZI_LLH)
+    # each start runs the same TRF in another process: the same final log-likelihoods
+    np.testing.assert_allclose(two["multistart"]["llh_starts"], one["multistart"]["llh_starts"], rtol=1e-9)
+    assert two["multistart"]["n_converged"] == one["multistart"]["n_converged"]
     assert "| Bertozzi_PNAS2020 | 3 / 8 |" in report["table"] and report["machine"]["cpu_count"] > 0
 
 
@@ -62,6 +72,7 @@ def test_petab_tools_points_inside_the_bounds():
     (["--n-starts", "0"], r"--n-starts must be at least 1; got 0"),
     (["--n-batch", "0"], r"--n-batch must be at least 1; got 0"),
     (["--repeats", "0"], r"--repeats must be at least 1; got 0"),
+    (["--processes", "0"], r"--processes must be at least 1; got 0"),
     (["--problems", "Nope_2000"], r"unknown problem\(s\) 'Nope_2000' in .*; known: .*Bertozzi_PNAS2020"),
 ])
 def test_petab_tools_bad_arguments(tmp_path, args, match):

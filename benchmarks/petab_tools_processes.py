@@ -1,0 +1,116 @@
+"""jcalib's batch and multistart of `benchmarks.petab_tools` spread over several processes.
+
+AMICI's batch (OpenMP) and pyPESTO's multistart (one process per CPU) use every core; one
+jcalib process uses one (XLA's CPU devices of one process run one after another, measured:
+two host devices took twice one device's time). This worker is one of ``P`` processes that
+join one run with `jcalib.distributed` and split the work by rows, as a user spreads a job
+over the cores or machines of a cluster:
+
+- **batch**: each process evaluates its block of the parameter vectors
+  (`jcalib.distributed.process_rows`) with one jitted ``jax.vmap(pp.log_likelihood)`` and
+  every process gets all log-likelihoods back (`jcalib.distributed.gather_rows`). Timed from a
+  barrier to the gathered result; first call (compilation) apart, then ``repeats`` warm calls.
+- **multistart**: each process runs scipy's trust-region reflective method with the autodiff
+  Jacobian (`jcalib.estimation.least_squares_trf`, as `experiments.petab_multistart`) from its
+  block of the starts, one after another; the final log-likelihoods are gathered. Wall time
+  from a barrier after the import to the gathered result: every process's compilation
+  included.
+
+Process 0 writes the JSON. Usage (one line per process; `benchmarks.petab_tools` starts them)::
+
+    python -m benchmarks.petab_tools_processes NAME YAML POINTS.npz OUT.json PORT PROCESS_ID NUM_PROCESSES \\
+        [--repeats R] [--max-steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from jcalib import distributed
+
+
+def _barrier(name: str) -> None:
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)
+
+
+def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
+    """The batch's log-likelihoods and timings (seconds, barrier to gathered result)."""
+    import jax
+
+    fn = jax.jit(jax.vmap(pp.log_likelihood))
+    rows = jax.numpy.asarray(distributed.process_rows(batch))
+    times, llh = [], None
+    for i in range(1 + repeats):
+        _barrier(f"batch{i}")
+        t = time.perf_counter()
+        llh = distributed.gather_rows(np.asarray(fn(rows)), len(batch))
+        times.append(time.perf_counter() - t)
+    return {"first_call_s": times[0], "warm_s": float(np.median(times[1:])), "times_s": times[1:],
+            "llh": llh.tolist()}
+
+
+def multistart_timing(pp, starts: np.ndarray, max_steps: int | None) -> dict:
+    """TRF from this process's block of ``starts`` (PEtab scale, ``(n, n_estimated)``); every
+    start's final log-likelihood (``-inf`` where the start could not be used) and the wall
+    time (s) of the whole multistart."""
+    import jax
+
+    from jcalib.estimation import least_squares_trf
+    from jcalib.estimation.failures import FailedStartError
+
+    problem = pp.problem
+    physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
+    options = {} if max_steps is None else {"max_steps": max_steps}
+    _barrier("multistart")
+    t = time.perf_counter()
+    llh = []
+    for theta0 in distributed.process_rows(physical):
+        try:
+            result = least_squares_trf(problem, theta0, **options)
+        except FailedStartError:
+            llh.append(-math.inf)
+            continue
+        llh.append(float(problem.log_likelihood(result.theta_internal)) if np.isfinite(result.loss) else -math.inf)
+    own_s = time.perf_counter() - t
+    llh = distributed.gather_rows(np.asarray(llh), len(starts))
+    return {"wall_time_s": time.perf_counter() - t, "own_s": own_s, "llh_starts": llh.tolist()}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.petab_tools_processes",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("name")
+    parser.add_argument("yaml")
+    parser.add_argument("points", help=".npz with 'starts' and 'batch' (PEtab scale)")
+    parser.add_argument("out", help="the JSON process 0 writes")
+    parser.add_argument("port", type=int)
+    parser.add_argument("process_id", type=int)
+    parser.add_argument("num_processes", type=int)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-steps", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    distributed.initialize(f"127.0.0.1:{args.port}", args.num_processes, args.process_id)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from experiments.petab_collection import load_problem
+    from jcalib.fileio import write_json
+
+    pp = load_problem(args.yaml, args.name)
+    points = np.load(args.points)
+    report = {"processes": jax.process_count(), "devices": [str(d) for d in jax.devices()],
+              "batch": batch_timing(pp, points["batch"], args.repeats),
+              "multistart": multistart_timing(pp, points["starts"], args.max_steps)}
+    if jax.process_index() == 0:
+        write_json(args.out, report)
+
+
+if __name__ == "__main__":
+    main()
