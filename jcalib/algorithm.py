@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -218,10 +219,19 @@ def _compiled_chunk(algorithm, stop, trace_fn, thin):
 
 
 def _reusable(fn) -> bool:
-    """A function the module-level cache may keep: None, a `jax.tree_util.Partial` or
-    `eqx.Module` (its arrays are traced), or a module-level function without a closure."""
-    if fn is None or isinstance(fn, (jax.tree_util.Partial, eqx.Module)):
+    """A function the module-level cache may keep: None, an `eqx.Module` (its arrays are
+    traced), a module-level function without a closure, or a `jax.tree_util.Partial` of one
+    whose arguments hold no other functions (a Partial of a lambda, or over a lambda, would
+    keep a compiled program per lambda)."""
+    if fn is None or isinstance(fn, eqx.Module):
         return True
+    if isinstance(fn, jax.tree_util.Partial):
+        return _plain_function(fn.func) and all(
+            _plain_function(leaf) for leaf in jax.tree_util.tree_leaves(fn) if isinstance(leaf, types.FunctionType))
+    return _plain_function(fn)
+
+
+def _plain_function(fn) -> bool:
     return getattr(fn, "__closure__", True) is None and "<locals>" not in getattr(fn, "__qualname__", "<locals>")
 
 

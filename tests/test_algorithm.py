@@ -151,3 +151,17 @@ def test_bad_arguments_are_refused(kwargs, match):
     kwargs = {"n_steps": 4, **kwargs}
     with pytest.raises(ValueError, match=match):
         run(kwargs.pop("key"), kwargs.pop("algorithm"), jnp.asarray(1.0), kwargs.pop("n_steps"), **kwargs)
+
+
+def test_a_partial_over_a_lambda_is_compiled_per_call_and_not_kept():
+    from jcalib import algorithm
+
+    def apply(fn, x):
+        return fn(x), x
+
+    before = algorithm._scan_chunk._cached._cache_size()
+    for factor in (0.5, 0.25):
+        step = jax.tree_util.Partial(apply, lambda x, f=factor: x * f)
+        out = run(None, Algorithm(init=jnp.asarray, step=step), jnp.asarray(1.0), 3)
+        np.testing.assert_allclose(out.trace, factor ** np.arange(3))
+    assert algorithm._scan_chunk._cached._cache_size() == before

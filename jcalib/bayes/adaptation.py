@@ -373,32 +373,37 @@ def dual_averaging_algorithm(init: Callable, kernel: Callable, n_warmup: int, ta
         (1 without warm-up).
     """
     n_warmup, n_burn_in = int(n_warmup), int(n_burn_in)
-
-    def init_all(positions):
-        states = jax.vmap(init)(positions)
-        one = jax.tree_util.tree_map(lambda a: a[0], states)
-        info = jax.eval_shape(lambda s: kernel(jax.random.key(0), s, jnp.ones((), jnp.float64))[1], one)
-        n_chains = positions.shape[0]
-        totals = jax.tree_util.tree_map(lambda x: jnp.zeros((3, n_chains, *x.shape), jnp.float64), info)
-        zero = jnp.zeros((), jnp.float64)
-        return AdaptiveState(states, dual_averaging_init(jnp.float64), zero, totals, jnp.zeros((), jnp.int32))
-
-    def step(key, state: AdaptiveState):
-        warm = state.step < n_warmup
-        factor = jnp.exp(jnp.where(warm, state.da.log_x, state.da.log_x_avg))
-        n_chains = jax.tree_util.tree_leaves(state.states)[0].shape[0]
-        states, info = jax.vmap(kernel, in_axes=(0, 0, None))(jax.random.split(key, n_chains), state.states, factor)
-        rate = jnp.mean(info.acceptance_rate)
-        da = jax.tree_util.tree_map(lambda new, old: jnp.where(warm, new, old),
-                                    dual_averaging_update(state.da, target_acceptance, rate), state.da)
-        phase = (state.step >= n_warmup).astype(jnp.int32) + (state.step >= n_warmup + n_burn_in).astype(jnp.int32)
-        totals = jax.tree_util.tree_map(lambda t, x: t.at[phase].add(x.astype(t.dtype)), state.totals, info)
-        return AdaptiveState(states, da, state.rate_sum + jnp.where(warm, rate, 0.0), totals, state.step + 1), info
-
-    return Algorithm(init_all, step, True)
+    partial = jax.tree_util.Partial  # pytrees of module-level functions: `jcalib.algorithm.run` reuses the compiled
+    return Algorithm(partial(_adaptive_init, init, kernel),  # loop for a later run with the same kernel
+                     partial(_adaptive_step, kernel, n_warmup, float(target_acceptance), n_burn_in), True)
 
 
-# --- the Laplace covariance --------------------------------------------------------------------
+def _adaptive_init(init: Callable, kernel: Callable, positions) -> AdaptiveState:
+    """`dual_averaging_algorithm`'s ``init``."""
+    states = jax.vmap(init)(positions)
+    one = jax.tree_util.tree_map(lambda a: a[0], states)
+    info = jax.eval_shape(lambda s: kernel(jax.random.key(0), s, jnp.ones((), jnp.float64))[1], one)
+    n_chains = positions.shape[0]
+    totals = jax.tree_util.tree_map(lambda x: jnp.zeros((3, n_chains, *x.shape), jnp.float64), info)
+    zero = jnp.zeros((), jnp.float64)
+    return AdaptiveState(states, dual_averaging_init(jnp.float64), zero, totals, jnp.zeros((), jnp.int32))
+
+
+def _adaptive_step(kernel: Callable, n_warmup: int, target_acceptance: float, n_burn_in: int, key,
+                   state: AdaptiveState):
+    """`dual_averaging_algorithm`'s ``step``."""
+    warm = state.step < n_warmup
+    factor = jnp.exp(jnp.where(warm, state.da.log_x, state.da.log_x_avg))
+    n_chains = jax.tree_util.tree_leaves(state.states)[0].shape[0]
+    states, info = jax.vmap(kernel, in_axes=(0, 0, None))(jax.random.split(key, n_chains), state.states, factor)
+    rate = jnp.mean(info.acceptance_rate)
+    da = jax.tree_util.tree_map(lambda new, old: jnp.where(warm, new, old),
+                                dual_averaging_update(state.da, target_acceptance, rate), state.da)
+    phase = (state.step >= n_warmup).astype(jnp.int32) + (state.step >= n_warmup + n_burn_in).astype(jnp.int32)
+    totals = jax.tree_util.tree_map(lambda t, x: t.at[phase].add(x.astype(t.dtype)), state.totals, info)
+    return AdaptiveState(states, da, state.rate_sum + jnp.where(warm, rate, 0.0), totals, state.step + 1), info
+
+
 def laplace_covariance(
     logdensity_fn: Callable[[Float[Array, " n"]], Float[Array, ""]],
     theta_internal: Float[ArrayLike, " n"],

@@ -196,27 +196,30 @@ def build_kernel(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Arra
     The step sizes are an argument (not a closure constant) so that a warm-up can adapt
     them under `jax.lax.scan`. Random numbers follow blackjax's MALA: ``key`` is split into
     (noise key, accept key); the noise is ``jax.random.normal(noise_key, (n_params,))`` and
-    the proposal is accepted when ``jax.random.bernoulli(accept_key, min(1, α))``.
+    the proposal is accepted when ``jax.random.bernoulli(accept_key, min(1, α))``. The kernel
+    is a `jax.tree_util.Partial` of a module-level function: with a pytree ``logdensity_fn``
+    (e.g. a problem's posterior) `jcalib.algorithm.run` compiles it once for later runs.
 
     Args:
         logdensity_fn: log π(θ) up to a constant, a JAX function ``(n_params,) -> ()``.
     """
+    return jax.tree_util.Partial(_mala_transition, logdensity_fn)
 
-    def kernel(key: PRNGKeyArray, state: MALAState,
-               step_sizes: Float[Array, " n_params"]) -> tuple[MALAState, MALAInfo]:
-        key_noise, key_accept = jax.random.split(key)
-        x = state.position
-        noise = jax.random.normal(key_noise, x.shape, dtype=x.dtype)
-        y = x + step_sizes * state.logdensity_grad + jnp.sqrt(2.0 * step_sizes) * noise
-        logdensity, grad, valid = _evaluate(logdensity_fn, y)
-        proposal = MALAState(y, logdensity, grad)
-        log_alpha = jnp.where(valid, log_acceptance_ratio(state, proposal, step_sizes), -jnp.inf)
-        p_accept = jnp.exp(log_alpha)
-        accept = jax.random.bernoulli(key_accept, p_accept) & valid
-        new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(accept, new, old), proposal, state)
-        return new_state, MALAInfo(p_accept, accept, valid)
 
-    return kernel
+def _mala_transition(logdensity_fn: Callable, key: PRNGKeyArray, state: MALAState,
+                     step_sizes: Float[Array, " n_params"]) -> tuple[MALAState, MALAInfo]:
+    """One step of `build_kernel`'s kernel."""
+    key_noise, key_accept = jax.random.split(key)
+    x = state.position
+    noise = jax.random.normal(key_noise, x.shape, dtype=x.dtype)
+    y = x + step_sizes * state.logdensity_grad + jnp.sqrt(2.0 * step_sizes) * noise
+    logdensity, grad, valid = _evaluate(logdensity_fn, y)
+    proposal = MALAState(y, logdensity, grad)
+    log_alpha = jnp.where(valid, log_acceptance_ratio(state, proposal, step_sizes), -jnp.inf)
+    p_accept = jnp.exp(log_alpha)
+    accept = jax.random.bernoulli(key_accept, p_accept) & valid
+    new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(accept, new, old), proposal, state)
+    return new_state, MALAInfo(p_accept, accept, valid)
 
 
 def mala_algorithm(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Array, ""]],
@@ -255,36 +258,46 @@ def mala_algorithm(logdensity_fn: Callable[[Float[Array, " n_params"]], Float[Ar
     if not np.all(np.isfinite(p) & (p > 0)):
         raise ValueError(f"mala_algorithm: step_sizes must be positive and finite; got {p.tolist()}")
     kernel = _kernel(backend, logdensity_fn)
-    p = jnp.asarray(p)
-    return Algorithm(lambda theta_internal: _init_state(logdensity_fn, theta_internal),
-                     lambda key, state: kernel(key, state, jnp.broadcast_to(p, state.position.shape)), True)
+    return Algorithm(jax.tree_util.Partial(_init_state, logdensity_fn),
+                     jax.tree_util.Partial(_fixed_step, kernel, jnp.asarray(p)), True)
+
+
+def _fixed_step(kernel: Callable, step_sizes, key: PRNGKeyArray, state: MALAState):
+    """``kernel(key, state, step_sizes)`` with scalar step sizes broadcast to the state."""
+    return kernel(key, state, jnp.broadcast_to(step_sizes, state.position.shape))
+
+
+def _scaled_step(kernel: Callable, base, key: PRNGKeyArray, state, factor):
+    """``kernel(key, state, factor * base)``: a transition whose base step a warm-up scales."""
+    return kernel(key, state, factor * base)
 
 
 def _blackjax_kernel(logdensity_fn: Callable):
     """``kernel(key, state, step_sizes)``: blackjax's MALA with step size 1 on the rescaled
     density u ↦ log π(√p u), states converted to and from θ = √p u."""
+    return jax.tree_util.Partial(_blackjax_transition, logdensity_fn)
 
+
+def _blackjax_transition(logdensity_fn: Callable, key: PRNGKeyArray, state: MALAState, step_sizes):
+    """One step of `_blackjax_kernel`'s kernel."""
     import blackjax  # imported on use, as the blackjax backend is optional
     from blackjax.mcmc.mala import MALAState as BlackjaxMALAState
 
-    def kernel(key, state: MALAState, step_sizes):
-        scale = jnp.sqrt(step_sizes)
-        algorithm = blackjax.mala(lambda u: logdensity_fn(scale * u), 1.0)
-        u_state = BlackjaxMALAState(state.position / scale, state.logdensity,
-                                   state.logdensity_grad * scale)
-        with jax.numpy_dtype_promotion("standard"):  # blackjax mixes Python ints and floats
-            u_state, info = algorithm.step(key, u_state)
-        new_state = MALAState(scale * u_state.position, u_state.logdensity,
-                              u_state.logdensity_grad / scale)
-        # blackjax rejects NaN energies, but would accept a +inf log density (or keep a
-        # non-finite gradient): such a state would stall the chain, so it is rejected here
-        finite = jnp.isfinite(new_state.logdensity) & jnp.all(jnp.isfinite(new_state.logdensity_grad))
-        new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old), new_state, state)
-        p_accept = jnp.where(finite, info.acceptance_rate, 0.0)
-        valid = p_accept > 0  # blackjax does not report invalid proposals as such
-        return new_state, MALAInfo(p_accept, info.is_accepted & finite, valid)
-
-    return kernel
+    scale = jnp.sqrt(step_sizes)
+    algorithm = blackjax.mala(lambda u: logdensity_fn(scale * u), 1.0)
+    u_state = BlackjaxMALAState(state.position / scale, state.logdensity,
+                               state.logdensity_grad * scale)
+    with jax.numpy_dtype_promotion("standard"):  # blackjax mixes Python ints and floats
+        u_state, info = algorithm.step(key, u_state)
+    new_state = MALAState(scale * u_state.position, u_state.logdensity,
+                          u_state.logdensity_grad / scale)
+    # blackjax rejects NaN energies, but would accept a +inf log density (or keep a
+    # non-finite gradient): such a state would stall the chain, so it is rejected here
+    finite = jnp.isfinite(new_state.logdensity) & jnp.all(jnp.isfinite(new_state.logdensity_grad))
+    new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+    p_accept = jnp.where(finite, info.acceptance_rate, 0.0)
+    valid = p_accept > 0  # blackjax does not report invalid proposals as such
+    return new_state, MALAInfo(p_accept, info.is_accepted & finite, valid)
 
 
 # --- running chains ----------------------------------------------------------------------------
@@ -429,7 +442,7 @@ def _run_phases(key, setup: _Setup, kernel: str, n_steps: int, *, burn_in: int, 
     steps = None if chunk_size is None and not progress else \
         (int(chunk_size) * thin if chunk_size is not None else -(-(skip + int(n_steps)) // (20 * thin)) * thin)
     out = run(key, algorithm, algorithm.init(setup.positions), skip + int(n_steps), thin=every, chunk_size=steps,
-              trace_fn=lambda state, info: (state.states.position, state.states.logdensity), progress=progress,
+              trace_fn=_positions_and_logdensity, progress=progress,
               desc=f"{kernel}: {warmup} warm-up, {burn_in} burn-in, {n_steps} sampling steps")
     if out.n_steps <= skip and out.status == "interrupted":
         raise KeyboardInterrupt("sample: interrupted during the warm-up or burn-in (no draws yet)")
@@ -439,6 +452,12 @@ def _run_phases(key, setup: _Setup, kernel: str, n_steps: int, *, burn_in: int, 
     return _Phases(np.asarray(out.trace[0])[keep], np.asarray(out.trace[1])[keep], out.n_steps - skip, out.status,
                    float(jnp.exp(state.da.log_x_avg)), float(state.rate_sum) / warmup if warmup else None,
                    tuple(jax.tree_util.tree_map(lambda t, i=i: np.asarray(t[i]), state.totals) for i in range(3)))
+
+
+def _positions_and_logdensity(state, info):
+    """What `_run_phases` records of each step: the chains' positions and log densities."""
+    del info
+    return state.states.position, state.states.logdensity
 
 
 def _posterior_result(problem, setup: _Setup, phases: _Phases, kernel: str, n_steps: int, *, burn_in: int,
@@ -536,15 +555,15 @@ def _adapt(key, kernel: str, backend: str, problem, theta0, preconditioner, step
             extra.update({"preconditioner": np.asarray(cov), "step_size_h": h})
         mala_kernel = _kernel(backend, fn)
         extra["backend"] = backend
-        return _Setup(fn, positions, lambda x: _init_state(fn, x),
-                      lambda k, state, factor: mala_kernel(k, state, factor * base), to_theta, np.asarray(step_diag),
+        return _Setup(fn, positions, jax.tree_util.Partial(_init_state, fn),
+                      jax.tree_util.Partial(_scaled_step, mala_kernel, base), to_theta, np.asarray(step_diag),
                       float("nan"), f"{method}-mala ({backend})", extra, n_evaluations)
     eps0 = _leapfrog_step(kernel, step_sizes, n)
     inverse_mass = np.asarray(diagonal) if cov is None else np.asarray(cov)
     transition = hmc.transition(kernel, logdensity_fn, jnp.asarray(inverse_mass))
     extra.update({"kernel": kernel, "inverse_mass_matrix": inverse_mass})
-    return _Setup(logdensity_fn, theta0, lambda x: hmc.init_state(logdensity_fn, x),
-                  lambda k, state, factor: transition(k, state, eps0 * factor), None,
+    return _Setup(logdensity_fn, theta0, jax.tree_util.Partial(hmc.init_state, logdensity_fn),
+                  jax.tree_util.Partial(_scaled_step, transition, jnp.asarray(eps0)), None,
                   inverse_mass if inverse_mass.ndim == 1 else np.diagonal(inverse_mass), eps0,
                   f"{kernel} (blackjax), {type(preconditioner).__name__} metric", extra, n_evaluations)
 

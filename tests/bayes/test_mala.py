@@ -489,3 +489,23 @@ def test_starts_and_physical_values_from_the_problem():
                                 (np.zeros(2), "internal")]:
         again = mala.sample(jax.random.key(0), problem, theta0, 200, coordinates=coordinates, **kwargs)
         np.testing.assert_array_equal(again.samples, result.samples)
+
+
+def test_sample_compiles_its_loop_once():
+    """A later `sample` on the same problem, or on a new problem of the same structure, reuses the
+    compiled sampling loop (the kernel, warm-up and trace functions are pytrees of module-level
+    functions)."""
+    from jcalib import algorithm
+
+    kwargs = dict(n_chains=2, step_sizes=np.asarray(0.3 * _POST_SD**2), warmup=7)
+    problem = _problem("uniform")
+    size = algorithm._scan_chunk._cached._cache_size
+    before = size()
+    first = mala.sample(jax.random.key(1), problem, THETA_TRUE, 20, **kwargs)
+    compiled = size()
+    assert compiled == before + 1
+    again = mala.sample(jax.random.key(2), problem, THETA_TRUE, 20, **kwargs)
+    rebuilt = mala.sample(jax.random.key(1), _problem("uniform"), THETA_TRUE, 20, **kwargs)
+    assert size() == compiled
+    assert not np.array_equal(again.samples, first.samples)
+    np.testing.assert_array_equal(rebuilt.samples, first.samples)
