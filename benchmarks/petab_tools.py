@@ -27,7 +27,9 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    ``jax.vmap(pp.log_likelihood)``, and the multistart of
    `experiments.petab_multistart.run_problem` (its default: scipy's trust-region reflective
    method with jcalib's autodiff Jacobian, one start after another; ``--max-steps`` caps the
-   iterations); then the batch and the multistart again on ``--processes`` local processes
+   iterations; ``--stop fides``, the default, stops a start as the reference's Fides does by
+   default, when an accepted step changed the cost by less than 1e-6, ``--stop scipy`` by
+   scipy's own tests, ftol = xtol = gtol = 1e-8); then the batch and the multistart again on ``--processes`` local processes
    (default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool use every core;
    `benchmarks.petab_tools_processes` over `jcalib.distributed`), because one jcalib process
    uses one core;
@@ -52,8 +54,8 @@ cached in the venv folder, ``models/``).
 
 Usage:
     python -m benchmarks.petab_tools [--quick] [--no-reference] [--problems A B ...]
-        [--n-starts N] [--n-batch N] [--max-steps N] [--repeats R] [--processes P] [--seed S] [--venv PATH]
-        [--out PATH]
+        [--n-starts N] [--n-batch N] [--max-steps N] [--repeats R] [--stop fides|scipy] [--processes P] [--seed S]
+        [--venv PATH] [--out PATH]
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ from experiments.petab_collection import (  # noqa: E402
     problem_names,
     settings_of,
 )
-from experiments.petab_multistart import LLH_TOLERANCE, run_problem  # noqa: E402
+from experiments.petab_multistart import LLH_TOLERANCE, STOPS, run_problem  # noqa: E402
 from jcalib.estimation import sample_starts  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -111,7 +113,8 @@ BATCH_SPREAD = 0.05  # batch vectors: nominal +- 5 % of the bound width, per com
 LLH_RTOL = 1e-6  # the two tools agree on the nominal log-likelihood to this relative difference
 GRADIENT_RTOL = 1e-3  # ... and on the gradient to this (relative, floor GRAD_FLOOR = 1)
 # full / quick
-SETTINGS = {"n_starts": (24, 4), "n_batch": (1000, 32), "max_steps": (None, None), "repeats": (10, 3)}
+SETTINGS = {"n_starts": (24, 4), "n_batch": (1000, 32), "max_steps": (None, None), "repeats": (10, 3),
+            "stop": ("fides", "fides")}
 
 
 # --- the reference installation ---------------------------------------------------------------
@@ -242,7 +245,7 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
     batch_timing = _timed(lambda: batch_fn(zs), BATCH_REPEATS)
     llh_batch = batch_timing.pop("_out")
     warm_s = batch_timing["median_ms"] / 1e3
-    row = run_problem(collection_root() / name, s["n_starts"], seed, s["max_steps"])
+    row = run_problem(collection_root() / name, s["n_starts"], seed, s["max_steps"], stop=s["stop"])
     result = row.pop("_starts")
     if not np.allclose(result.starts, _physical(pp, starts), rtol=1e-10):
         raise RuntimeError(f"{name}: the multistart's starts are not the ones given to the reference")
@@ -255,7 +258,8 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
                                  "n_finite": int(np.isfinite(llh_batch).sum()), "_llh": llh_batch},
         "multistart": row | {"optimizer": f"{row['method']} (experiments.petab_multistart.run_problem's default: "
                                           "scipy's trust-region reflective with jcalib's autodiff Jacobian), "
-                                          f"max_steps {s['max_steps']}",
+                                          f"max_steps {s['max_steps']}, stop {s['stop']!r}: "
+                                          f"{STOPS[s['stop']] or 'scipy tests'}",
                              "timing": "wall time of the whole batch, compilation included"},
     }
 
@@ -273,7 +277,7 @@ def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dic
     out = tmp / f"{name}.processes.json"
     port = _free_port()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
-    extra = ["--repeats", str(BATCH_REPEATS)] + ([] if s["max_steps"] is None else
+    extra = ["--repeats", str(BATCH_REPEATS), "--stop", s["stop"]] + ([] if s["max_steps"] is None else
                                                       ["--max-steps", str(s["max_steps"])])
     procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.petab_tools_processes", name, str(yaml), str(points),
                                str(out), str(port), str(i), str(n_processes), *extra],
@@ -404,6 +408,9 @@ def main(argv=None):
     parser.add_argument("--max-steps", type=int, default=None,
                         help="jcalib's multistart iterations per start (default: the method's own)")
     parser.add_argument("--repeats", type=int, default=None, help="warm timed calls of a simulation and a gradient")
+    parser.add_argument("--stop", choices=tuple(STOPS), default=None,
+                        help="when jcalib's TRF starts stop (default fides: as the reference's optimiser, an "
+                             "accepted step changed the cost by less than 1e-6; scipy: scipy's own tests)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1,
                         help="jcalib's batch and multistart also on this many local processes (jcalib.distributed; "
                              "default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool; 1: skip)")

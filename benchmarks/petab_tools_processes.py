@@ -19,7 +19,7 @@ over the cores or machines of a cluster:
 Process 0 writes the JSON. Usage (one line per process; `benchmarks.petab_tools` starts them)::
 
     python -m benchmarks.petab_tools_processes NAME YAML POINTS.npz OUT.json PORT PROCESS_ID NUM_PROCESSES \\
-        [--repeats R] [--max-steps N]
+        [--repeats R] [--max-steps N] [--stop scipy|fides]
 """
 
 from __future__ import annotations
@@ -55,18 +55,19 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
             "llh": llh.tolist()}
 
 
-def multistart_timing(pp, starts: np.ndarray, max_steps: int | None) -> dict:
+def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str) -> dict:
     """TRF from this process's block of ``starts`` (PEtab scale, ``(n, n_estimated)``); every
     start's final log-likelihood (``-inf`` where the start could not be used) and the wall
-    time (s) of the whole multistart."""
+    time (s) of the whole multistart. ``stop``: a key of `experiments.petab_multistart.STOPS`."""
     import jax
 
+    from experiments.petab_multistart import STOPS
     from jcalib.estimation import least_squares_trf
     from jcalib.estimation.failures import FailedStartError
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
-    options = {} if max_steps is None else {"max_steps": max_steps}
+    options = STOPS[stop] | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()
     llh = []
@@ -94,6 +95,7 @@ def main(argv=None) -> None:
     parser.add_argument("num_processes", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--stop", default="scipy", help="a key of experiments.petab_multistart.STOPS")
     args = parser.parse_args(argv)
 
     distributed.initialize(f"127.0.0.1:{args.port}", args.num_processes, args.process_id)
@@ -107,7 +109,7 @@ def main(argv=None) -> None:
     points = np.load(args.points)
     report = {"processes": jax.process_count(), "devices": [str(d) for d in jax.devices()],
               "batch": batch_timing(pp, points["batch"], args.repeats),
-              "multistart": multistart_timing(pp, points["starts"], args.max_steps)}
+              "multistart": multistart_timing(pp, points["starts"], args.max_steps, args.stop)}
     if jax.process_index() == 0:
         write_json(args.out, report)
 

@@ -21,7 +21,8 @@ problem: the best log-likelihood, the fraction of converged starts, the wall tim
 batch (compilation included, and without it from a second, warm run where asked) and the
 time per converged start (wall time / converged starts).
 
-Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--problems A B]``;
+Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--stop scipy|fides]
+[--problems A B]`` (``--stop fides``: stop a TRF start as Fides does, `STOPS`);
 writes ``results/petab_multistart/metrics.json``, ``table.md`` and one waterfall plot per
 problem. The collection is found beside the checkout (``../shared/petab``) or in
 ``/work/shared/petab``; ``--root`` overrides.
@@ -49,11 +50,20 @@ LLH_TOLERANCE = 0.1  # a start "reaches the published optimum" within this much 
 PROBLEMS = ("Bertozzi_PNAS2020", "Armistead_CellDeathDis2024", "Zhao_QuantBiol2020", "Fiedler_BMCSystBiol2016",
             "Rahman_MBS2016", "Boehm_JProteomeRes2014")
 QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
+# when a TRF start stops: scipy's own tests (ftol = xtol = gtol = 1e-8), or Fides's default stop
+# (pyPESTO's optimiser; fatol = 1e-6: an accepted step changed the objective by less than 1e-6),
+# as `least_squares_trf`'s one-step absolute plateau on the cost 0.5 sum(r^2)
+STOPS = {"scipy": {}, "fides": {"plateau_window": 1, "plateau_rtol": 0.0, "plateau_atol": 1e-6}}
 
 
 def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int | None = None,
-                method: str = "trf") -> dict:
-    """Import, evaluate at the nominal parameters, multistart; the metrics of one problem."""
+                method: str = "trf", stop: str = "scipy") -> dict:
+    """Import, evaluate at the nominal parameters, multistart; the metrics of one problem.
+    ``stop``: a key of `STOPS` (TRF only)."""
+    if stop not in STOPS:
+        raise ValueError(f"petab_multistart: stop must be one of {tuple(STOPS)}; got {stop!r}")
+    if STOPS[stop] and method != "trf":
+        raise ValueError(f"petab_multistart: stop={stop!r} is a rule of the TRF method; got method={method!r}")
     name = folder.name
     t0 = time.perf_counter()
     yaml, _ = problem_files(folder)
@@ -64,14 +74,15 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
     import_s = time.perf_counter() - t0
-    options = {} if max_steps is None else {"max_steps": max_steps}
+    options = STOPS[stop] | ({} if max_steps is None else {"max_steps": max_steps})
     starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", **options)
     llh = np.array([float(problem.log_likelihood(r.theta_internal)) if np.isfinite(r.loss) else -np.inf
                     for r in starts.results])
     converged = llh >= llh_nominal - LLH_TOLERANCE
     n_converged = int(converged.sum())
     return {
-        "problem": name, "method": method, "n_states": len(pp.model.state_names), "n_parameters": problem.n_free,
+        "problem": name, "method": method, "stop": stop, "n_states": len(pp.model.state_names),
+        "n_parameters": problem.n_free,
         "n_measurements": len(pp.petab_problem.measurement_df), "n_starts": n_starts,
         "llh_nominal": llh_nominal, "llh_best": float(llh.max()), "llh_starts": llh.tolist(),
         "n_converged": n_converged, "fraction_converged": n_converged / n_starts,
@@ -132,6 +143,9 @@ def main(argv=None):
     parser.add_argument("--method", choices=("lm", "trf"), default="trf",
                         help="lm: vmapped Levenberg-Marquardt (all starts at once); trf: scipy's trust-region "
                              "reflective, one start after another (bounds handled as active constraints)")
+    parser.add_argument("--stop", choices=tuple(STOPS), default="scipy",
+                        help="when a TRF start stops: scipy's tests (default) or Fides's (pyPESTO's default "
+                             "optimiser: an accepted step changed the cost by less than 1e-6)")
     parser.add_argument("--problems", nargs="+", default=None, help="collection problems (default: %(default)s)")
     parser.add_argument("--root", default=None, help="the collection's folder")
     args = parser.parse_args(argv)
@@ -145,7 +159,7 @@ def main(argv=None):
     for name in names:
         folder = root / name
         try:
-            row = run_problem(folder, n_starts, args.seed, args.max_steps, args.method)
+            row = run_problem(folder, n_starts, args.seed, args.max_steps, args.method, args.stop)
         except (ValueError, OSError) as error:  # a refused or missing problem is a row, not a crash
             rows.append({"problem": name, "error": " ".join(str(error).split())})
             continue

@@ -37,7 +37,7 @@ def test_petab_tools_quick_jcalib_side(tmp_path):
                                                            "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["benchmark"] == "petab_tools" and report["quick"]
-    assert report["settings"] == {"n_starts": 4, "n_batch": 32, "max_steps": None, "repeats": 3}
+    assert report["settings"] == {"n_starts": 4, "n_batch": 32, "max_steps": None, "repeats": 3, "stop": "fides"}
     assert report["reference"] == {"skipped": "--no-reference"} and len(report["problems"]) == 1
     row = report["problems"][0]
     _check_jcalib_side(row, 4, 32)

@@ -160,3 +160,13 @@ def test_petab_multistart_comparison_tells_reached_missed_and_exceeded():
     assert [r["match"] for r in rows] == [True, False, False]
     assert rows[0]["why"] == "" and "no start came within" in rows[1]["why"]
     assert "higher likelihood (+5.000)" in rows[2]["why"]
+
+
+@pytest.mark.parametrize("method, stop, match", [
+    ("trf", "nope", r"stop must be one of \('scipy', 'fides'\); got 'nope'"),
+    ("lm", "fides", r"stop='fides' is a rule of the TRF method; got method='lm'"),
+])
+def test_petab_multistart_bad_stop(tmp_path, method, stop, match):
+    script = load_script("experiments/petab_multistart.py")
+    with pytest.raises(ValueError, match=match):
+        script.run_problem(tmp_path, 2, 0, method=method, stop=stop)

@@ -216,6 +216,7 @@ def least_squares_trf(
     x_scale: str | Float[ArrayLike, " n_free"] | None = None,
     plateau_window: int | None = None,
     plateau_rtol: float = 0.01,
+    plateau_atol: float = 0.0,
     verbose: int = 0,
 ) -> EstimationResult:
     """Trust-region reflective least squares within the bounds, with the autodiff Jacobian.
@@ -248,6 +249,11 @@ def least_squares_trf(
             the singular values. Needs ``jac="autodiff"``.
         plateau_rtol: relative loss decrease over the window that counts as a plateau
             (default 0.01: less than 1 % in w steps).
+        plateau_atol: absolute decrease of the cost ``0.5 * sum(r ** 2)`` over the window that
+            counts as a plateau too (default 0: off). ``plateau_window=1, plateau_rtol=0,
+            plateau_atol=1e-6`` is Fides's default stop (an accepted step changed the objective
+            by less than 1e-6; for Gaussian residuals the cost is the negative log-likelihood up
+            to a constant).
         verbose: scipy's verbosity (0, 1 or 2).
 
     Returns:
@@ -270,7 +276,8 @@ def least_squares_trf(
     Raises:
         ValueError: ``theta0`` has the wrong shape or names, is not finite or lies outside
             the bounds; unknown ``jac``; ``plateau_window`` not a positive integer or used
-            with finite differences; ``plateau_rtol`` not in [0, 1).
+            with finite differences; ``plateau_rtol`` not in [0, 1); ``plateau_atol`` negative
+            or not finite.
         FailedStartError: (a ``ValueError``) the simulation fails at ``theta0`` (the message
             gives its `jcalib.model.SolveStatus`), the loss overflows there although the
             simulation succeeded (e.g. absolute weighting of huge data), or the autodiff
@@ -290,6 +297,9 @@ def least_squares_trf(
                              f"accepted step); got jac={jac!r}: pass plateau_window=None")
     if not (isinstance(plateau_rtol, (int, float, np.floating)) and 0.0 <= plateau_rtol < 1.0):
         raise ValueError(f"least_squares_trf: plateau_rtol must be a number in [0, 1); got {plateau_rtol!r}")
+    if not (isinstance(plateau_atol, (int, float, np.floating)) and 0.0 <= plateau_atol < math.inf):
+        raise ValueError(f"least_squares_trf: plateau_atol must be a finite number >= 0 (cost units); got "
+                         f"{plateau_atol!r}")
     start = time.perf_counter()
     z0 = _start_internal(problem, theta0, "least_squares_trf")
     calls = _Calls(problem)
@@ -314,11 +324,12 @@ def least_squares_trf(
             losses = history["loss"]
             if plateau_window is not None and len(losses) > plateau_window:
                 before, now = losses[-1 - plateau_window], losses[-1]
-                if before - now <= plateau_rtol * before:
+                cost_drop = 0.5 * r0.size * (before - now)  # the loss is the mean square
+                if before - now <= plateau_rtol * before or cost_drop <= plateau_atol:
                     raise _Plateau(z, j, (
                         f"converged: plateau: the last {plateau_window} accepted steps lowered the loss from "
-                        f"{before:.6g} to {now:.6g} ({(before - now) / before:.3%} <= plateau_rtol = "
-                        f"{plateau_rtol:g})"))
+                        f"{before:.6g} to {now:.6g} ({(before - now) / before:.3%}, the cost by {cost_drop:.3g}; "
+                        f"plateau_rtol = {plateau_rtol:g}, plateau_atol = {plateau_atol:g})"))
             return j
     else:
         jac_fn = jac

@@ -146,8 +146,27 @@ def test_trf_plateau_stop_ends_the_full_run_at_the_first_step_the_rule_holds(noi
     assert stopped.n_simulations < full.n_simulations
 
 
+def test_trf_absolute_plateau_stops_at_the_first_small_cost_decrease(noisy_problem, theta):
+    """plateau_window=1, plateau_rtol=0, plateau_atol=a (Fides's stop): the first accepted step
+    that lowered the cost 0.5 sum(r^2) by at most a."""
+    start = np.asarray(theta) / 10.0
+    full = least_squares_trf(noisy_problem, start)
+    losses = np.asarray(full.history["loss"])
+    n_residuals = np.asarray(noisy_problem.residuals(noisy_problem.to_internal(jnp.asarray(start)))).size
+    drops = 0.5 * n_residuals * -np.diff(losses)  # cost decrease of accepted step k (k = 1, 2, ...)
+    atol = float(np.sort(drops)[len(drops) // 2])  # a threshold some step before the end meets
+    stopped = least_squares_trf(noisy_problem, start, plateau_window=1, plateau_rtol=0.0, plateau_atol=atol)
+    k = int(np.flatnonzero(drops <= atol)[0]) + 1
+    assert k < full.n_steps and stopped.n_steps == k and stopped.converged and stopped.extra["status"] == 5
+    assert "the cost by" in stopped.reason and f"plateau_atol = {atol:g}" in stopped.reason
+    np.testing.assert_array_equal(stopped.history["loss"], losses[: k + 1])
+
+
 @pytest.mark.parametrize("options, match", [
     ({"plateau_window": 0}, r"plateau_window must be a positive integer \(accepted steps\) or None; got 0"),
+    ({"plateau_window": 1, "plateau_atol": -1.0}, r"plateau_atol must be a finite number >= 0 \(cost units\); "
+                                                  r"got -1.0"),
+    ({"plateau_window": 1, "plateau_atol": np.nan}, r"plateau_atol must be a finite number >= 0"),
     ({"plateau_window": 3, "jac": "2-point"}, r"plateau_window needs jac='autodiff'"),
     ({"plateau_window": 3, "plateau_rtol": 1.5}, r"plateau_rtol must be a number in \[0, 1\); got 1.5"),
 ])
