@@ -28,8 +28,9 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    `experiments.petab_multistart.run_problem` (its default: scipy's trust-region reflective
    method with jcalib's autodiff Jacobian, one start after another; ``--max-steps`` caps the
    iterations; ``--stop fides``, the default, stops a start as the reference's Fides does by
-   default, when an accepted step changed the cost by less than 1e-6, ``--stop scipy`` by
-   scipy's own tests, ftol = xtol = gtol = 1e-8); then the batch and the multistart again on ``--processes`` local processes
+   default, when an accepted step changed -llh by less than 1e-8 (1 + |llh|), with llh at the
+   published optimum (`experiments.petab_multistart.stop_options`); ``--stop scipy`` by
+   scipy's own tests, ftol = xtol = gtol = 1e-8, ftol relative to the cost); then the batch and the multistart again on ``--processes`` local processes
    (default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool use every core;
    `benchmarks.petab_tools_processes` over `jcalib.distributed`), because one jcalib process
    uses one core;
@@ -85,7 +86,7 @@ from experiments.petab_collection import (  # noqa: E402
     problem_names,
     settings_of,
 )
-from experiments.petab_multistart import LLH_TOLERANCE, STOPS, run_problem  # noqa: E402
+from experiments.petab_multistart import LLH_TOLERANCE, STOPS, run_problem, stop_options  # noqa: E402
 from jcalib.estimation import sample_starts  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -259,7 +260,7 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
         "multistart": row | {"optimizer": f"{row['method']} (experiments.petab_multistart.run_problem's default: "
                                           "scipy's trust-region reflective with jcalib's autodiff Jacobian), "
                                           f"max_steps {s['max_steps']}, stop {s['stop']!r}: "
-                                          f"{STOPS[s['stop']] or 'scipy tests'}",
+                                          f"{stop_options(s['stop'], row['llh_nominal']) or 'scipy tests'}",
                              "timing": "wall time of the whole batch, compilation included"},
     }
 
@@ -408,9 +409,10 @@ def main(argv=None):
     parser.add_argument("--max-steps", type=int, default=None,
                         help="jcalib's multistart iterations per start (default: the method's own)")
     parser.add_argument("--repeats", type=int, default=None, help="warm timed calls of a simulation and a gradient")
-    parser.add_argument("--stop", choices=tuple(STOPS), default=None,
-                        help="when jcalib's TRF starts stop (default fides: as the reference's optimiser, an "
-                             "accepted step changed the cost by less than 1e-6; scipy: scipy's own tests)")
+    parser.add_argument("--stop", choices=STOPS, default=None,
+                        help="when jcalib's TRF starts stop (default fides: as the reference's optimiser by "
+                             "default, an accepted step changed -llh by less than 1e-8 (1 + |llh|); scipy: "
+                             "scipy's own tests)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1,
                         help="jcalib's batch and multistart also on this many local processes (jcalib.distributed; "
                              "default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool; 1: skip)")

@@ -58,16 +58,17 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
 def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str) -> dict:
     """TRF from this process's block of ``starts`` (PEtab scale, ``(n, n_estimated)``); every
     start's final log-likelihood (``-inf`` where the start could not be used) and the wall
-    time (s) of the whole multistart. ``stop``: a key of `experiments.petab_multistart.STOPS`."""
+    time (s) of the whole multistart. ``stop``: one of `experiments.petab_multistart.STOPS`."""
     import jax
 
-    from experiments.petab_multistart import STOPS
+    from experiments.petab_multistart import stop_options
     from jcalib.estimation import least_squares_trf
     from jcalib.estimation.failures import FailedStartError
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
-    options = STOPS[stop] | ({} if max_steps is None else {"max_steps": max_steps})
+    llh_nominal = float(pp.log_likelihood(pp.nominal_internal))
+    options = stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()
     llh = []
@@ -95,7 +96,7 @@ def main(argv=None) -> None:
     parser.add_argument("num_processes", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument("--stop", default="scipy", help="a key of experiments.petab_multistart.STOPS")
+    parser.add_argument("--stop", default="scipy", help="one of experiments.petab_multistart.STOPS")
     args = parser.parse_args(argv)
 
     distributed.initialize(f"127.0.0.1:{args.port}", args.num_processes, args.process_id)

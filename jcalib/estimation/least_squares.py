@@ -250,10 +250,11 @@ def least_squares_trf(
         plateau_rtol: relative loss decrease over the window that counts as a plateau
             (default 0.01: less than 1 % in w steps).
         plateau_atol: absolute decrease of the cost ``0.5 * sum(r ** 2)`` over the window that
-            counts as a plateau too (default 0: off). ``plateau_window=1, plateau_rtol=0,
-            plateau_atol=1e-6`` is Fides's default stop (an accepted step changed the objective
-            by less than 1e-6; for Gaussian residuals the cost is the negative log-likelihood up
-            to a constant).
+            counts as a plateau too (default 0: off). With ``plateau_window=1, plateau_rtol=0``
+            it stops where Fides's default test does (an accepted step changed the objective f
+            by less than ``1e-8 + 1e-8 |f|``) when f is a negative log-likelihood of Gaussian
+            residuals (the cost up to a constant) and ``plateau_atol = 1e-8 (1 + |f|)`` at the
+            optimum.
         verbose: scipy's verbosity (0, 1 or 2).
 
     Returns:
