@@ -220,19 +220,20 @@ def _compiled_chunk(algorithm, stop, trace_fn, thin):
 
 def _reusable(fn) -> bool:
     """A function the module-level cache may keep: None, an `eqx.Module` (its arrays are
-    traced), a module-level function without a closure, or a `jax.tree_util.Partial` of one
-    whose arguments hold no other functions (a Partial of a lambda, or over a lambda, would
-    keep a compiled program per lambda)."""
+    traced), a module-level function without a closure, or a `jax.tree_util.Partial` of a
+    module-level function whose arguments hold no function defined inside another (a Partial
+    of or over a local closure or lambda would keep a compiled program per closure)."""
     if fn is None or isinstance(fn, eqx.Module):
         return True
     if isinstance(fn, jax.tree_util.Partial):
-        return _plain_function(fn.func) and all(
-            _plain_function(leaf) for leaf in jax.tree_util.tree_leaves(fn) if isinstance(leaf, types.FunctionType))
-    return _plain_function(fn)
+        return _module_level(fn.func) and all(
+            _module_level(leaf) for leaf in jax.tree_util.tree_leaves(fn) if isinstance(leaf, types.FunctionType))
+    return getattr(fn, "__closure__", True) is None and _module_level(fn)
 
 
-def _plain_function(fn) -> bool:
-    return getattr(fn, "__closure__", True) is None and "<locals>" not in getattr(fn, "__qualname__", "<locals>")
+def _module_level(fn) -> bool:
+    """Defined at a module's top level (decorated ones included), not inside a function."""
+    return "<locals>" not in getattr(fn, "__qualname__", "<locals>")
 
 
 @eqx.filter_jit
