@@ -33,8 +33,8 @@ Samplers in the same run:
   steps of dual averaging of one global factor (prescaling alone accepts ~0 % on Test 2),
   ``burn_in`` discarded steps, ``n_steps`` kept steps per chain, chains vmapped, gradients by
   reverse-mode autodiff through the diffrax solve, all jitted. Run twice with the same key: the
-  first call compiles, the second is timed (``run_s``; it still recompiles the sampling loop,
-  ``compile_in_run_s``, see `run_jcalib`; the ``*_compiled`` rates leave that out).
+  first call compiles, the second is timed (``run_s``; ``compile_in_run_s`` is what it still
+  traces and compiles, see `run_jcalib`; the ``*_compiled`` rates leave that out).
 - jcalib_laplace: the same, preconditioned by the Laplace covariance at the start
   (``preconditioner=Laplace()``, not in the paper): the proposal follows the posterior's
   correlations (the f / kt,c ridge; the cabin's correlated exchange factors).
@@ -492,12 +492,12 @@ def compile_seconds():
 def run_jcalib(problem, key, z0, sizes, n_chains, preconditioner, kernel="mala"):
     """`sample` twice with the same key (compile + run, then run); summary row and result.
 
-    The second call is the timed run (``run_s``). It still compiles the sampling loop:
-    `sample` builds its kernel from closures, and `jcalib.algorithm.run` compiles such
-    algorithms per call (no module-level cache; a persistent compilation cache, as the test
-    suite sets, turns that into a load). ``compile_in_run_s`` is what JAX reports for tracing,
-    lowering and compiling during that call; ``run_compiled_s`` = run_s - compile_in_run_s is
-    the compiled code alone, and the ``*_compiled`` rates use it.
+    The second call is the timed run (``run_s``). `sample`'s MALA loop is compiled once
+    (`jcalib.algorithm.run` reuses it); what the second call still traces or compiles (the
+    NUTS/HMC kernels are closures, compiled per call; the Laplace covariance) is
+    ``compile_in_run_s``, what JAX reports for tracing, lowering and compiling during that
+    call; ``run_compiled_s`` = run_s - compile_in_run_s is the compiled code alone, and the
+    ``*_compiled`` rates use it.
     """
     settings = dict(n_chains=n_chains, burn_in=sizes["burn_in"], warmup=sizes["warmup"],
                     preconditioner=preconditioner, kernel=kernel)

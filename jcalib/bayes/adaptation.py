@@ -373,8 +373,10 @@ def dual_averaging_algorithm(init: Callable, kernel: Callable, n_warmup: int, ta
         (1 without warm-up).
     """
     n_warmup, n_burn_in = int(n_warmup), int(n_burn_in)
-    partial = jax.tree_util.Partial  # pytrees of module-level functions: `jcalib.algorithm.run` reuses the compiled
-    return Algorithm(partial(_adaptive_init, init, kernel),  # loop for a later run with the same kernel
+    # pytrees of module-level functions: `jcalib.algorithm.run` reuses the compiled loop for a
+    # later run with a kernel of the same structure
+    partial = jax.tree_util.Partial
+    return Algorithm(partial(_adaptive_init, init, kernel),
                      partial(_adaptive_step, kernel, n_warmup, float(target_acceptance), n_burn_in), True)
 
 
@@ -404,6 +406,7 @@ def _adaptive_step(kernel: Callable, n_warmup: int, target_acceptance: float, n_
     return AdaptiveState(states, da, state.rate_sum + jnp.where(warm, rate, 0.0), totals, state.step + 1), info
 
 
+# --- the Laplace covariance --------------------------------------------------------------------
 def laplace_covariance(
     logdensity_fn: Callable[[Float[Array, " n"]], Float[Array, ""]],
     theta_internal: Float[ArrayLike, " n"],
