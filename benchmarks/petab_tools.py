@@ -32,7 +32,7 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    published optimum (`experiments.petab_multistart.stop_options`); ``--stop scipy`` by
    scipy's own tests, ftol = xtol = gtol = 1e-8, ftol relative to the cost); then the batch and the multistart again on ``--processes`` local processes
    (default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool use every core;
-   `benchmarks.petab_tools_processes` over `jcalib.distributed`), because one jcalib process
+   `benchmarks.petab_tools_jcalib_worker` over `jcalib.distributed`), because one jcalib process
    uses one core;
 4. agreement: the nominal log-likelihood (relative difference), the gradient per component
    (``|g_jcalib - g_amici| / max(|g_amici|, 1)``: the nominal values are optima, so many
@@ -274,13 +274,13 @@ def _free_port() -> int:
 def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dict, n_processes: int,
                      tmp: pathlib.Path, llh_nominal: float) -> dict:
     """jcalib's batch and multistart over ``n_processes`` local processes
-    (`benchmarks.petab_tools_processes`, `jcalib.distributed` on 127.0.0.1)."""
+    (`benchmarks.petab_tools_jcalib_worker`, `jcalib.distributed` on 127.0.0.1)."""
     out = tmp / f"{name}.processes.json"
     port = _free_port()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
     extra = ["--repeats", str(BATCH_REPEATS), "--stop", s["stop"]] + ([] if s["max_steps"] is None else
                                                       ["--max-steps", str(s["max_steps"])])
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.petab_tools_processes", name, str(yaml), str(points),
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.petab_tools_jcalib_worker", name, str(yaml), str(points),
                                str(out), str(port), str(i), str(n_processes), *extra],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(n_processes)]

@@ -18,7 +18,8 @@ from tests.helpers import load_script
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(f"{p.parent.name}.{p.stem}" for folder in ("benchmarks", "experiments")
                  for p in (ROOT / folder).glob("*.py")
-                 if p.stem not in ("__init__", "common") and not p.stem.endswith("_reference"))
+                 # *_reference and *_worker: helpers a benchmark runs in other processes, not benchmarks
+                 if p.stem not in ("__init__", "common") and not p.stem.endswith(("_reference", "_worker")))
 
 
 def test_parser_shared_flags_and_defaults():

@@ -31,7 +31,7 @@ def _check_jcalib_side(row, n_starts, n_batch):
 
 def test_petab_tools_quick_jcalib_side(tmp_path):
     """--quick --no-reference: Bertozzi_PNAS2020, 4 starts, a batch of 32, jcalib only (nothing installed),
-    in one process and on two (benchmarks/petab_tools_processes.py over jcalib.distributed)."""
+    in one process and on two (benchmarks/petab_tools_jcalib_worker.py over jcalib.distributed)."""
     out = tmp_path / "petab_tools.json"
     report = load_script("benchmarks/petab_tools.py").main(["--quick", "--no-reference", "--processes", "2",
                                                            "--out", str(out)])

@@ -18,7 +18,7 @@ over the cores or machines of a cluster:
 
 Process 0 writes the JSON. Usage (one line per process; `benchmarks.petab_tools` starts them)::
 
-    python -m benchmarks.petab_tools_processes NAME YAML POINTS.npz OUT.json PORT PROCESS_ID NUM_PROCESSES \\
+    python -m benchmarks.petab_tools_jcalib_worker NAME YAML POINTS.npz OUT.json PORT PROCESS_ID NUM_PROCESSES \\
         [--repeats R] [--max-steps N] [--stop scipy|fides]
 """
 
@@ -85,7 +85,7 @@ def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str) 
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.petab_tools_processes",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.petab_tools_jcalib_worker",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("name")
     parser.add_argument("yaml")
