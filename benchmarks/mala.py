@@ -492,9 +492,8 @@ def compile_seconds():
 def run_jcalib(problem, key, z0, sizes, n_chains, preconditioner, kernel="mala"):
     """`sample` twice with the same key (compile + run, then run); summary row and result.
 
-    The second call is the timed run (``run_s``). `sample`'s MALA loop is compiled once
-    (`jcalib.algorithm.run` reuses it); what the second call still traces or compiles (the
-    NUTS/HMC kernels are closures, compiled per call; the Laplace covariance) is
+    The second call is the timed run (``run_s``). `sample`'s loop is compiled once
+    (`jcalib.algorithm.run` reuses it); what the second call still traces or compiles is
     ``compile_in_run_s``, what JAX reports for tracing, lowering and compiling during that
     call; ``run_compiled_s`` = run_s - compile_in_run_s is the compiled code alone, and the
     ``*_compiled`` rates use it.

@@ -77,39 +77,46 @@ class HMCInfo(NamedTuple):
 
 def transition(kind: str, logdensity_fn: Callable, inverse_mass_matrix, max_num_doublings: int = 10):
     """``kernel(key, state, step_size) -> (state, HMCInfo)`` of one chain (``kind`` is
-    ``"hmc"`` or ``"nuts"``); a non-finite new state is a rejection (module doc)."""
-    import blackjax  # imported on use: blackjax is needed only for these kernels
-
+    ``"hmc"`` or ``"nuts"``); a non-finite new state is a rejection (module doc). The kernel is
+    a `jax.tree_util.Partial` of module-level functions: with a pytree ``logdensity_fn`` (a
+    problem's posterior) `jcalib.algorithm.run` compiles it once for later runs."""
     inv_mass = jnp.asarray(inverse_mass_matrix)
     if kind == "nuts":
-        base = blackjax.mcmc.nuts.build_kernel()
-
-        def step(key, state, eps):
-            with jax.numpy_dtype_promotion("standard"):  # blackjax mixes Python ints and floats
-                new, info = base(key, state, logdensity_fn, eps, inv_mass, max_num_doublings)
-            return new, info.acceptance_rate, info.acceptance_rate, info.is_divergent, info.num_integration_steps
+        step = jax.tree_util.Partial(_nuts_step, logdensity_fn, inv_mass, int(max_num_doublings))
     else:
-        base = blackjax.mcmc.hmc.build_kernel()
+        step = jax.tree_util.Partial(_hmc_step, logdensity_fn, inv_mass)
+    return jax.tree_util.Partial(_safe_step, step)
 
-        def step(key, state, eps):
-            key_length, key_step = jax.random.split(key)
-            u = jax.random.uniform(key_length, (), dtype=eps.dtype)
-            n_steps = jnp.clip(jnp.ceil(u * math.pi / eps), 1, _MAX_INTEGRATION_STEPS).astype(jnp.int32)
-            with jax.numpy_dtype_promotion("standard"):
-                new, info = base(key_step, state, logdensity_fn, eps, inv_mass, n_steps)
-            return (new, info.acceptance_rate, info.is_accepted.astype(eps.dtype), info.is_divergent,
-                    info.num_integration_steps)
 
-    def safe_step(key, state, step_size):
-        eps = jnp.asarray(step_size, dtype=state.position.dtype)
-        new, p_accept, accepted, divergent, n_steps = step(key, state, eps)
-        finite = jnp.isfinite(new.logdensity) & jnp.all(jnp.isfinite(new.logdensity_grad))
-        new = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, state)
-        p_accept = jnp.where(finite & jnp.isfinite(p_accept), p_accept, 0.0)
-        accepted = jnp.where(finite & jnp.isfinite(accepted), accepted, 0.0)
-        return new, HMCInfo(p_accept, accepted, divergent | ~finite, n_steps)
+def _nuts_step(logdensity_fn, inv_mass, max_num_doublings: int, key, state, eps):
+    import blackjax  # imported on use: blackjax is needed only for these kernels
 
-    return safe_step
+    with jax.numpy_dtype_promotion("standard"):  # blackjax mixes Python ints and floats
+        new, info = blackjax.mcmc.nuts.build_kernel()(key, state, logdensity_fn, eps, inv_mass, max_num_doublings)
+    return new, info.acceptance_rate, info.acceptance_rate, info.is_divergent, info.num_integration_steps
+
+
+def _hmc_step(logdensity_fn, inv_mass, key, state, eps):
+    import blackjax
+
+    key_length, key_step = jax.random.split(key)
+    u = jax.random.uniform(key_length, (), dtype=eps.dtype)
+    n_steps = jnp.clip(jnp.ceil(u * math.pi / eps), 1, _MAX_INTEGRATION_STEPS).astype(jnp.int32)
+    with jax.numpy_dtype_promotion("standard"):
+        new, info = blackjax.mcmc.hmc.build_kernel()(key_step, state, logdensity_fn, eps, inv_mass, n_steps)
+    return (new, info.acceptance_rate, info.is_accepted.astype(eps.dtype), info.is_divergent,
+            info.num_integration_steps)
+
+
+def _safe_step(step, key, state, step_size):
+    """One transition of ``step``; a non-finite new state is a rejection."""
+    eps = jnp.asarray(step_size, dtype=state.position.dtype)
+    new, p_accept, accepted, divergent, n_steps = step(key, state, eps)
+    finite = jnp.isfinite(new.logdensity) & jnp.all(jnp.isfinite(new.logdensity_grad))
+    new = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, state)
+    p_accept = jnp.where(finite & jnp.isfinite(p_accept), p_accept, 0.0)
+    accepted = jnp.where(finite & jnp.isfinite(accepted), accepted, 0.0)
+    return new, HMCInfo(p_accept, accepted, divergent | ~finite, n_steps)
 
 
 def init_state(logdensity_fn: Callable, position):
@@ -124,8 +131,12 @@ def _algorithm(kind, logdensity_fn, step_size, inverse_mass_matrix, max_num_doub
     if not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"{kind}_algorithm: step_size must be a positive number; got {step_size!r}")
     kernel = transition(kind, logdensity_fn, inverse_mass_matrix, max_num_doublings)
-    return Algorithm(lambda position: init_state(logdensity_fn, position),
-                     lambda key, state: kernel(key, state, eps), True)
+    return Algorithm(jax.tree_util.Partial(init_state, logdensity_fn),
+                     jax.tree_util.Partial(_fixed_step_size, kernel, jnp.asarray(eps)), True)
+
+
+def _fixed_step_size(kernel, step_size, key, state):
+    return kernel(key, state, step_size)
 
 
 def hmc_algorithm(logdensity_fn: Callable[[Float[Array, " n"]], Float[Array, ""]], step_size: float,

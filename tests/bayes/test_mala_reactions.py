@@ -81,9 +81,10 @@ def test_solver_failures_in_part_of_the_box_are_rejected():
     assert result.acceptance > 0.2
 
 
-def test_sample_on_an_ode_problem_compiles_its_loop_once():
+@pytest.mark.parametrize("kernel", ["mala", "nuts"])
+def test_sample_on_an_ode_problem_compiles_its_loop_once(kernel):
     """A new problem of the same structure (other data, other σ) reuses the compiled sampling loop:
-    the model's solver (diffrax, with lineax's norm) holds no per-call closure."""
+    the model's solver (diffrax, with lineax's norm) and the kernels hold no per-call closure."""
     from jcalib import algorithm
 
     size = algorithm._scan_chunk._cached._cache_size
@@ -92,6 +93,7 @@ def test_sample_on_an_ode_problem_compiles_its_loop_once():
                                                                         model.parameters.nominal, sigma=sigma))
                 for seed, sigma in ((3, 0.1), (4, 0.03))]
     before = size()
-    results = [mala.sample(jax.random.key(5), p, None, 12, n_chains=2, warmup=3, progress=False) for p in problems]
+    results = [mala.sample(jax.random.key(5), p, None, 12, n_chains=2, warmup=3, kernel=kernel, progress=False)
+               for p in problems]
     assert size() == before + 1
     assert not np.array_equal(results[0].samples, results[1].samples)
