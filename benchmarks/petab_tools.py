@@ -30,10 +30,10 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    iterations; ``--stop fides``, the default, stops a start as the reference's Fides does by
    default, when an accepted step changed -llh by less than 1e-8 (1 + |llh|), with llh at the
    published optimum (`experiments.petab_multistart.stop_options`); ``--stop scipy`` by
-   scipy's own tests, ftol = xtol = gtol = 1e-8, ftol relative to the cost); then the batch and the multistart again on ``--processes`` local processes
-   (default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool use every core;
-   `benchmarks.petab_tools_jcalib_worker` over `jcalib.distributed`), because one jcalib process
-   uses one core;
+   scipy's own tests, ftol = xtol = gtol = 1e-8, ftol relative to the cost); then the batch and
+   the multistart again on ``--processes`` local processes (default: the CPU count, as AMICI's
+   OpenMP batch and pyPESTO's pool use every core; `benchmarks.petab_tools_jcalib_worker` over
+   `jcalib.distributed`), because one jcalib process uses one core;
 4. agreement: the nominal log-likelihood (relative difference), the gradient per component
    (``|g_jcalib - g_amici| / max(|g_amici|, 1)``: the nominal values are optima, so many
    components are near zero) and the batch's log-likelihoods;
@@ -278,8 +278,8 @@ def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dic
     out = tmp / f"{name}.processes.json"
     port = _free_port()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
-    extra = ["--repeats", str(BATCH_REPEATS), "--stop", s["stop"]] + ([] if s["max_steps"] is None else
-                                                      ["--max-steps", str(s["max_steps"])])
+    extra = ["--repeats", str(BATCH_REPEATS), "--stop", s["stop"], "--llh-nominal", repr(llh_nominal)]
+    extra += [] if s["max_steps"] is None else ["--max-steps", str(s["max_steps"])]
     procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.petab_tools_jcalib_worker", name, str(yaml), str(points),
                                str(out), str(port), str(i), str(n_processes), *extra],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -302,7 +302,7 @@ def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dic
     wall = report["multistart"]["wall_time_s"]
     report["batch"] |= {"n": len(report["batch"]["llh"]), "per_second": len(report["batch"]["llh"]) /
                         report["batch"]["warm_s"],
-                        "how": f"jax.jit(jax.vmap(pp.log_likelihood)) on each process's block of rows, gathered"}
+                        "how": "jax.jit(jax.vmap(pp.log_likelihood)) on each process's block of rows, gathered"}
     report["multistart"] |= {"n_starts": int(llh.size), "n_converged": n_converged,
                              "seconds_per_converged_start": wall / n_converged if n_converged else None,
                              "timing": "barrier after the import to the gathered result; every process's "

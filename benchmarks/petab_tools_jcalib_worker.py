@@ -19,7 +19,7 @@ over the cores or machines of a cluster:
 Process 0 writes the JSON. Usage (one line per process; `benchmarks.petab_tools` starts them)::
 
     python -m benchmarks.petab_tools_jcalib_worker NAME YAML POINTS.npz OUT.json PORT PROCESS_ID NUM_PROCESSES \\
-        [--repeats R] [--max-steps N] [--stop scipy|fides]
+        --llh-nominal LLH [--repeats R] [--max-steps N] [--stop scipy|fides]
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
             "llh": llh.tolist()}
 
 
-def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str) -> dict:
+def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float) -> dict:
     """TRF from this process's block of ``starts`` (PEtab scale, ``(n, n_estimated)``); every
     start's final log-likelihood (``-inf`` where the start could not be used) and the wall
-    time (s) of the whole multistart. ``stop``: one of `experiments.petab_multistart.STOPS`."""
+    time (s) of the whole multistart. ``stop``: one of `experiments.petab_multistart.STOPS`, scaled by
+    ``llh_nominal`` (the parent's log-likelihood at the nominal parameters)."""
     import jax
 
     from experiments.petab_multistart import stop_options
@@ -67,7 +68,6 @@ def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str) 
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
-    llh_nominal = float(pp.log_likelihood(pp.nominal_internal))
     options = stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()
@@ -97,6 +97,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--stop", default="scipy", help="one of experiments.petab_multistart.STOPS")
+    parser.add_argument("--llh-nominal", type=float, required=True,
+                        help="the log-likelihood at the nominal parameters (scales the fides stop)")
     args = parser.parse_args(argv)
 
     distributed.initialize(f"127.0.0.1:{args.port}", args.num_processes, args.process_id)
@@ -110,7 +112,7 @@ def main(argv=None) -> None:
     points = np.load(args.points)
     report = {"processes": jax.process_count(), "devices": [str(d) for d in jax.devices()],
               "batch": batch_timing(pp, points["batch"], args.repeats),
-              "multistart": multistart_timing(pp, points["starts"], args.max_steps, args.stop)}
+              "multistart": multistart_timing(pp, points["starts"], args.max_steps, args.stop, args.llh_nominal)}
     if jax.process_index() == 0:
         write_json(args.out, report)
 
