@@ -4,8 +4,11 @@ the shared four_substance_reactions fixtures."""
 import os
 import pathlib
 
-_CACHE = os.environ.get("JCALIB_JAX_CACHE",
-                        str(pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"))
+# One compilation cache per user, not per clone: a second clone on the same machine starts warm
+# (entries are keyed by the program, the jax/jaxlib version and the XLA flags, so clones of other
+# commits share it safely). JCALIB_JAX_CACHE=<empty folder> measures a cold run.
+_CACHE = os.environ.get("JCALIB_JAX_CACHE", str(
+    pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "jcalib" / "jax"))
 # diffrax solves hold equinox's runtime-error callbacks, and JAX never writes programs with host
 # callbacks to its persistent cache; "nan" mode drops the callbacks (a failed check gives NaN, and
 # jcalib reports failed solves through SolveStatus anyway), so every compiled solve is cached and
