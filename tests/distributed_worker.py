@@ -1,8 +1,8 @@
 """The large jobs of `tests/test_distributed.py`, run in one process or in each of several.
 
-``python tests/distributed_worker.py OUT.npz [PORT PROCESS_ID NUM_PROCESSES]``: with a port,
-joins a multi-process run on 127.0.0.1 (`jcalib.distributed.initialize`) first; then runs
-`jobs` and writes its arrays to ``OUT.npz`` and its network checkpoint to
+``python tests/distributed_worker.py OUT.npz [PORT PROCESS_ID NUM_PROCESSES [batch]]``: with a
+port, joins a multi-process run on 127.0.0.1 (`jcalib.distributed.initialize`) first; then runs
+`jobs` (only `batch_job` with ``batch``) and writes its arrays to ``OUT.npz`` and its network checkpoint to
 ``OUT.npz.checkpoint`` (the test gives each process its own files).
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (set by the test) gives each process N
 CPU devices. The test process imports `jobs` for the single-process reference.
@@ -31,13 +31,7 @@ def jobs(checkpoint: str) -> dict[str, np.ndarray]:
     from jcalib.sensitivity import sobol_indices
 
     model = jcalib.models.get("four_substance_reactions")
-    out = {"n_devices": np.array(jax.device_count()), "n_processes": np.array(jax.process_count())}
-
-    # 13 rows in chunks of 4: a padded block (13 = 7 + 6 over two processes) and a padded chunk;
-    # every simulate_batch below uses chunks of 4, so one compiled solve serves them all
-    thetas = np.asarray(model.parameters.sample(jax.random.key(0), 13, "lhs"))
-    out["batch_values"], out["batch_status"] = jcalib.simulate_batch(
-        model, thetas, chunk_size=4, return_status=True, progress=False)
+    out = batch_job()
 
     sobol = sobol_indices(jax.random.key(1), model, None, 16, n_bootstrap=20, chunk_size=4, progress=False)
     out["sobol_first"], out["sobol_total"] = np.asarray(sobol.first_order), np.asarray(sobol.total_order)
@@ -70,6 +64,21 @@ def jobs(checkpoint: str) -> dict[str, np.ndarray]:
     return out
 
 
+def batch_job() -> dict[str, np.ndarray]:
+    """The smallest job (`make test`'s two-process smoke run): the process and device counts and
+    13 four_substance_reactions simulations in chunks of 4, a padded block (13 = 7 + 6 over two
+    processes) and a padded chunk; every simulate_batch of `jobs` uses chunks of 4, so one
+    compiled solve serves them all."""
+    import jcalib
+
+    model = jcalib.models.get("four_substance_reactions")
+    out = {"n_devices": np.array(jax.device_count()), "n_processes": np.array(jax.process_count())}
+    thetas = np.asarray(model.parameters.sample(jax.random.key(0), 13, "lhs"))
+    out["batch_values"], out["batch_status"] = jcalib.simulate_batch(
+        model, thetas, chunk_size=4, return_status=True, progress=False)
+    return out
+
+
 def _weights(network) -> np.ndarray:
     from flax import nnx
 
@@ -83,4 +92,5 @@ if __name__ == "__main__":
         jcalib.distributed.initialize(f"127.0.0.1:{sys.argv[2]}", int(sys.argv[4]), int(sys.argv[3]),
                                       initialization_timeout=60)
     jax.config.update("jax_enable_x64", True)
-    np.savez(sys.argv[1], **jobs(sys.argv[1] + ".checkpoint"))
+    smoke = sys.argv[5:] == ["batch"]
+    np.savez(sys.argv[1], **(batch_job() if smoke else jobs(sys.argv[1] + ".checkpoint")))

@@ -1,4 +1,7 @@
 import json
+import pathlib
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -28,6 +31,7 @@ def test_models_show_parameter_table():
     assert "22 observation times" in result.output
 
 
+@pytest.mark.slow
 def test_simulate_writes_csv_and_plot(tmp_path):
     csv, png = tmp_path / "out.csv", tmp_path / "out.png"
     result = runner.invoke(app, ["simulate", "four_substance_reactions", "--set", "kab=2e-4",
@@ -39,6 +43,19 @@ def test_simulate_writes_csv_and_plot(tmp_path):
     a = np.asarray(table.values)[:, 0]
     assert a[0] == 10.0 and a[2] < a[1]
     assert png.stat().st_size > 10_000
+
+
+def test_installed_entry_point_simulates_in_a_subprocess(tmp_path):
+    """The one real-subprocess CLI call of `make test`: the ``jcalib`` script that pip installed
+    beside this interpreter starts, simulates and writes its CSV; a bad option exits with 2."""
+    script = pathlib.Path(sys.executable).with_name("jcalib")
+    csv = tmp_path / "out.csv"
+    done = subprocess.run([str(script), "simulate", "four_substance_reactions", "--times", "0,10,100",
+                           "--csv", str(csv)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Measurements.from_csv(csv).output_names == ("A", "B", "C", "D")
+    bad = subprocess.run([str(script), "simulate", "nope"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "unknown model 'nope'" in bad.stdout + bad.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -55,6 +72,7 @@ def test_bad_input_gives_clear_error(args, message):
     assert message in json.dumps(result.output) and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", jcalib.models.available())
 def test_every_model_shows_its_table_and_plots_all_outputs(name, tmp_path, monkeypatch):
     model = jcalib.models.get(name)
@@ -81,6 +99,7 @@ def test_every_model_shows_its_table_and_plots_all_outputs(name, tmp_path, monke
         assert np.isfinite(line.get_ydata()).sum() > 0
 
 
+@pytest.mark.slow
 def test_sensitivity_sobol_writes_indices_selection_and_figures(tmp_path):
     result = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method", "sobol",
                                  "--n", "64", "--out", str(tmp_path)])
@@ -123,6 +142,7 @@ def reactions_csv(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["gauss-newton", "trf"])
 def test_calibrate_recovers_nominal_from_noise_free_data(tmp_path, reactions_csv, method):
     result = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv),
@@ -151,6 +171,7 @@ def test_calibrate_bad_input(tmp_path, reactions_csv):
     assert missing.exit_code == 2 and "nope.csv" in missing.output
 
 
+@pytest.mark.slow  # ~90 s cold
 def test_calibrate_several_experiments_jointly(tmp_path, reactions_csv):
     """--data twice: the nominal-A0 file and one at A0 = 5 (--condition), kad per experiment;
     noise-free data give the nominal parameters back, with kad[<stem>] names."""
@@ -186,8 +207,8 @@ def test_calibrate_several_experiments_jointly(tmp_path, reactions_csv):
     assert (tmp_path / "sample" / "bands_low.png").exists()
 
 
-@pytest.mark.parametrize("preconditioner", [
-    "diagonal", pytest.param("laplace", marks=pytest.mark.slow)])  # laplace: another ~40 s of compiles
+@pytest.mark.slow  # ~45 s of compiles per preconditioner
+@pytest.mark.parametrize("preconditioner", ["diagonal", "laplace"])
 def test_sample_writes_posterior_metrics_and_figures(tmp_path, reactions_csv, preconditioner):
     # noise-free data at the nominal point: the chains start at the Gauss-Newton estimate (the
     # truth) and the 90 % intervals must contain it

@@ -23,7 +23,7 @@ import pytest
 import jcalib
 from jcalib import distributed
 from jcalib.model import _simulate_vmapped
-from tests.distributed_worker import jobs
+from tests.distributed_worker import batch_job, jobs
 
 WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
 TIMEOUT_S = 300  # a hung collective fails the test instead of the suite
@@ -38,18 +38,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """``(single, [process 0, process 1])``: the jobs' arrays; the reference is computed here
-    while the two processes run."""
-    tmp = tmp_path_factory.mktemp("distributed")
+def _run_two_processes(tmp: pathlib.Path, reference, *job: str):
+    """``(single, [process 0, process 1])``: the arrays of ``reference()`` computed here while two
+    processes run ``tests/distributed_worker.py`` with ``job`` (none: every job; ``"batch"``: the
+    batch of simulations only)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(tmp / f"process{i}.npz"), str(port), str(i), "2"],
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(tmp / f"process{i}.npz"), str(port), str(i), "2", *job],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     try:
-        single = jobs(str(tmp / "single.checkpoint"))
+        single = reference()
         logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
     finally:
         for p in procs:
@@ -61,6 +60,24 @@ def runs(tmp_path_factory):
     return single, [dict(np.load(tmp / f"process{i}.npz")) for i in range(2)]
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every job, in two processes and in this one (`make test-all`)."""
+    tmp = tmp_path_factory.mktemp("distributed")
+    return _run_two_processes(tmp, lambda: jobs(str(tmp / "single.checkpoint")))
+
+
+def test_two_processes_simulate_a_batch_as_one(tmp_path):
+    """`make test`'s smoke run: two processes (four devices) initialise, split 13 simulations and
+    both hold all of them, bit for bit this process's."""
+    single, parts = _run_two_processes(tmp_path, batch_job, "batch")
+    for part in parts:
+        assert int(part["n_processes"]) == 2 and int(part["n_devices"]) == 4
+        np.testing.assert_array_equal(part["batch_values"], single["batch_values"])
+        np.testing.assert_array_equal(part["batch_status"], single["batch_status"])
+
+
+@pytest.mark.slow  # every job in two processes: ~95 s of compiling (make test-all)
 def test_two_processes_see_four_devices(runs):
     single, parts = runs
     assert int(single["n_processes"]) == 1 and int(single["n_devices"]) == 1
@@ -68,6 +85,7 @@ def test_two_processes_see_four_devices(runs):
         assert int(part["n_processes"]) == 2 and int(part["n_devices"]) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ROW_WISE)
 def test_row_wise_jobs_equal_one_process_bit_for_bit(runs, name):
     single, parts = runs
@@ -75,6 +93,7 @@ def test_row_wise_jobs_equal_one_process_bit_for_bit(runs, name):
         np.testing.assert_array_equal(part[name], single[name])
 
 
+@pytest.mark.slow
 def test_data_parallel_training_equals_one_device_to_round_off(runs):
     single, parts = runs
     np.testing.assert_array_equal(parts[0]["network_weights"], parts[1]["network_weights"])  # one model
@@ -84,6 +103,7 @@ def test_data_parallel_training_equals_one_device_to_round_off(runs):
     assert single["train_loss"][-1] < single["train_loss"][0]  # it did train
 
 
+@pytest.mark.slow
 def test_checkpoints_written_and_resumed_across_processes(runs):
     single, parts = runs
     for run in (single, *parts):
