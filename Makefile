@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-slow benchmark clean
+.PHONY: demo test test-all test-budget benchmark clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15 $(PYTEST_ARGS)
 
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+# Every test: the fast tier above and the tests marked `slow` (notebooks, experiments' --quick
+# runs, the multi-process jobs, long recoveries). Run it before submitting a change to those parts.
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=30 -m '' $(PYTEST_ARGS)
+
+# `make test` with a report of where the time goes: the 20 slowest tests, totals per file and
+# folder, JAX compile against run (tests/budget.py; PYTEST_ARGS="-m ''" for every tier).
+test-budget: $(STAMP)
+	$(BIN)/python -m tests.budget $(PYTEST_ARGS)
 
 benchmark: $(STAMP)
 	$(BIN)/python -m benchmarks.simulate_batch
 
 clean:
-	rm -rf $(VENV) .jax_cache results .pytest_cache
+	rm -rf $(VENV) results .pytest_cache

@@ -90,12 +90,13 @@ def _close_figures():
 
 
 
-# `make test` runs `pytest -n auto --dist loadfile`: xdist hands out whole files, by default
-# (--loadscope-reorder) the files with the most tests first. The notebooks and the experiment
-# scripts are one or two tests of a minute or more each, so they came last and one worker ran
-# them alone for minutes at the end. Instead: the files below first, longest (on a fresh clone)
-# first, then the rest in collection order, so the two workers finish together. The list is a
-# schedule, not a selection: a file missing from it still runs, only later.
+# `make test` and `make test-all` run `pytest -n auto --dist loadfile`: xdist hands out whole
+# files, by default (--loadscope-reorder) the files with the most tests first. The notebooks and
+# the experiment scripts are one or two tests of a minute or more each, so they came last and one
+# worker ran them alone for minutes at the end. Instead: the files below first, longest (on a
+# fresh clone, `make test-budget`) first, then the rest in collection order, so the two workers
+# finish together. The list is a schedule, not a selection: a file missing from it still runs,
+# only later. Its first part is the second tier's (make test-all), the second make test's.
 LONGEST_FILES_FIRST = (
     "tests/notebooks/test_nb_07_petab_problem.py",
     "tests/notebooks/test_nb_03_classical_and_bayesian.py",
@@ -119,6 +120,14 @@ LONGEST_FILES_FIRST = (
     "tests/notebooks/test_nb_02_sensitivity.py",
     "tests/notebooks/test_nb_00_quickstart.py",
     "tests/notebooks/test_nb_06_digital_twin_impu.py",
+    "tests/test_problem.py",
+    "tests/test_model.py",
+    "tests/bayes/test_mala.py",
+    "tests/sensitivity/test_sobol.py",
+    "tests/test_sbml.py",
+    "tests/robustness/test_estimators.py",
+    "tests/models/test_roll_plane.py",
+    "tests/test_petab.py",
 )
 
 

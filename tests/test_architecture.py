@@ -213,6 +213,7 @@ def test_nn_does_not_import_models(graph):
         assert chain is None, f"{module} imports a model: {' -> '.join(chain)}"
 
 
+@pytest.mark.slow
 def test_importing_jcalib_turns_equinox_runtime_errors_into_nan():
     """Without EQX_ON_ERROR in the environment, importing jcalib sets it to nan (failed solver
     internals become NaN and a SolveStatus, not an exception that aborts a whole batch); a
@@ -238,6 +239,7 @@ print(ctypes.CDLL(path).scipy_openblas_get_num_threads())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_importing_jcalib_runs_the_lu_factorisations_on_one_openblas_thread():
     """Without OPENBLAS_NUM_THREADS in the environment, the OpenBLAS that JAX's CPU LU

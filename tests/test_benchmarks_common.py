@@ -127,6 +127,7 @@ def test_scripts_run_as_modules_from_the_repository_root():
     assert "usage: python -m benchmarks.simulate_batch" in done.stdout
 
 
+@pytest.mark.slow
 def test_profile_batch_quick(tmp_path):
     """benchmarks/profile_batch.py --quick on the stiff polymerization model: the pieces of a
     Rodas5P step are reported, and the shares are their definitions applied to the reported

@@ -8,6 +8,7 @@ import pytest
 from tests.helpers import load_script
 
 
+@pytest.mark.slow
 def test_least_squares_benchmark_quick(tmp_path):
     out = tmp_path / "least_squares.json"
     report = load_script("benchmarks/least_squares.py").main(["--quick", "--repeats", "3", "--out", str(out)])
@@ -39,6 +40,7 @@ def test_least_squares_benchmark_quick(tmp_path):
     assert ratios["target_5x_full_runs_met"] == (ratios["wall_speedup"] >= 5.0 and jc["mse"] <= fd["mse"] * (1 + 1e-6))
 
 
+@pytest.mark.slow
 def test_joint_problem_benchmark_quick(tmp_path):
     """benchmarks/joint_problem.py: one vmapped group per K, the joint residuals equal the loop's,
     the ratios are the ratios of the reported timings (never compared with a threshold)."""

@@ -55,6 +55,7 @@ def _check_bayesflow_side(side, n_train, epochs, n_obs, n_samples):
     assert sbc["all_passed"] == all(sbc["passed"].values())
 
 
+@pytest.mark.slow
 def test_bayesflow_benchmark_quick_jcalib_side(tmp_path):
     """benchmarks/bayesflow.py --quick --no-reference: jcalib's side only (nothing installed), two
     configurations (the LSTM and the convolutional summary network) in one report."""

@@ -29,6 +29,7 @@ def _check_jcalib_side(row, n_starts, n_batch):
     assert (m["seconds_per_converged_start"] is None) == (m["n_converged"] == 0)
 
 
+@pytest.mark.slow  # ~70 s: two PEtab problems in two processes
 def test_petab_tools_quick_jcalib_side(tmp_path):
     """--quick --no-reference: Bertozzi_PNAS2020, 4 starts, a batch of 32, jcalib only (nothing installed),
     in one process and on two (benchmarks/petab_tools_jcalib_worker.py over jcalib.distributed)."""

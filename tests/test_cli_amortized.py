@@ -17,6 +17,7 @@ runner = CliRunner()
 TINY = ["--epochs", "2", "--summary", "mlp", "--n-blocks", "1", "--hidden", "8", "--batch-size", "16"]
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::jcalib.nn.bayesflow.PosteriorLeakageWarning")  # 2 epochs: under-trained
 def test_amortize_writes_posterior_and_metrics(tmp_path):
     out = tmp_path / "amortize"
@@ -75,6 +76,7 @@ def test_bad_input_gives_clear_error(args, message):
     assert message in json.dumps(result.output)
 
 
+@pytest.mark.slow
 def test_identify_refuses_data_at_other_times(tmp_path):
     csv = tmp_path / "data.csv"
     assert runner.invoke(app, ["simulate", "four_substance_reactions", "--times", "0,10,100",

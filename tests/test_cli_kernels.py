@@ -23,6 +23,7 @@ def reactions_csv(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # ~50 s cold
 def test_sample_with_nuts(tmp_path, reactions_csv):
     result = runner.invoke(app, ["sample", "four_substance_reactions", "--data", str(reactions_csv),
                                  "--sigma", "0.05", "--steps", "60", "--burn", "0", "--chains", "2",

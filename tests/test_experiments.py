@@ -9,6 +9,7 @@ from jcalib.bayes import PosteriorResult
 from tests.helpers import load_script
 
 
+@pytest.mark.slow  # experiments' --quick runs are make test-all (~170-240 s cold)
 def test_demo_writes_metrics_and_figures(tmp_path):
     metrics = load_script("experiments/demo.py").main(["--out", str(tmp_path), "--quick"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
@@ -47,6 +48,7 @@ def test_demo_writes_metrics_and_figures(tmp_path):
     assert len([line for line in table if line.startswith("|")][2:]) == 6  # one row per claim of §3.2.2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["four_substance_reactions", "radical_polymerization_real_qss"])
 def test_benchmark_quick(tmp_path, case):
     out = tmp_path / "bench.json"
@@ -59,6 +61,7 @@ def test_benchmark_quick(tmp_path, case):
     assert result["max_rel_difference"] < (1e-3 if case.endswith("qss") else 1e-5)
 
 
+@pytest.mark.slow
 def test_winding_identifiability_quick(tmp_path):
     metrics = load_script("experiments/winding_identifiability.py").main(["--out", str(tmp_path),
                                                                     "--quick"])
@@ -101,6 +104,7 @@ def test_winding_identifiability_quick(tmp_path):
     assert len(table) == 18  # checked items and claims of Bastogne 2007 §4.4-4.5
 
 
+@pytest.mark.slow
 def test_sobol_benchmark_quick(tmp_path):
     out = tmp_path / "sobol.json"
     report = load_script("benchmarks/sobol.py").main(["--quick", "--cases", "four_substance_reactions",
@@ -114,6 +118,7 @@ def test_sobol_benchmark_quick(tmp_path):
     assert result["indices_comparison"]["within_bootstrap_intervals"]
 
 
+@pytest.mark.slow
 def test_cabin_sensitivity_quick(tmp_path):
     metrics = load_script("experiments/cabin_sensitivity.py").main(["--out", str(tmp_path), "--quick"])
     saved = json.loads((tmp_path / "metrics.json").read_text())

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from tests.helpers import load_script
 
 
+@pytest.mark.slow
 def test_reactions_classical_quick(tmp_path):
     metrics = load_script("experiments/reactions_classical.py").main(["--out", str(tmp_path), "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
@@ -45,6 +48,7 @@ def test_reactions_classical_quick(tmp_path):
     assert len([line for line in table if line.startswith("|")][2:]) == 9  # claims of §3.1.1-3.1.3, draw study
 
 
+@pytest.mark.slow
 def test_polymerization_classical_quick(tmp_path):
     metrics = load_script("experiments/polymerization_classical.py").main(["--out", str(tmp_path),
                                                                      "--quick"])
@@ -66,6 +70,7 @@ def test_polymerization_classical_quick(tmp_path):
     assert len([line for line in table if line.startswith("|")][2:]) == 11  # Tests 1-4 claims (3-4: n/a)
 
 
+@pytest.mark.slow
 def test_winding_bottom_up_quick(tmp_path):
     metrics = load_script("experiments/winding_bottom_up.py").main(["--out", str(tmp_path), "--quick"])
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics

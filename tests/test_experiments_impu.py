@@ -27,6 +27,7 @@ def test_zone_geometry(script):
     np.testing.assert_array_equal(script.zone_of(u1, u2), [1, 2, 3, 4, 5, 6, 4, 6])
 
 
+@pytest.mark.slow
 def test_exclusion_and_zone_test_set(script):
     import jax
 

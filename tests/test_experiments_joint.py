@@ -4,10 +4,12 @@
 import json
 
 import numpy as np
+import pytest
 
 from tests.helpers import load_script
 
 
+@pytest.mark.slow  # ~130-200 s cold
 def test_joint_calibration_quick(tmp_path):
     script = load_script("experiments/joint_calibration.py")
     metrics = script.main(["--out", str(tmp_path), "--quick"])

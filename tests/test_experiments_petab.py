@@ -18,6 +18,7 @@ def _rows(out):
     return {row["problem"]: row for row in json.loads((out / "table.json").read_text())["rows"]}
 
 
+@pytest.mark.slow  # each problem in its own process
 def test_petab_collection_quick(tmp_path):
     script = load_script("experiments/petab_collection.py")
     summary = script.main(["--out", str(tmp_path), "--quick"])
@@ -54,6 +55,7 @@ _DELAYED_EVENT = """<listOfEvents><event id="late" useValuesFromTriggerTime="tru
   </math></eventAssignment></listOfEventAssignments></event></listOfEvents>"""
 
 
+@pytest.mark.slow
 def test_petab_collection_records_refusals_and_timeouts(tmp_path):
     """A refused problem keeps its reason (Bertozzi with an event delay, which jcalib.sbml
     refuses); a problem past its timeout is recorded, not waited for; --update reruns one.
@@ -133,6 +135,7 @@ def test_petab_collection_full(tmp_path):
 MATCHED_TODAY = 14  # measured 2026-11-24 (with --timeout 480 Alkan_SciSignal2018 compiles in time)
 
 
+@pytest.mark.slow
 def test_petab_multistart_quick(tmp_path):
     """experiments/petab_multistart.py (issue 21 §5) --quick: a trust-region reflective multistart
     (the default) from the PEtab bounds reaches the published optimum of Bertozzi_PNAS2020."""

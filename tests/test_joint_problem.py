@@ -61,6 +61,7 @@ def _single(pair, **settings):
     return CalibrationProblem(*pair, weighting="absolute", **settings)
 
 
+@pytest.mark.slow
 def test_names_and_layout(joint, ragged):
     assert joint.free_names == ("kab", "kac", "kad[e0]", "kad[e1]", "kad[e2]")
     assert joint.experiment_names == ("e0", "e1", "e2")
@@ -72,6 +73,7 @@ def test_names_and_layout(joint, ragged):
     assert est["kad[e2]"] == pytest.approx(7e-5, rel=1e-14)
 
 
+@pytest.mark.slow
 def test_one_experiment_equals_single_problem_exactly(ragged):
     pair = ragged[1]
     single = _single(pair, fixed={"kad": 5e-5})
@@ -87,6 +89,7 @@ def test_one_experiment_equals_single_problem_exactly(ragged):
     assert float(one_s.log_posterior(z)) == float(single_s.log_posterior(z))
 
 
+@pytest.mark.slow
 def test_residuals_and_jacobian_stack_the_experiments(joint, ragged, z_off):
     r, jac = np.asarray(joint.residuals(z_off)), np.asarray(joint.jacobian(z_off))
     z_exp = joint.experiment_internal(z_off)
@@ -117,6 +120,7 @@ def test_per_experiment_parameter_moves_only_its_experiment(joint, z_off):
     assert np.all(np.delete(change, np.arange(rows.start, rows.stop)) == 0.0)
 
 
+@pytest.mark.slow
 def test_identical_copies_repeat_the_residuals_and_keep_the_estimate(base):
     pair = _experiment(base, 0, 10, 10.0, noise=0.02)
     copies = [(pair[0].with_experiment(Experiment(np.asarray(pair[0].ts), t0=0.0, conditions={"A0": 10.0},
@@ -146,6 +150,7 @@ def test_fixed_per_experiment_and_conditions(base, ragged):
     np.testing.assert_allclose(r_wrong[wrong.experiment_rows[1]], 0.0, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_different_structures_form_separate_groups(ragged):
     """An experiment whose model differs in a static setting (here kab's bounds) cannot be
     stacked with the others: it is simulated on its own, with the same results."""
@@ -159,6 +164,7 @@ def test_different_structures_form_separate_groups(ragged):
     np.testing.assert_allclose(np.asarray(mixed.residuals(z)), stacked, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_consistency(joint, z_off):
     zs = jnp.stack([z_off, z_off + 0.05, z_off - 0.05])
     batched = jax.vmap(lambda z: joint._loss_impl(z))(zs)
@@ -200,6 +206,7 @@ def joint_fit(joint):
     return estimation.gauss_newton(joint, None)
 
 
+@pytest.mark.slow  # ~55 s cold
 def test_estimators_recover_the_truth_jointly(joint, joint_fit):
     """Gauss-Newton and the vmapped LM multistart on the joint problem reach the data's
     parameters (noise-free data), with per-experiment kad."""
@@ -248,6 +255,7 @@ def joint_pairs_with_sigma(joint):
     return out
 
 
+@pytest.mark.slow
 def test_experiment_contributions_count_the_added_directions(base):
     """A only: each experiment alone identifies kab and kac + kad_k (rank 2); a second
     experiment with its own kad adds the direction kac + kad_2. With one shared kad no
@@ -291,6 +299,7 @@ def test_bands_per_experiment(joint):
         bayes.expand_draws(joint, z, coordinates="internal")
 
 
+@pytest.mark.slow
 def test_plots_have_one_row_per_experiment(joint, joint_fit):
     import matplotlib.pyplot as plt
 
@@ -324,6 +333,7 @@ def test_fix_a_shared_parameter_or_one_copy(joint, z_off):
         joint.fix({"kad": 1e-5})
 
 
+@pytest.mark.slow
 def test_noise_model_per_experiment(ragged):
     """``likelihood={experiment: ...}``: the log-likelihood is the sum of each experiment's
     own, e.g. an absolute Gaussian of sigma 0.01 for e0 and 0.05 for e1 and e2."""
@@ -339,6 +349,7 @@ def test_noise_model_per_experiment(ragged):
         JointProblem(ragged, free=["kab"], weighting="absolute", likelihood={"e9": AbsoluteGaussian(0.1)})
 
 
+@pytest.mark.slow
 def test_parameter_set_from_each_experiments_condition(ragged):
     """``fixed={"A0": "A0"}``: an initial-state parameter takes each experiment's condition A0,
     so the residuals are those of the experiments' own models."""

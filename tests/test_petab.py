@@ -32,7 +32,9 @@ def _case(case):
     return folder, solution
 
 
-@pytest.mark.parametrize("case", CASES)
+# make test runs case 0001 (two species, one observable); the other cases (5-15 s of compiling each)
+# run in make test-all
+@pytest.mark.parametrize("case", [c if c == "0001" else pytest.param(c, marks=pytest.mark.slow) for c in CASES])
 def test_petab_suite_case(case):
     if case in UNSUPPORTED:
         pytest.skip(f"PEtab test case {case}: unsupported feature: {UNSUPPORTED[case]}")
@@ -51,6 +53,7 @@ def test_petab_suite_case(case):
     np.testing.assert_allclose(table["simulation"], expected["simulation"], rtol=tol, atol=tol)
 
 
+@pytest.mark.slow
 def test_petab_gradient_matches_finite_differences():
     folder, _ = _case("0019")  # a log10-scale estimated initial value
     pp = jpetab.load(folder / "_0019.yaml")
@@ -62,6 +65,7 @@ def test_petab_gradient_matches_finite_differences():
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["0007", "0016"])  # lin + log10, lin + log observables
 def test_petab_laplace_matches_petab_calculate(case, tmp_path):
     """Laplace noise (not in the suite's cases 1-20): llh and chi2 equal petab's own
@@ -94,6 +98,7 @@ def test_petab_unsupported_feature_is_refused(tmp_path):
         jpetab.load(tmp_path / "_0001.yaml", validate=False)
 
 
+@pytest.mark.slow  # ~65 s cold
 def test_petab_steady_state_measurements(tmp_path):
     """Case 0001 (A <-> B, k1 A and k2 B, A(0) + B(0) = 1) with rows at t = inf: the steady state
     A = k2 / (k1 + k2) and its gradient, next to the finite-time rows (unchanged)."""
@@ -137,6 +142,7 @@ def test_petab_steady_state_measurements(tmp_path):
     assert np.isnan(starved.simulate(z)).all() and float(starved.log_likelihood(z)) == -np.inf
 
 
+@pytest.mark.slow
 def test_petab_steady_state_derivatives_are_exact_for_slow_kinetics(tmp_path):
     """Case 0001 with slow rates (k1 = 2e-3, k2 = 1e-3 /s) and one t = inf row: the simulation
     reaches the steady-state event while its slowest mode (and more so its sensitivities) are
@@ -208,6 +214,7 @@ def test_petab_problem_residuals_with_estimated_noise(noise_case):
     np.testing.assert_allclose(constants[0], 0.5 * n_rows * 50.0, rtol=1e-12)  # no transformation: no log-Jacobian
 
 
+@pytest.mark.slow
 def test_petab_problem_jacobian_matches_finite_differences(noise_case):
     pp, _ = noise_case
     problem = pp.problem
@@ -222,6 +229,7 @@ def test_petab_problem_jacobian_matches_finite_differences(noise_case):
     np.testing.assert_allclose(batched[1], float(problem.log_likelihood(theta + 0.1)), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_petab_problem_least_squares_fit(noise_case):
     """Levenberg-Marquardt (vmapped multistart from the PEtab bounds) on the PEtab problem:
     the best start reaches at least the nominal log-likelihood."""
@@ -248,6 +256,7 @@ def test_petab_problem_fix_and_bad_input(noise_case):
         pp.problem.log_likelihood(jnp.zeros(3))
 
 
+@pytest.mark.slow
 def test_petab_failed_solve_is_not_a_number(tmp_path):
     """A solve that cannot finish gives -inf log-likelihood, NaN residuals and a status."""
     pp = jpetab.load(_copy("0001", tmp_path), max_steps=2)
@@ -297,6 +306,7 @@ def test_petab_objective_priors(tmp_path):
         pp.problem.log_posterior(theta)
 
 
+@pytest.mark.slow
 def test_cli_petab_simulate_and_fit(tmp_path):
     """`jcalib petab PATH.yaml`: the simulation table at the nominal parameters is the suite's
     expected one; a Gauss-Newton fit reaches at least the nominal log-likelihood; bad input is
@@ -328,6 +338,7 @@ def test_cli_petab_simulate_and_fit(tmp_path):
     assert result.exit_code == 2 and "no such file" in result.output
 
 
+@pytest.mark.slow
 def test_petab_gradient_on_a_stiff_collection_model():
     """Boehm_JProteomeRes2014 (stiff): jax.grad of the log-likelihood comes from forward
     sensitivities (reverse mode through diffrax's implicit solver raised a lineax error here)
@@ -347,6 +358,7 @@ def test_petab_gradient_on_a_stiff_collection_model():
     np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_petab_gradient_where_an_observable_is_zero(tmp_path):
     """An untransformed observable that is exactly 0 (B at t = 0 with b0 = 0): the log branch
     of the transformation must not leak 0 * inf = NaN into the gradient."""
@@ -365,6 +377,7 @@ def test_petab_gradient_where_an_observable_is_zero(tmp_path):
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_petab_vmapped_conditions_equal_one_by_one():
     """Case 0005 (two conditions): the vmapped solve (``batch_size=2``) gives the sequential
     results and the suite's llh; a bad batch size is refused."""

@@ -58,6 +58,7 @@ def pre_model():
     return _model(pre={"u": 1.0})
 
 
+@pytest.mark.slow
 def test_simulation_starts_from_the_steady_state(pre_model):
     theta = np.array([1.5, 0.7])
     y = np.asarray(pre_model.simulate(jnp.asarray(theta)))[:, 0]
@@ -66,6 +67,7 @@ def test_simulation_starts_from_the_steady_state(pre_model):
     assert abs(without[0] - y[0]) > 0.1  # without pre-equilibration it starts from y0 = 0.3
 
 
+@pytest.mark.slow
 def test_sensitivities_through_the_preequilibration(pre_model):
     """Forward-mode Jacobian (through the steady-state event) against the analytic
     derivatives of y(t) and against central differences."""
@@ -79,6 +81,7 @@ def test_sensitivities_through_the_preequilibration(pre_model):
     np.testing.assert_allclose(jac[:, 0], d_kin, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_no_steady_state_is_a_failed_solve_not_numbers():
     model = _model(pre={"u": 1.0}, oscillate=True, max_steps=500)
     y, status = model.simulate_with_status(jnp.asarray([1.5, 0.7]))
@@ -92,6 +95,7 @@ def test_bad_preequilibration_is_refused():
         Experiment(TS, conditions={"u": 1.0}, preequilibration={"w": 2.0})
 
 
+@pytest.mark.slow  # ~50 s cold
 def test_joint_problem_with_preequilibrated_experiments(pre_model):
     """Two experiments stepping from u = 1 to u = 2 and to u = 4 share k_in, k_out: the joint
     fit of their noise-free data recovers them (a single one too, but the pair is one vmap)."""

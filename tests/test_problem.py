@@ -76,6 +76,7 @@ def test_jacobian_matches_finite_differences(problem, z_off):
     np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-5 * np.abs(fd).max())
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_consistency(problem, z_off):
     zs = z_off[None, :] + jnp.asarray(np.linspace(-0.2, 0.2, 12).reshape(4, 3))
     for name in ("residuals", "log_posterior"):  # log_posterior covers prior and likelihood
@@ -113,6 +114,7 @@ def test_log_likelihood_relative(problem, noisy, z_off):
                                rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_uniform_prior_and_posterior_support(problem, z_off):
     space = problem.space
     width = space.upper_internal - space.lower_internal
@@ -310,6 +312,7 @@ def open_problem():
     return problem, other, least_squares
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["gauss_newton", "least_squares_trf"])
 def test_infinite_bounds_estimate_the_least_squares_answer(open_problem, method):
     from jcalib import estimation
@@ -379,6 +382,7 @@ def test_infinite_bounds_covariance_is_the_linear_one(open_problem):
                                np.log(least_squares[2] + 1) - np.log(intervals["c"][0] + 1), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_from_simulation_is_a_data_free_problem():
     # y1 = a + b t, y2 = b t + c t²/2 (tests/estimation/linear_case.py): at θ = (0, 0, 1) y1 is 0
     # everywhere, so relative weighting keeps only y2; residuals vanish at θ

@@ -36,6 +36,7 @@ def _constant_steps(dt, ts):
                            saveat=dfx.SaveAt(ts=ts), max_steps=1000).ys
 
 
+@pytest.mark.slow
 def test_order_five_at_steps_and_in_between(nonlinear_reference):
     """Global error with constant steps falls as h^5 (Rodas5P is order 5), at the step ends and
     at observation times inside steps (dense output)."""
@@ -63,6 +64,7 @@ def test_stiff_linear_system_against_expm():
     assert int(sol.stats["num_steps"]) < 500  # explicit stability would need ~1e4 * 10 / 3 steps
 
 
+@pytest.mark.slow
 def test_robertson_matches_kvaerno5_with_fewer_steps():
     """The stiff Robertson kinetics to t = 1e5: the same solution as diffrax's Kvaerno5 at
     tight tolerances, and mass conservation (the sum of the three species stays 1)."""
@@ -92,6 +94,7 @@ def _decay_solve(adjoint):
     return solve
 
 
+@pytest.mark.slow
 def test_derivatives_forward_reverse_and_finite_differences():
     k = jnp.array([2.0, 0.7])
     forward = np.asarray(jax.jit(jax.jacfwd(_decay_solve(dfx.ForwardMode())))(k))

@@ -123,6 +123,7 @@ def test_default_solver_is_rodas5p_and_kvaerno5_options_are_refused_with_it(volu
         sbml.stiff_solver(method="radau")
 
 
+@pytest.mark.slow
 def test_kvaerno5_chord_and_newton_stage_solves_give_the_same_analytic_solution():
     """stiff_solver(method='kvaerno5'): diffrax's Kvaerno5 with chord stage solves (the default)
     or optimistix.Newton (newton=True), pinned to the analytic solution like Rodas5P."""
@@ -178,6 +179,7 @@ def test_rate_rules_and_piecewise(rate_rule_model):
     np.testing.assert_allclose(y[:, 1], np.minimum(TS, 1.0), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_jacobian_matches_finite_differences(volume_model):
     theta = jnp.asarray(volume_model.parameters.nominal)
     jac = np.asarray(volume_model.jacobian(theta))
@@ -195,6 +197,7 @@ def _petab_table(case: str, name: str) -> list[dict]:
         return list(csv.DictReader(handle, delimiter="\t"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["0001", "0011"])
 def test_petab_suite_models_reproduce_the_reference_simulations(case):
     """Cases whose observable is the plain species A, in one condition: the parameter table's
@@ -277,6 +280,7 @@ def event_model():
     return sbml.model_from_sbml(EVENT_MODEL, ts=TS, bounds={"T": (0.1, 10.0)})
 
 
+@pytest.mark.slow
 def test_time_events_against_the_analytic_solution(event_model):
     """States saved at an event's time are the ones after it (t = 1.5 here)."""
     assert event_model.state_names == ("S", "X")  # the boundary species an event sets is a state
@@ -286,6 +290,7 @@ def test_time_events_against_the_analytic_solution(event_model):
                                    rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_time_event_derivatives_jit_and_vmap(event_model):
     """d X / d T = 2 k after the event, d X / d k = 2 min(t, T): the event time is differentiable."""
     theta = jnp.asarray([0.5, 2.0])
@@ -321,6 +326,7 @@ def _switch_solution(theta, ts):
     return k * np.minimum(ts, t_switch) + 2 * k * np.clip(ts - t_switch, 0.0, t_switch)
 
 
+@pytest.mark.slow
 def test_piecewise_switches_in_time_restart_the_solver_and_have_derivatives():
     """Piecewise conditions comparing time with parameters are switches: the solver restarts at
     T and 2 T, and the derivatives include the jump, d x / d T = k (2 - 1) + 2 k (t > 2T) ...:
@@ -354,6 +360,7 @@ def _sawtooth(trigger: str) -> str:
       </listOfEventAssignments></event></listOfEvents>""")
 
 
+@pytest.mark.slow
 def test_a_state_dependent_event_against_the_sawtooth():
     """x > 2 resets x to 0: x = r t mod 2, found by diffrax's event root finding; dx/dr = t
     (the event times 2 k / r move with r); jit and vmap agree."""

@@ -131,6 +131,7 @@ def test_the_networks_refuse_non_simulators():
         simulate_training_set(jax.random.key(0), decay, 4)
 
 
+@pytest.mark.slow
 def test_pelsvae_fits_a_function_simulator():
     """A simulator without an experiment: the surrogate keeps its times and output names."""
     from jcalib.nn.pelsvae import PELSVAE, PELSVAEConfig

@@ -39,6 +39,7 @@ def gaussian_run(request):
     return request.param, result
 
 
+@pytest.mark.slow
 def test_moments_of_a_correlated_gaussian(gaussian_run):
     kernel, result = gaussian_run
     assert isinstance(result, PosteriorResult) and result.samples.shape == (N_CHAINS, N_STEPS, 2)
@@ -61,6 +62,7 @@ def test_laplace_whitening_is_the_default_metric(gaussian_run):
     assert result.n_logdensity_evaluations > N_CHAINS * (N_STEPS + WARMUP)  # ≥ 1 leapfrog step per transition
 
 
+@pytest.mark.slow
 def test_same_key_same_draws_and_dense_metric_is_laplace_here():
     kwargs = dict(n_chains=2, warmup=20, kernel="nuts")
     a = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, **kwargs)
@@ -83,6 +85,7 @@ def test_sampling_warnings_as_for_mala():
     assert result.to_dict()["warnings"] == list(result.warnings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["hmc", "nuts"])
 def test_failed_solves_are_divergences_never_accepted(kernel):
     """A standard normal whose 'solve' fails for x0 > 0.5: the target is truncated there."""
@@ -105,6 +108,7 @@ def test_prescaled_metric_and_explicit_step():
     assert np.all(np.isfinite(result.samples))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build", [hmc.hmc_algorithm, hmc.nuts_algorithm])
 def test_algorithms_on_a_raw_log_density(build):
     """The builders are `Algorithm`s for any log density: `run` gives the Gaussian's moments."""

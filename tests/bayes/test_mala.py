@@ -69,6 +69,7 @@ def linear_run(request):
     return prior, result
 
 
+@pytest.mark.slow
 def test_linear_gaussian_mean_and_covariance(linear_run):
     """Posterior mean, sd and covariances agree with the analytic ones within ~5 MCSE."""
     prior, result = linear_run
@@ -214,6 +215,7 @@ def test_prescaled_kernel_equals_blackjax_in_rescaled_coordinates():
     np.testing.assert_allclose(ours[2], theirs[2], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_sample_backends_agree_and_chunks_do_not_change_draws():
     problem = _problem("uniform")
     kwargs = dict(n_chains=2, step_sizes=np.asarray(0.3 * _POST_SD**2), burn_in=10, thin=2)
@@ -233,6 +235,7 @@ def test_sample_backends_agree_and_chunks_do_not_change_draws():
     assert 0.1 < ours.acceptance < 0.99
 
 
+@pytest.mark.slow
 def test_algorithm_chunks_do_not_change_draws():
     """`mala_algorithm` driven by `jcalib.algorithm.run`: the same draws in one chunk or many."""
     chains = vmap_chains(mala.mala_algorithm(_banana, jnp.array([0.3, 0.05, 2.0])))
@@ -260,6 +263,7 @@ def test_diagonal_preconditioner_gives_the_prescaled_chain():
     assert dense.method.startswith("preconditioned-mala")
 
 
+@pytest.mark.slow
 def test_dense_preconditioner_on_the_linear_gaussian(linear_run):
     """With the posterior covariance as C the chain follows the correlations: the analytic
     moments within ~5 MCSE and a far larger ESS per draw than the diagonal sampler."""
@@ -280,6 +284,7 @@ def test_dense_preconditioner_on_the_linear_gaussian(linear_run):
 RIDGE_COV = np.array([[1.0, 9.95], [9.95, 100.0]])  # correlation 0.995 and scales 1 and 10
 
 
+@pytest.mark.slow
 def test_dense_preconditioner_follows_a_ridge():
     """A diagonal P must take steps of the ridge's width (about 0.1 sd along it); the dense
     preconditioner moves along it: > 20x the ESS of the (warmed-up) diagonal sampler."""
@@ -372,6 +377,7 @@ def _run_chains(logdensity_fn, x0, n_steps, step_sizes, n_chains=2, key=5, backe
     return PosteriorResult.from_chains(position, logdensity, accepted.mean(axis=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nan_value", "nan_gradient", "minus_inf"])
 def test_chain_next_to_a_bad_region_keeps_running(kind):
     def logdensity(x):

@@ -81,6 +81,7 @@ def test_solver_failures_in_part_of_the_box_are_rejected():
     assert result.acceptance > 0.2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["mala", "nuts"])
 def test_sample_on_an_ode_problem_compiles_its_loop_once(kernel):
     """A new problem of the same structure (other data, other σ) reuses the compiled sampling loop:

@@ -103,6 +103,7 @@ def test_equal_draws_collapse_onto_simulate(problem):
     np.testing.assert_allclose(full, np.tile([0.7, 4.0], (8, 1)), rtol=1e-14)
 
 
+@pytest.mark.slow
 def test_other_experiment(problem, linear, model, theta):
     later = jcalib.Experiment([1.0, 3.0, 6.0], t0=0.0, name="later")
     z = problem.to_internal(jnp.asarray([0.7, 4.0]))

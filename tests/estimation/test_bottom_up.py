@@ -42,6 +42,7 @@ def result_c_first(problem):
     return bottom_up(problem, ["c", "a", "b"])
 
 
+@pytest.mark.slow
 def test_cost_vanishes_at_the_known_knee_and_stays(result):
     assert isinstance(result, BottomUpResult)
     assert result.ranking == ("a", "b", "c") and result.n_steps == 3
@@ -55,6 +56,7 @@ def test_cost_vanishes_at_the_known_knee_and_stays(result):
     assert [r.names for r in result.steps] == [("a",), ("a", "b"), ("a", "b", "c")]
 
 
+@pytest.mark.slow
 def test_costs_do_not_increase_with_more_parameters(result, result_c_first):
     for r in (result, result_c_first):
         curve = np.concatenate([[r.initial_loss], r.costs])
@@ -118,6 +120,7 @@ def test_bounds_hold_with_gauss_newton_and_a_base_start():
     assert r.steps[0].extra["at_bounds"] == {"a": "upper"}
 
 
+@pytest.mark.slow
 def test_ranking_from_an_identifiability_report(problem):
     report = identifiability(problem, np.array([0.5, -0.2, 0.1]), start="j_sensitivity")
     r = bottom_up(problem, report, max_params=2)

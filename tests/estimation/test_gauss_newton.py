@@ -47,6 +47,7 @@ def _assert_within_bounds(problem, result):
 
 
 # --- analytic reference -------------------------------------------------------------------
+@pytest.mark.slow
 def test_one_undamped_step_is_the_normal_equations_solution(linear):
     problem, y = linear
     a = design()
@@ -106,6 +107,7 @@ def test_all_species_noise_free_recovers_truth_from_ten_times_off(abcd):
     _assert_within_bounds(abcd, result)
 
 
+@pytest.mark.slow
 def test_a_only_two_essential_directions_flat_mixes_kac_and_kad(a_only):
     start = [1e-3, 1e-4, 1e-4]  # kab 10x, kac 10x, kad 2x the truth (upper bounds)
     result = gauss_newton(a_only, start)
@@ -166,6 +168,7 @@ def polymerization_fits():
     return fits
 
 
+@pytest.mark.slow
 def test_polymerization_monomer_only_one_essential_direction(polymerization_fits):
     problem, result = polymerization_fits["M"]
     assert result.converged, result.reason

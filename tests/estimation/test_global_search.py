@@ -103,6 +103,7 @@ def de_rastrigin():
 
 
 # --- differential evolution ----------------------------------------------------------------
+@pytest.mark.slow
 def test_de_finds_the_global_minimum_of_rastrigin_4d(de_rastrigin):
     # tolerance: the nearest local minimum has loss 0.995, so 1e-6 separates the basins
     out, best = de_rastrigin
@@ -119,6 +120,7 @@ def test_de_rand1bin_finds_the_global_minimum_of_rastrigin_4d():
     assert float(rastrigin(jnp.asarray(best))) < 1e-6 and out.status == "converged"
 
 
+@pytest.mark.slow
 def test_de_is_deterministic_and_chunking_does_not_change_it(de_rastrigin):
     """The key of generation i is fold_in(key, i): one compiled chunk, chunks of 7 or a
     Python loop give the same generations, and they stop at the same one."""
@@ -147,6 +149,7 @@ def two_minima(oscillator_problem):
     return local, de
 
 
+@pytest.mark.slow
 def test_local_method_from_a_bad_start_ends_in_a_wrong_minimum(two_minima):
     local, _ = two_minima
     assert local.converged, local.reason  # a genuine local minimum, not a budget stop
@@ -252,6 +255,7 @@ def test_multistart_errors(noisy_problem):
         multistart(jax.random.key(0), noisy_problem, 4, theta0={"kab": 0.1})
 
 
+@pytest.mark.slow
 def test_multistart_lm_is_vmapped_and_deterministic(noisy_problem):
     first = multistart(jax.random.key(5), noisy_problem, 4, method="lm")
     again = multistart(jax.random.key(5), noisy_problem, 4, method="lm")

@@ -175,6 +175,7 @@ def test_trf_bad_plateau_options_raise(problem, options, match):
         least_squares_trf(problem, **options)
 
 
+@pytest.mark.slow
 def test_trf_failed_solve_at_the_start_raises(problem):
     failing = jcalib.CalibrationProblem(problem.model.with_solver(max_steps=2), problem.measurements)
     with pytest.raises(ValueError, match=r"least_squares_trf: the simulation at theta0 = .* failed \(MAX_STEPS: "
@@ -193,6 +194,7 @@ def lm_batch(problem_outside, starts):
     return levenberg_marquardt_batch(problem_outside, starts)
 
 
+@pytest.mark.slow
 def test_lm_batch_vmap_equals_loop(noisy_problem, starts):
     batched = levenberg_marquardt_batch(noisy_problem, starts)
     looped = levenberg_marquardt_batch(noisy_problem, starts, chunk_size=1)
@@ -270,6 +272,7 @@ def test_lm_batch_failed_solves_get_infinite_loss(problem, starts):
         assert r.loss == np.inf and not r.converged and "failed (MAX_STEPS" in r.reason
 
 
+@pytest.mark.slow
 def test_lm_algorithm_driven_by_run_is_optimistix_least_squares():
     """`levenberg_marquardt_algorithm` driven by `jcalib.algorithm.run` takes optimistix's own
     iterates: Rosenbrock's residuals from (-1.2, 1), the same point, step count and residual

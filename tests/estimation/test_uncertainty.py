@@ -61,6 +61,7 @@ def test_profile_of_linear_problem_is_the_analytic_parabola(linear):
     json.dumps(profile.to_dict())
 
 
+@pytest.mark.slow
 def test_profile_interval_matches_wald_on_fine_grid(linear):
     problem, _, _, _, _, result = linear
     profile = profile_likelihood(problem, result, "a", values=np.linspace(0.7, 1.4, 57))

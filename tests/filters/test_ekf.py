@@ -51,6 +51,7 @@ def _upper_triangular_expm(dt):
     return np.array([[e1, (e2 - e1) / 0.3], [0.0, e2]])
 
 
+@pytest.mark.slow
 def test_linear_gaussian_ekf_equals_kalman_filter():
     """A linear system (exact discretisation expm(A dt) in closed form), two outputs with
     correlated noise, some entries missing: the EKF's linearisation is exact, so it is the
@@ -212,6 +213,7 @@ def test_decay_matches_hand_written_ekf():
     assert float(x1[0]) == pytest.approx(2.0 * np.exp(-truth * 1.5), rel=1e-10)
 
 
+@pytest.mark.slow
 def test_measurement_noise_per_time_and_callable_agree():
     """R given once, once per time, or as a callable: the same filter."""
     model = decay_model()
@@ -239,6 +241,7 @@ def test_failed_solve_raises_or_flags():
 N_DRAWS = 5
 
 
+@pytest.mark.slow
 def test_roll_plane_ekf_moves_towards_p_ref():
     """Started at the nominal stiffnesses with the paper's 1 % noise, the final EKF
     estimate is closer to p_ref than the start, on average over noise draws and per

@@ -240,6 +240,7 @@ def test_expected_behaviour(probe, probe_nominal):
 
 
 # --- exact zeros, energy balance, symmetry, equilibrium (spec checks 1-4) ------------------
+@pytest.mark.slow
 def test_exact_zero_sensitivities(probe, probe_jacobian):
     names = probe.parameters.names
     ts = np.asarray(probe.ts)
@@ -362,6 +363,7 @@ def test_jacobian_matches_finite_differences(probe, probe_jacobian, nominal, oth
     assert excess.max() <= 0.0, (worst, jac[worst], fd[worst])
 
 
+@pytest.mark.slow
 def test_reverse_mode_gradient_is_finite_and_matches_forward_mode(cabin, nominal):
     """jax.grad through simulate (what MALA and NUTS use) crosses the phase switches, where
     rejected trial steps run far off; their softplus used to overflow there and turn the whole
@@ -382,6 +384,7 @@ def batch_1000(cabin):
     return thetas, values, status
 
 
+@pytest.mark.slow
 def test_simulate_batch_uniform_1000_succeeds(batch_1000):
     _thetas, values, status = batch_1000
     assert values.shape == (1000, 200, 4)
@@ -408,6 +411,7 @@ def test_jit_vmap_equals_single_simulations(cabin, batch_1000):
 PAPER_DOMINANT = ("ratioFrontRear", "ratioBottomUp", "A_internal_mass", "CF_alpha_internal")
 
 
+@pytest.mark.slow
 def test_sobol_structure_matches_the_paper(cabin):
     """Zhang & Mikelsons (2023), Fig. 4: on the 4 left sensors x (cool-down, heat-up), first-order
     indices averaged over all 200 x 4 elements single out four dominant parameters -- the paper's

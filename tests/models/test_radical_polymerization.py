@@ -110,6 +110,7 @@ def test_bad_options_raise():
 
 
 # --- balances and invariants (spec sanity checks 1-3) --------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["simple", "real"])
 def test_monomer_balance(which, simple, simple_run, real, real_run):
     model, (x, _) = (simple, simple_run["point2"]) if which == "simple" else (real, real_run)
@@ -241,6 +242,7 @@ def test_ktd_zero_is_refused_with_the_bounds_check(simple):
         simple.simulate(jnp.asarray(TEST_POINT_1))
 
 
+@pytest.mark.slow
 def test_identifiability_structure(simple_jacobian, simple_run):
     y = simple_run["point1"][1]
     # relative residuals, log parameters: d y / d log(theta_j) / y
@@ -310,12 +312,14 @@ def _fd_check(model, theta, jac, zero_step):
     assert error.max() <= 1e-5, (error.max(), np.unravel_index(error.argmax(), error.shape))
 
 
+@pytest.mark.slow
 def test_jacobian_matches_finite_differences_simple(simple):
     theta = simple.parameters.nominal
     jac = np.asarray(JACOBIAN(simple, jnp.asarray(theta)))
     _fd_check(simple, theta, jac, zero_step=1.0)
 
 
+@pytest.mark.slow
 def test_jacobian_matches_finite_differences_real(real, real_theta):
     jac = np.asarray(JACOBIAN(real, jnp.asarray(real_theta)))
     _fd_check(real, real_theta, jac, zero_step=10.0)

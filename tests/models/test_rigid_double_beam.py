@@ -306,6 +306,7 @@ def test_vmap_equals_single_simulations(model):
         np.testing.assert_allclose(values, run(model, theta)[1], rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_simulate_batch_uniform_box(model):
     """1,000 uniform samples (a training-set size) in one call: ~12 s with compilation on a
     loaded 2-core machine, so it stays in the default suite."""

@@ -342,6 +342,7 @@ def test_sensitivity_ranking(nominal, nominal_jacobian):
 
 
 # --- solver checks ----------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["nominal", "other"])
 def test_jacobian_matches_finite_differences(tight, nominal, other, nominal_jacobian, point):
     theta = nominal if point == "nominal" else other
@@ -364,6 +365,7 @@ def batch(office):
     return np.asarray(thetas), jcalib.simulate_batch(office, thetas, chunk_size=128)
 
 
+@pytest.mark.slow
 def test_simulate_batch_uniform_128_succeeds(batch):
     _, values = batch
     assert values.shape == (128, 1008, 1) and np.all(np.isfinite(values))

@@ -222,6 +222,7 @@ def test_tensions_do_not_depend_on_beta(augmented, augmented_solution, nominal):
     assert np.all(out_a[:, 2] > 0.1) and np.all(out_a[:, 3] > 0.1)  # speed outputs are live
 
 
+@pytest.mark.slow
 def test_beta_sensitivities_are_exactly_zero(nominal_jacobian):  # check 1
     assert np.all(nominal_jacobian[:, :, [14, 15]] == 0.0)
     assert np.all(np.any(nominal_jacobian[:, :, :14] != 0.0, axis=(0, 1)))
@@ -286,6 +287,7 @@ def _uniform_batch(model, n):
     return thetas, values
 
 
+@pytest.mark.slow
 def test_simulate_batch_over_the_box(model):
     thetas, values = _uniform_batch(model, 128)
     assert values.shape == (128, 600, 2)

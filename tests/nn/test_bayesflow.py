@@ -57,6 +57,7 @@ def test_set():
     return simulate(jax.random.key(3), 200)
 
 
+@pytest.mark.slow
 def test_matches_the_analytic_posterior(trained, test_set):
     _, xs = test_set
     mu, sd = analytic(xs)
@@ -104,6 +105,7 @@ def test_save_load_reproduces_draws(trained, test_set, tmp_path):
         AmortizedPosterior.load(p)
 
 
+@pytest.mark.slow
 def test_batch_and_single_draws_agree(trained, test_set):
     xs = test_set[1][:4]
     key = jax.random.key(7)
@@ -120,6 +122,7 @@ def test_batch_and_single_draws_agree(trained, test_set):
     np.testing.assert_allclose(lp[1], trained.log_prob(batch[1], xs[1]), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_fit_online_draws_fresh_data_every_epoch(tmp_path):
     model = LinearModel(A.reshape(T, M, D), space=SPACE.replace("p0", lower=-3.0, upper=3.0))  # x = A θ
     config = quick_config(summary="mlp", n_blocks=1, training=TrainingConfig(epochs=3, batch_size=64,
@@ -160,6 +163,7 @@ def test_training_fit_accepts_an_epoch_callable():
                      config=TrainingConfig(epochs=2, batch_size=8, progress=False))
 
 
+@pytest.mark.slow
 def test_summary_kinds():
     config = quick_config()
     for summary in SUMMARIES[1:]:  # the LSTM is trained above
@@ -168,6 +172,7 @@ def test_summary_kinds():
         assert net.summarize(jnp.ones((5, 3))).shape == (config.summary_size,)
 
 
+@pytest.mark.slow
 def test_log_scale_parameters_get_the_physical_density():
     space = ParameterSpace([Parameter("k", 1.0, 0.01, 100.0, log_scale=True), Parameter("c", 0.0, -1.0, 1.0)])
     thetas = np.asarray(space.sample(jax.random.key(0), 64))

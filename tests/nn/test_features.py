@@ -55,6 +55,7 @@ def test_time_extrema_of_a_damped_sine_match_the_analytic_extrema():
     assert int(count[0]) >= n_te
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_prominence_and_extrema_match_scipy_find_peaks(seed):
     rng = np.random.default_rng(seed)
@@ -134,6 +135,7 @@ def test_frequency_bins_of_interest():
     np.testing.assert_allclose(extractor.frequencies, [0.0, 1.5, 5.0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", FEATURE_TYPES)
 def test_extractor_jit_vmap_consistency_and_round_trip(kind):
     rng = np.random.default_rng(3)

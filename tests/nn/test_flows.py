@@ -30,6 +30,7 @@ def _inputs(n_params, n=6, seed=1):
             jax.random.normal(k2, (n, N_CONTEXT), jnp.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_params,actnorm", CASES)
 def test_inverts_and_log_det_matches_jacobian(n_params, actnorm):
     flow = _random_flow(n_params, actnorm)
@@ -60,6 +61,7 @@ def test_inverts_and_log_det_matches_jacobian(n_params, actnorm):
     assert float(jnp.max(jnp.abs(log_det))) > 0.1  # a non-trivial volume change
 
 
+@pytest.mark.slow
 def test_fresh_flow_is_the_identity_and_density_is_normalised():
     flow = CouplingFlow(2, N_CONTEXT, n_blocks=2, hidden=(8,), rngs=nnx.Rngs(0))
     theta, context = _inputs(2)
@@ -101,6 +103,7 @@ def test_jit_vmap_and_broadcasting_are_consistent():
     np.testing.assert_allclose(lp, -0.5 * jnp.sum(z**2, -1) - 1.5 * float(np.log(2 * np.pi)) + log_det, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sample_shapes_keys_and_distribution():
     flow = _random_flow(2, False)
     _, context = _inputs(2, n=4)

@@ -56,6 +56,7 @@ def measurements(beam, impu):
     return add_noise(jax.random.key(2), clean, paper_noise(beam)[0])
 
 
+@pytest.mark.slow
 def test_quick_accuracy_with_ri_fboi_features(impu, metrics):
     assert impu.n_features == 34  # 0-4 Hz: 9 real + 8 imaginary parts per output, as in the paper
     assert impu.extractor.bins == tuple(range(9))
@@ -107,6 +108,7 @@ def test_outside_training_range_flag(impu, measurements):
     np.testing.assert_allclose(np.asarray(estimate.theta[0]), impu.space.nominal, rtol=0.04 * 3)
 
 
+@pytest.mark.slow
 def test_evaluate_beyond_the_training_box(beam, impu):
     region = beam.parameters.replace("k1", lower=75.0, upper=90.0, nominal=80.0)
     beyond = impu.evaluate(*noisy(jax.random.key(5), beam, 16, sampler=lambda k, n: region.sample(k, n)))
@@ -114,6 +116,7 @@ def test_evaluate_beyond_the_training_box(beam, impu):
     assert np.mean(np.asarray(beyond.outside)) >= 0.5  # extrapolation is recognised
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["box", "callable"])
 def test_excluded_training_zone(beam, form):
     box = {"d1": (2.5, 3.5), "d2": (4e-4, 6e-4)}
@@ -129,6 +132,7 @@ def test_excluded_training_zone(beam, form):
     np.testing.assert_allclose(trajectories[0], np.asarray(beam.simulate(thetas[0])), rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_save_load_round_trip(tmp_path, beam, impu, measurements):
     path = tmp_path / "impu.msgpack"
     impu.save(path)

@@ -10,6 +10,7 @@ from jcalib.nn import MLP, MinMaxScaler, SequenceEncoder, Standardizer
 from jcalib.nn.layers import patch_conv1d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_sequence_encoder_matches_flax_rnn(cell):
     enc = SequenceEncoder(3, 8, cell=cell, rngs=nnx.Rngs(0))
@@ -32,6 +33,7 @@ def test_stacked_encoder_and_mlp_shapes_and_jit():
         MLP(3, (0,), 2, rngs=nnx.Rngs(0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_times, kernel, stride, padding", [(50, 5, 2, "SAME"), (25, 3, 2, "SAME"), (7, 3, 1, "SAME"),
                                                                 (50, 5, 3, "VALID"), (9, 4, 2, ((2, 1),)),
                                                                 (1, 5, 2, "SAME")])
@@ -60,6 +62,7 @@ def test_patch_conv1d_equals_lax_convolution(n_times, kernel, stride, padding):
                                np.asarray(patched(x) - patched.bias[...].reshape(1, 1, -1)), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_patch_conv1d_hands_other_convolutions_to_lax():
     """Dilated, grouped, negatively padded (cropping) or 2-D convolutions (not computed as
     patches) give lax's result."""

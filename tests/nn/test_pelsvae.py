@@ -70,6 +70,7 @@ def surrogate(trained):
     return trained[512].surrogate
 
 
+@pytest.mark.slow
 def test_test_error_falls_with_the_training_set(errors, data):
     small, large = errors[32]["generate"], errors[512]["generate"]
     print({n: (e["generate"].scaled_mae, e["reconstruct"].scaled_mae) for n, e in errors.items()})
@@ -141,6 +142,7 @@ def test_surrogate_sobol_indices_match_the_model(beam, surrogate):
     np.testing.assert_allclose(s_surrogate, s_model, atol=0.1)
 
 
+@pytest.mark.slow
 def test_calibration_problem_and_differential_evolution_on_the_surrogate(beam, surrogate, data):
     th = data["test"][0][0]
     measurements = jcalib.Measurements(beam.ts, np.asarray(beam.simulate(jnp.asarray(th))),
@@ -170,6 +172,7 @@ def test_save_and_load_reproduce_predictions_exactly(trained, data, tmp_path):
         PELSVAE.load(tmp_path / "junk.msgpack")
 
 
+@pytest.mark.slow
 def test_generate_jit_and_vmap_consistency(surrogate, data):
     th = jnp.asarray(data["test"][0][:32])
     eager = np.asarray(surrogate.generate(None, th))
@@ -250,6 +253,7 @@ def test_bad_input(surrogate, beam, data):
         PELSVAE(beam).evaluate(th, x, path="encode")
 
 
+@pytest.mark.slow
 def test_fit_without_a_model_and_the_lifecycle(beam, data):
     """Trajectories from elsewhere: a FunctionSimulator describes the space, times and outputs;
     fit returns a new immutable network and leaves the untrained one as it was."""

@@ -31,6 +31,7 @@ def sine_fit():
     return config, fit(KEY, _net(), mse, TRAIN, VAL, config)
 
 
+@pytest.mark.slow
 def test_mlp_fits_a_sine(sine_fit):
     _, result = sine_fit
     val_mse = float(mse(None, result.model, VAL)[0])

@@ -1,6 +1,10 @@
 """notebooks/04_surrogates.ipynb runs top to bottom (one file per notebook: the xdist workers share them out)."""
 
+import pytest
+
 from tests.helpers import execute_notebook
+
+pytestmark = pytest.mark.slow  # make test-all; make test executes 00_quickstart as its notebook smoke check
 
 
 def test_notebook_executes(tmp_path):

@@ -4,6 +4,8 @@ import pytest
 
 from tests.helpers import execute_notebook, shared_petab
 
+pytestmark = pytest.mark.slow  # make test-all; make test executes 00_quickstart as its notebook smoke check
+
 
 def test_notebook_executes(tmp_path):
     if not (shared_petab("benchmark_models") / "Boehm_JProteomeRes2014").exists():

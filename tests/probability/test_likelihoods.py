@@ -96,6 +96,7 @@ def test_sampled_sigma_description(sampled):
     assert sampled.theta_full(z).shape == (3,)
 
 
+@pytest.mark.slow
 def test_sampled_sigma_likelihood_and_prior(sampled, lognormal_data, z_model, clean):
     sigma = np.array([0.02, 0.07, 0.03, 0.05])
     z = jnp.concatenate([z_model, jnp.log(jnp.asarray(sigma))])
@@ -259,6 +260,7 @@ def test_lotka_volterra_on_the_table():
     assert np.isfinite(float(problem.log_posterior(z)))
 
 
+@pytest.mark.slow
 def test_lotka_volterra_posterior(lv_synthetic, lv_truth):
     problem = lv_synthetic
     truth = np.concatenate([lv_truth, LV_SIGMA])

@@ -79,6 +79,7 @@ def record(fn):
 
 
 # --- 1. leakage: draws outside the bounds are rejected and redrawn ---------------------------------
+@pytest.mark.slow
 def test_draws_outside_the_bounds_are_rejected_with_a_warning(posterior, data):
     fake = faked(posterior, 6.0)  # P(|6 z| <= 3) = P(|z| <= 0.5) = 38.3 %
     (draws, info), caught = record(lambda: fake.sample(jax.random.key(3), data[1][:3], 2000, return_info=True))
@@ -205,6 +206,7 @@ def decay_model() -> Decay:
                  dt0=None, max_steps=256)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale, entry", [(1e10, None), (1.0, 1e300), (10.0, None)])
 def test_identification_refuses_data_outside_the_training_range(scale, entry):
     model = decay_model()

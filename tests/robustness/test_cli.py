@@ -184,6 +184,7 @@ def test_results_are_written_atomically_without_leftovers(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["out.csv", "out.png"]
 
 
+@pytest.mark.slow
 def test_sample_prints_and_keeps_sampler_warnings(files, tmp_path):
     # 2 chains x 20 steps without warm-up: ESS far below 100, so the sampler must warn
     result = runner.invoke(app, ["sample", M, "--data", files["data"], "--sigma", "0.5", "--no-gauss-newton",
@@ -197,6 +198,7 @@ def test_sample_prints_and_keeps_sampler_warnings(files, tmp_path):
     assert "Traceback" not in result.output and "SamplingWarning" not in result.output
 
 
+@pytest.mark.slow
 def test_identify_refuses_data_outside_the_training_range(huge_data, tmp_path):
     result = runner.invoke(app, ["identify", M, "--data", huge_data, "--n-train", "4", "--n-val",
                                  "2", "--out", str(tmp_path / "out")])
@@ -219,6 +221,7 @@ def huge_data(files):
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, message", [
     ("gauss-newton", "gauss_newton: the loss overflows (inf) at theta0"),
     ("trf", "least_squares_trf: the loss overflows (inf) at theta0"),
@@ -265,6 +268,7 @@ def arviz_log():
     az._log.removeHandler(handler)
 
 
+@pytest.mark.slow  # ~50 s cold
 def test_sample_with_one_chain_explains_r_hat(files, tmp_path, arviz_log):
     result = runner.invoke(app, ["sample", M, "--data", files["data"], "--sigma", "0.5", "--no-gauss-newton",
                                  "--steps", "23", "--burn", "0", "--warmup", "0", "--chains", "1",

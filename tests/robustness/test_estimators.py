@@ -110,6 +110,7 @@ START_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator, where", [(gauss_newton, "gauss_newton"),
                                               (least_squares_trf, "least_squares_trf")])
 @pytest.mark.parametrize("which, theta0, match", START_ROWS)
@@ -134,6 +135,7 @@ def test_trf_steps_around_the_failed_region(problem):
     assert_honest(result)
 
 
+@pytest.mark.slow
 def test_lm_multistart_reports_failed_starts_and_never_picks_one(problem):
     starts = np.array([FAR_START, [2.5, 2.0], [0.5, 1.0], [1.0, Y0_KINK]])
     result = levenberg_marquardt_batch(problem, starts)
@@ -154,6 +156,7 @@ def test_trf_multistart_records_a_failed_start(problem):
         assert_honest(r)
 
 
+@pytest.mark.slow
 def test_differential_evolution_never_returns_a_failed_member(problem):
     result = differential_evolution(jax.random.key(1), problem, population_size=10, max_steps=10,
                                     chunk_size=10)
@@ -170,6 +173,7 @@ def test_differential_evolution_algorithm_with_every_member_failing_never_conver
     assert np.all(np.isinf(np.asarray(out.state.losses))) and np.all(np.asarray(out.trace.n_replaced) == 5)
 
 
+@pytest.mark.slow
 def test_profile_likelihood_leaves_a_gap_at_failed_grid_points(problem):
     fit = gauss_newton(problem, [1.2, 2.0])
     profile = profile_likelihood(problem, fit, "k", values=[0.8, 1.0, 2.0], max_steps=10)
@@ -185,6 +189,7 @@ def test_trf_multistart_on_an_overflowing_loss_reports_failure(overflow_problem)
     assert "the loss overflows (inf)" in result.extra["failure"]
 
 
+@pytest.mark.slow
 def test_lm_batch_on_an_overflowing_loss_reports_overflow(overflow_problem):
     result = levenberg_marquardt_batch(overflow_problem, np.array([[1.0, 2.0]]))
     r = result.results[0]
@@ -234,6 +239,7 @@ def test_output_sensitivities_of_a_failed_solve_are_nan_not_zero(scaling):
     assert s.shape == (TS.size, 1, 2) and np.all(np.isnan(s))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source, theta, match", [
     ("problem", FAILED, r"identifiability: the residual Jacobian has NaN or inf entries at theta = "
                         r"\{'k': 2\.5, 'y0': 2\.0\}: the simulation failed there \(MAX_STEPS: maximum number of "

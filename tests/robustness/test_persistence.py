@@ -127,6 +127,7 @@ ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, corruption, error, message", ROWS, ids=[f"{r[0]}-{r[1]}" for r in ROWS])
 def test_a_bad_file_is_refused(files, tmp_path, kind, corruption, error, message):
     path = tmp_path / files[kind].name

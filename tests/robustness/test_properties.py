@@ -171,6 +171,7 @@ def test_from_unit_stays_inside_the_bounds(space, u):
     assert np.all(np.isfinite(theta)) and np.all((theta >= space.lower) & (theta <= space.upper))
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The balance properties of Sobol:UserWarning")
 @settings(max_examples=30, deadline=None)
 @given(space=spaces(), seed=st.integers(0, 2**31 - 1), n=st.integers(1, 9),

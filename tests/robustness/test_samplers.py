@@ -71,6 +71,7 @@ SAMPLER_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label,settings,expected,absent", SAMPLER_ROWS, ids=[r[0] for r in SAMPLER_ROWS])
 def test_sampler_warnings(label, settings, expected, absent):
     result, emitted = run(**settings)
@@ -153,6 +154,7 @@ FAULT_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,backend,warmup", FAULT_ROWS)
 def test_mala_rejects_failed_proposals(kind, backend, warmup):
     """A raw log density: `mala_algorithm` (after a dual-averaging warm-up) driven by `run`."""
@@ -204,6 +206,7 @@ class _FailingDecay(AbstractModel):
         return y
 
 
+@pytest.mark.slow
 def test_mala_on_a_model_that_fails_on_part_of_the_box():
     ts = np.array([1.0, 2.0, 4.0])
     model = _FailingDecay(

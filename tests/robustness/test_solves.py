@@ -64,6 +64,7 @@ FAILED_DERIVATIVES = {
 }
 
 
+@pytest.mark.slow
 def test_failing_model_fails(failing, failing_problem):
     y, status = failing.simulate_with_status(jnp.asarray(NOMINAL))
     assert int(status) == SolveStatus.MAX_STEPS
@@ -71,6 +72,7 @@ def test_failing_model_fails(failing, failing_problem):
     assert float(failing_problem.log_likelihood(failing_problem.initial_internal())) == -np.inf
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", list(FAILED_DERIVATIVES))
 def test_failed_solve_derivative_is_nan(what, failing, failing_problem):
     derivative = np.asarray(FAILED_DERIVATIVES[what](failing, failing_problem))
@@ -78,6 +80,7 @@ def test_failed_solve_derivative_is_nan(what, failing, failing_problem):
     assert np.all(np.isnan(derivative)), f"{what}: {derivative}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", list(FAILED_DERIVATIVES))
 def test_successful_solve_derivative_is_finite(what, model, problem):
     derivative = np.asarray(FAILED_DERIVATIVES[what](model, problem))
@@ -229,6 +232,7 @@ def test_initial_state_parameters_keep_the_bounds_policy(model):
 
 
 # --- problems: fixed values may lie outside the bounds, free ones may not --------------------
+@pytest.mark.slow
 def test_problem_fixed_value_outside_bounds(model, data):
     problem = CalibrationProblem(model, data, fixed={"kad": 0.0})
     assert problem.fixed == {"kad": 0.0}

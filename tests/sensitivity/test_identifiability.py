@@ -76,6 +76,7 @@ def winding():
     return identifiability(problem, scaling="log", start="j_sensitivity")
 
 
+@pytest.mark.slow
 def test_rank_equals_numpy_matrix_rank_for_rank_deficient_a(linear):
     assert numerical_rank(A_DEFICIENT) == np.linalg.matrix_rank(A_DEFICIENT) == 3
     s = np.linalg.svd(A_DEFICIENT, compute_uv=False)
@@ -205,6 +206,7 @@ def test_four_substance_a_only_has_two_essential_directions(model_a, theta):
     assert report.j_sensitivity.shape == (3,) and report.j_sensitivity_scaling == "absolute"
 
 
+@pytest.mark.slow
 def test_four_substance_abcd_has_three_essential_directions(model, theta):
     # no data: relative sensitivities d ln y / d ln θ of A, B, C, D
     problem = jcalib.CalibrationProblem.from_simulation(model, theta)
@@ -222,6 +224,7 @@ def test_four_substance_abcd_has_three_essential_directions(model, theta):
     json.dumps(report.to_dict())
 
 
+@pytest.mark.slow
 def test_winding_dynamometer_gains_are_null_and_rank_is_14(winding):
     names = winding.parameter_names
     beta = [names.index("beta1"), names.index("beta3")]
@@ -309,6 +312,7 @@ def test_plots(winding):
     assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == ["c", "a"]
 
 
+@pytest.mark.slow
 def test_profile_of_an_unbounded_null_parameter_needs_a_grid(linear):
     # p4 has a zero sensitivity column: no finite standard error, and on (-inf, inf) no box to span
     import dataclasses

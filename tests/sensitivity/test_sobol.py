@@ -233,6 +233,7 @@ def test_model_path_equals_function_path(model, model_result):
     np.testing.assert_allclose(via_fn.total_order_conf, model_result.total_order_conf, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_model_subset_space_fixes_the_others(model):
     space = model.parameters.subset(["kad", "kab"])
     r = sobol_indices(jax.random.key(3), model, space, 16, n_bootstrap=10)

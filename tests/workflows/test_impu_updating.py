@@ -60,6 +60,7 @@ def replay(mapping, drift):
     return impu_updating(mapping, measured, theta_true=truth)
 
 
+@pytest.mark.slow
 def test_the_update_lowers_the_twins_error_on_a_drifting_system(replay, drift):
     truth, measured = drift
     r = replay

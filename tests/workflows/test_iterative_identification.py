@@ -93,6 +93,7 @@ def results(problem):
     return iterative, one_shot
 
 
+@pytest.mark.slow
 def test_all_parameters_recovered(results):
     iterative, _ = results
     assert iterative.names == ("a", "b", "c")
