@@ -112,6 +112,7 @@ def test_sensitivity_sobol_writes_indices_selection_and_figures(tmp_path):
         assert (tmp_path / name).stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_sensitivity_identifiability_reports_rank_and_flat_direction(tmp_path):
     # A only: kac and kad enter through their sum -> rank 2, one flat direction
     result = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method",
@@ -123,6 +124,7 @@ def test_sensitivity_identifiability_reports_rank_and_flat_direction(tmp_path):
     assert (tmp_path / "sigma_min_spectrum.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_sensitivity_local_and_bad_method(tmp_path):
     result = runner.invoke(app, ["sensitivity", "four_substance_reactions", "--method", "local",
                                  "--out", str(tmp_path)])

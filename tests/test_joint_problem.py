@@ -102,6 +102,7 @@ def test_residuals_and_jacobian_stack_the_experiments(joint, ragged, z_off):
     np.testing.assert_allclose(float(joint.loss(z_off)), np.mean(r**2), rtol=1e-14)
 
 
+@pytest.mark.slow
 def test_per_experiment_parameter_moves_only_its_experiment(joint, z_off):
     """Jacobian block structure: column kad[e_k] is zero outside experiment k's rows;
     the shared columns are not."""

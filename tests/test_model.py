@@ -104,6 +104,7 @@ def test_with_times(model, theta):
     assert model.simulate(theta).shape == (22, 4)  # the original is unchanged
 
 
+@pytest.mark.slow
 def test_simulate_batch_chunked_equals_unchunked(model):
     thetas = np.asarray(model.parameters.sample(jax.random.key(1), 37, "uniform"))
     whole = jcalib.simulate_batch(model, thetas)
@@ -140,6 +141,7 @@ def test_simulate_batch_on_four_host_devices(tmp_path, solver):
     np.testing.assert_allclose(np.load(out), y, rtol=1e-13, atol=0)
 
 
+@pytest.mark.slow
 def test_failed_solve_is_flagged_not_silent(model, theta):
     starved = model.with_solver(max_steps=5)
     y, status = starved.simulate_with_status(theta)

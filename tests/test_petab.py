@@ -182,6 +182,7 @@ def noise_case():
     return jpetab.load(folder / "_0015.yaml"), solution
 
 
+@pytest.mark.slow
 def test_petab_problem_is_the_same_objective(noise_case):
     pp, solution = noise_case
     problem = pp.problem

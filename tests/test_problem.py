@@ -131,6 +131,7 @@ def test_uniform_prior_and_posterior_support(problem, z_off):
     assert np.all(np.isfinite(np.asarray(grad(outside))))
 
 
+@pytest.mark.slow
 def test_failed_solve_gives_minus_inf(model, noisy, z_off):
     starved = CalibrationProblem(model.with_solver(max_steps=4), noisy)
     assert np.all(np.isnan(np.asarray(starved.residuals(z_off))))
@@ -349,6 +350,7 @@ def test_infinite_bounds_priors_and_bounds_check(open_problem):
         problem.model.simulate(jnp.asarray([0.0, 1.0, -2.0]))
 
 
+@pytest.mark.slow
 def test_infinite_bounds_sensitivity_scalings(open_problem):
     # dz/dθ of every transform: |dJ/dθ| (physical units) equals central differences of the loss
     from jcalib.sensitivity import j_sensitivity
@@ -367,6 +369,7 @@ def test_infinite_bounds_sensitivity_scalings(open_problem):
         j_sensitivity(problem, jnp.asarray(theta), scaling="range")
 
 
+@pytest.mark.slow
 def test_infinite_bounds_covariance_is_the_linear_one(open_problem):
     # y = Aθ: σ² (AᵀA)⁻¹ in physical units, whatever the internal maps (log θ_b, log(θ_c + 1));
     # the delta method uses each map's dθ/dz, and the Wald intervals stay inside the open bounds

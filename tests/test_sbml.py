@@ -135,6 +135,7 @@ def test_kvaerno5_chord_and_newton_stage_solves_give_the_same_analytic_solution(
         np.testing.assert_allclose(y[:, 0], 3 * 1.5 * np.exp(-0.4 * TS / 2.0), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_chord_stage_tolerances_give_the_same_analytic_solution():
     """stiff_solver(stage_tolerances=(1e-3, 1e-6)): the chord method's own stopping tolerances
     (Lang_PLOSComputBiol2024's setting), still pinned to the analytic solution; bad
@@ -172,6 +173,7 @@ def test_new_parameters_and_conditions_do_not_recompile(volume_model):
         volume_model.with_conditions({"A": 1.0})
 
 
+@pytest.mark.slow
 def test_rate_rules_and_piecewise(rate_rule_model):
     assert rate_rule_model.state_names == ("x", "y")
     y = np.asarray(rate_rule_model.simulate(jnp.array([0.7])))

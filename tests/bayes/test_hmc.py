@@ -53,6 +53,7 @@ def test_moments_of_a_correlated_gaussian(gaussian_run):
     np.testing.assert_array_equal(result.extra["divergences"], 0)
 
 
+@pytest.mark.slow
 def test_laplace_whitening_is_the_default_metric(gaussian_run):
     kernel, result = gaussian_run
     assert result.extra["metric"] == "Laplace" and result.extra["kernel"] == kernel
@@ -100,6 +101,7 @@ def test_failed_solves_are_divergences_never_accepted(kernel):
     assert abs(result.mean[1]) < 5 * result.mcse_mean[1]
 
 
+@pytest.mark.slow
 def test_prescaled_metric_and_explicit_step():
     result = mala.sample(jax.random.key(1), GAUSSIAN, np.zeros(2), 200, n_chains=2, kernel="hmc",
                          preconditioner=Prescaled(0.0001), step_sizes=0.3)

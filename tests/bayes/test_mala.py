@@ -92,6 +92,7 @@ def test_linear_gaussian_mean_and_covariance(linear_run):
     assert result.step_sizes[2] / result.step_sizes[0] > 100
 
 
+@pytest.mark.slow
 def test_result_fields_and_best(linear_run):
     _, result = linear_run
     assert result.samples.shape == (N_CHAINS, N_STEPS, 3)
@@ -250,6 +251,7 @@ def test_algorithm_chunks_do_not_change_draws():
     assert whole.shape == (60, 2, 3) and not np.array_equal(whole[0, 0], whole[0, 1])
 
 
+@pytest.mark.slow
 def test_diagonal_preconditioner_gives_the_prescaled_chain():
     """C = diag(p) with h = 1 is the prescaled proposal, draw for draw (module doc)."""
     problem = _problem("uniform")
@@ -480,6 +482,7 @@ def test_float64_required():
         jax.config.update("jax_enable_x64", True)
 
 
+@pytest.mark.slow
 def test_starts_and_physical_values_from_the_problem():
     """theta0: None (nominal), physical values, a mapping or internal values give the same
     chain; samples are mapped to physical values by the problem's space."""

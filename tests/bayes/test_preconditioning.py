@@ -38,6 +38,7 @@ def test_sample_with_the_laplace_preconditioner():
     assert np.all(result.ess_bulk > 500)
 
 
+@pytest.mark.slow
 def test_short_forms_are_the_strategy_objects():
     kwargs = dict(n_chains=2, warmup=20)
     laplace = mala.sample(jax.random.key(3), RIDGE, None, 50, preconditioner=Laplace(), **kwargs)

@@ -88,6 +88,7 @@ def test_linear_model_matches_analytic_quantiles(problem, draws):
     np.testing.assert_array_equal(np.asarray(hi), np.asarray(bands.values[2]))
 
 
+@pytest.mark.slow
 def test_equal_draws_collapse_onto_simulate(problem):
     z = problem.to_internal(jnp.asarray([0.7, 4.0]))
     bands = output_bands(problem, np.tile(np.asarray(z), (2, 4, 1)), coordinates="internal")  # (chains, draws, n)

@@ -62,6 +62,7 @@ def test_real_line_parameters_recover_the_gaussian_posterior():
     np.testing.assert_array_less(np.abs(result.sd - np.sqrt(np.diag(cov))), 5 * result.mcse_sd)
 
 
+@pytest.mark.slow
 def test_positive_rate_recovers_the_quadrature_posterior():
     """k on (0, inf), log scale, LogNormal(log 1.5, 0.5) prior, y_j = k a_j + ε: posterior mean
     and sd of k by quadrature over z = log k."""

@@ -63,6 +63,7 @@ def test_costs_do_not_increase_with_more_parameters(result, result_c_first):
         assert np.all(np.diff(curve) <= 1e-12 * curve[:-1] + 1e-25)
 
 
+@pytest.mark.slow
 def test_knee_follows_the_ranking(result_c_first):
     j0, (j1, j2, j3) = result_c_first.initial_loss, result_c_first.costs
     assert j1 < j0 and j2 < j1  # c, then a, lower the cost but do not reach the data
@@ -71,6 +72,7 @@ def test_knee_follows_the_ranking(result_c_first):
     assert result_c_first.estimate == pytest.approx({"c": 0.0, "a": 1.0, "b": -0.5}, abs=1e-7)
 
 
+@pytest.mark.slow
 def test_max_curvature_rule_finds_the_same_knees(result, result_c_first):
     for r, knee in ((result, 2), (result_c_first, 3)):
         curve = np.concatenate([[r.initial_loss], r.costs])
@@ -88,6 +90,7 @@ def test_find_knee_plateau_rule():
     assert find_knee([1.0, 0.1, 0.2, 0.05]) == 3  # not monotone: compares with later minima
 
 
+@pytest.mark.slow
 def test_warm_starts_continue_from_the_previous_estimates(result_c_first):
     r = result_c_first
     assert r.base == {"a": 0.0, "b": 0.0, "c": 0.0}

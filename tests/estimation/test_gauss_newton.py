@@ -64,6 +64,7 @@ def test_one_undamped_step_is_the_normal_equations_solution(linear):
     np.testing.assert_allclose(info.loss, np.mean((y - a @ expected) ** 2), rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_linear_converges_in_one_step_and_stops_on_step_size(linear):
     problem, _ = linear
     result = gauss_newton(problem, [0.0, 0.0, 0.0])
@@ -124,6 +125,7 @@ def test_a_only_two_essential_directions_flat_mixes_kac_and_kad(a_only):
     _assert_within_bounds(a_only, result)
 
 
+@pytest.mark.slow
 def test_a_only_paper_start_stops_where_kab_is_flat_looser_rule_recovers(a_only):
     """From the paper's start (1e-5 each) the first full step drives kab onto its lower bound,
     where its column is 1000x weaker than the first: the default rule calls it flat and the
@@ -179,6 +181,7 @@ def test_polymerization_monomer_only_one_essential_direction(polymerization_fits
     _assert_within_bounds(problem, result)
 
 
+@pytest.mark.slow
 def test_polymerization_mw_breaks_the_correlation(polymerization_fits):
     _, m_only = polymerization_fits["M"]
     problem, result = polymerization_fits["M+Mw"]

@@ -135,6 +135,7 @@ def test_de_is_deterministic_and_chunking_does_not_change_it(de_rastrigin):
     assert not np.array_equal(other.trace.best_loss, out.trace.best_loss[:5])
 
 
+@pytest.mark.slow
 def test_de_stays_within_the_bounds(de_rastrigin):
     out, _ = de_rastrigin
     assert np.all((np.asarray(out.trace.best) >= 0) & (np.asarray(out.trace.best) <= 1))  # the unit cube
@@ -157,6 +158,7 @@ def test_local_method_from_a_bad_start_ends_in_a_wrong_minimum(two_minima):
     assert local.loss > 0.1
 
 
+@pytest.mark.slow
 def test_de_finds_the_global_minimum_of_the_frequency_fit(two_minima, oscillator_problem):
     local, de = two_minima
     assert de.converged, de.reason
@@ -299,6 +301,7 @@ def test_scipy_de_is_deterministic(noisy_problem):
 
 
 # --- bounds, every method ------------------------------------------------------------------
+@pytest.mark.slow
 def test_no_method_leaves_the_bounds(problem_outside, theta):
     """The box optimum has kab on its upper bound; every estimate and history stays inside.
     (DE's bounds are checked on the frequency fit and Rastrigin above, saving a compile.)"""

@@ -215,6 +215,7 @@ def test_lm_batch_vmap_equals_loop(noisy_problem, starts):
     assert alone.n_steps == batched.results[1].n_steps
 
 
+@pytest.mark.slow
 def test_lm_batch_pads_the_last_chunk(noisy_problem, starts):
     five = np.concatenate([starts, starts[:1]])
     chunked = levenberg_marquardt_batch(noisy_problem, five, chunk_size=4)  # 4 + 1 padded to 4

@@ -189,6 +189,7 @@ def _decay_ekf_numpy(z0, p0, q_density, r, ts, ys):
     return np.array(means), p
 
 
+@pytest.mark.slow
 def test_decay_matches_hand_written_ekf():
     """Propagation by diffrax and Jacobians by jacfwd through the solve equal the closed
     forms to the solver's tolerance; log coordinates keep a positive."""

@@ -190,6 +190,7 @@ def test_reference_values_at_default_tolerances(default_nominal):
                                    err_msg=f"{series} j={j}")
 
 
+@pytest.mark.slow
 def test_reference_values_tight(probe, probe_nominal):
     # tight tolerances reproduce the 4-decimal table to its rounding (5e-5) plus a margin
     ts = np.asarray(probe.ts)
@@ -297,6 +298,7 @@ def test_energy_balance(cabin, nominal, other, t):
         assert abs(stored - expected) <= 1e-11 * np.sum(np.abs(heat)), (stored, expected)
 
 
+@pytest.mark.slow
 def test_symmetric_load_gives_symmetric_cabin(nominal, other, probe_jacobian):
     symmetric = probe_model(load_left_share=0.5)
     names = mod.STATE_NAMES  # T_a_FLT ... T_m_RR: the position is the last part
@@ -393,6 +395,7 @@ def test_simulate_batch_uniform_1000_succeeds(batch_1000):
     assert values.min() > 4.0 and values.max() < 100.0
 
 
+@pytest.mark.slow
 def test_jit_vmap_equals_single_simulations(cabin, batch_1000):
     """Batched and single solves agree to the solver's accuracy, not bit for bit: they are
     compiled differently (reduction order in dot products and the error norm), and in the

@@ -119,6 +119,7 @@ def test_monomer_balance(which, simple, simple_run, real, real_run):
     np.testing.assert_allclose(total, m0, rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_initiator_fragment_balances(simple, simple_run, real, real_run):
     i0 = float(simple.experiment.conditions["I0"])
     for point, theta in (("point1", TEST_POINT_1), ("point2", TEST_POINT_2)):
@@ -274,6 +275,7 @@ def _radau(model, theta, rtol=1e-10):
         jnp.asarray(TIMES), ys, jnp.asarray(theta)))
 
 
+@pytest.mark.slow
 def test_kvaerno5_matches_radau_real_model(real, real_run, real_theta):
     np.testing.assert_allclose(real_run[1], _radau(real, real_theta), rtol=1e-6)
 

@@ -231,6 +231,7 @@ def jacobian_centre(model, p_c):
     return np.asarray(JACOBIAN(model, jnp.asarray(p_c)))
 
 
+@pytest.mark.slow
 def test_static_sensitivities_at_rest(model, jacobian_centre, pre_pulse):
     """With k2 = k2_c the system rests before the pulse whatever d1, d2, k1 are."""
     theta = np.array([2.0, 3e-4, 50.0, 0.1])

@@ -267,6 +267,7 @@ def test_jacobian_matches_finite_differences(point, model, nominal_jacobian):
                                    err_msg=f"output {model.output_names[k]}")
 
 
+@pytest.mark.slow
 def test_simulate_batch_over_the_box(model):
     thetas = model.parameters.sample(jax.random.key(0), 1000, "uniform")
     values, status = jcalib.simulate_batch(model, thetas, return_status=True, progress=False)

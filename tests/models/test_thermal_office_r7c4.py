@@ -291,6 +291,7 @@ def test_passive_equilibrium(office, nominal):
     assert energy[-1] < 0.5 * energy[0]
 
 
+@pytest.mark.slow
 def test_exact_zero_sensitivities(office, tight, nominal, nominal_jacobian):
     """Check 3: no solar/internal gain before the first sunrise/occupancy (k <= 14); R_TAC2
     has no effect with y_TAC = 0, R_MV none with y_MV = 0 (exactly zero, not just small)."""
@@ -378,6 +379,7 @@ def test_simulate_batch_uniform_1000_succeeds(office):
     assert values.shape == (1000, 1008, 1) and np.all(np.isfinite(values))
 
 
+@pytest.mark.slow
 def test_jit_vmap_equals_single_simulations(tight, nominal, other, batch):
     thetas = jnp.stack([nominal, other, jnp.asarray(batch[0][0])])
     batched = np.asarray(VMAP_SIMULATE(tight, thetas))

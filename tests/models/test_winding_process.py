@@ -228,6 +228,7 @@ def test_beta_sensitivities_are_exactly_zero(nominal_jacobian):  # check 1
     assert np.all(np.any(nominal_jacobian[:, :, :14] != 0.0, axis=(0, 1)))
 
 
+@pytest.mark.slow
 def test_rms_sensitivities(log_sensitivities):
     rms = np.sqrt(np.mean(log_sensitivities**2, axis=0))
     expected = np.array([RMS_SENSITIVITY[name] for name in NAMES])
@@ -302,6 +303,7 @@ def test_simulate_batch_1000_over_the_box(model):
     assert np.all(values > 0)
 
 
+@pytest.mark.slow
 def test_vmap_equals_single_simulations(model, nominal, solution):
     # simulate_batch is jit(vmap(simulate_with_status)) (chunk of 128, reusing the compile of
     # the batch test): three samples, padded to the chunk here (simulate_batch would shrink

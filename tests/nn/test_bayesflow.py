@@ -81,6 +81,7 @@ def test_matches_the_analytic_posterior(trained, test_set):
     assert abs(float(np.mean(np.asarray(trained.log_prob(theta, xs)) - exact))) < 0.1
 
 
+@pytest.mark.slow
 def test_sbc_ranks_are_uniform(trained, test_set):
     result = run_sbc(jax.random.key(5), trained, *test_set, n_draws=99)
     print("SBC p-values", result.p_values)
@@ -89,6 +90,7 @@ def test_sbc_ranks_are_uniform(trained, test_set):
     assert np.all(result.in_band)
 
 
+@pytest.mark.slow
 def test_save_load_reproduces_draws(trained, test_set, tmp_path):
     path = tmp_path / "posterior.msgpack"
     trained.save(path)
@@ -190,6 +192,7 @@ def test_log_scale_parameters_get_the_physical_density():
         posterior.log_prob(-thetas[:1], xs[0])
 
 
+@pytest.mark.slow
 def test_bad_input(trained, test_set):
     theta, xs = test_set
     with pytest.raises(ValueError, match="summary must be one of .* got 'transformer'"):
@@ -232,6 +235,7 @@ def test_bad_input(trained, test_set):
         trained.network = None
 
 
+@pytest.mark.slow
 def test_evaluate_gives_the_recovery_of_the_posterior_means(trained, test_set):
     theta, xs = test_set[0][:50], test_set[1][:50]
     metrics = trained.evaluate(jax.random.key(8), theta, xs, n_draws=200)

@@ -56,6 +56,7 @@ SIMULATOR = FunctionSimulator(lambda th: jnp.stack([th[1] / th[0] * jnp.arange(1
                               SPACE, ("y1", "y2"), ts=np.arange(4.0))
 
 
+@pytest.mark.slow
 def test_simulate_training_set():
     data = simulate_training_set(jax.random.key(0), SIMULATOR, 16, sampler="lhs")
     assert isinstance(data, TrainingSet) and data.thetas.shape == (16, 2) and data.trajectories.shape == (16, 4, 2)

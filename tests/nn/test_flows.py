@@ -81,6 +81,7 @@ def test_fresh_flow_is_the_identity_and_density_is_normalised():
         assert float(mass(state, c)) == pytest.approx(1.0, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_jit_vmap_and_broadcasting_are_consistent():
     flow = _random_flow(3, True)
     theta, context = _inputs(3)
@@ -123,6 +124,7 @@ def test_sample_shapes_keys_and_distribution():
     assert np.all(np.abs(np.var(z, 0) - 1.0) < 5 * np.sqrt(2 / 4000))
 
 
+@pytest.mark.slow
 def test_actnorm_data_initialisation_standardises_the_first_block_input():
     flow = CouplingFlow(3, N_CONTEXT, n_blocks=2, hidden=(8,), actnorm=True, rngs=nnx.Rngs(0))
     theta = 3.0 + 2.0 * jax.random.normal(jax.random.key(0), (500, 3), jnp.float32)
@@ -150,6 +152,7 @@ def test_soft_clamp_is_bounded_odd_and_linear_near_zero():
     np.testing.assert_array_equal(soft_clamp(-s, 1.9), -out)
 
 
+@pytest.mark.slow
 def test_bad_input():
     flow = CouplingFlow(2, N_CONTEXT, n_blocks=1, hidden=(4,), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"input must have shape \(..., n_params=2\); got \(5, 3\)"):

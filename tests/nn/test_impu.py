@@ -74,6 +74,7 @@ def test_quick_accuracy_with_ri_fboi_features(impu, metrics):
     assert impu.timings["features_s"] > 0 and impu.timings["training_s"] > 0 and impu.n_train == N_TRAIN
 
 
+@pytest.mark.slow
 def test_estimates_are_deterministic_and_batched(impu, measurements):
     first, second = impu.infer(measurements[0]), impu.infer(measurements[0])
     assert isinstance(first, IMPUEstimate) and first.theta.shape == (4,) and first.theta.dtype == np.float64
@@ -99,6 +100,7 @@ def test_same_key_gives_the_same_network(beam, data):
     assert untrained.training is None and not untrained.is_trained  # fit returns a new mapping
 
 
+@pytest.mark.slow
 def test_outside_training_range_flag(impu, measurements):
     estimate = impu.infer(measurements)
     centre, far = (bool(v) for v in np.asarray(estimate.outside_training_range))
@@ -231,6 +233,7 @@ def test_paper_settings_come_from_the_model(beam):
     assert InverseMapping(jcalib.models.get("roll_plane"))._options == {}
 
 
+@pytest.mark.slow
 def test_bad_input(beam, impu):
     with pytest.raises(ValueError, match="unknown feature kind 'FFT'"):
         InverseMappingConfig(feature="FFT")

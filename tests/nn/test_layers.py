@@ -20,6 +20,7 @@ def test_sequence_encoder_matches_flax_rnn(cell):
     np.testing.assert_allclose(np.asarray(enc(x[2])), np.asarray(enc(x)[2]), rtol=1e-5, atol=1e-6)  # unbatched
 
 
+@pytest.mark.slow
 def test_stacked_encoder_and_mlp_shapes_and_jit():
     enc = SequenceEncoder(2, 16, n_layers=2, rngs=nnx.Rngs(0))
     x = jnp.ones((4, 30, 2))

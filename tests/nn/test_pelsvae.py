@@ -84,12 +84,14 @@ def test_test_error_falls_with_the_training_set(errors, data):
     assert np.mean(large.scaled_mae) < 0.25 * baseline
 
 
+@pytest.mark.slow
 def test_generation_path_is_within_twice_the_encoder_path(errors):
     # measured: generate / reconstruct = 1.0-1.25 (the latent holds KL ~ 4-9 nats at beta = 1e-3)
     for e in errors.values():
         assert np.mean(e["generate"].mae) <= 2.0 * np.mean(e["reconstruct"].mae)
 
 
+@pytest.mark.slow
 def test_training_history_and_summary(trained):
     vae = trained[512]
     h = vae.training.history
@@ -104,6 +106,7 @@ def test_training_history_and_summary(trained):
     assert d["training"]["n_epochs"] == quick_config(512).training.epochs
 
 
+@pytest.mark.slow
 def test_parts_have_the_documented_shapes(surrogate, data):
     th, x = data["test"][0][:5], data["test"][1][:5]
     mu, sigma = surrogate.encode(x, th)
@@ -119,6 +122,7 @@ def test_parts_have_the_documented_shapes(surrogate, data):
     assert np.all(np.isfinite(other)) and not np.array_equal(other, np.asarray(surrogate.generate(None, th)))
 
 
+@pytest.mark.slow
 def test_surrogate_in_simulate_batch(surrogate, data):
     th = data["test"][0]
     values, status = jcalib.simulate_batch(surrogate, th, return_status=True)
@@ -130,6 +134,7 @@ def test_surrogate_in_simulate_batch(surrogate, data):
     assert one.shape == (256 // STRIDE, 2) and one.dtype == jnp.float64
 
 
+@pytest.mark.slow
 def test_surrogate_sobol_indices_match_the_model(beam, surrogate):
     key = jax.random.key(3)  # the same design for both
     on_model = sobol_indices(key, beam, None, SOBOL_N, chunk_size=CHUNK)
@@ -155,6 +160,7 @@ def test_calibration_problem_and_differential_evolution_on_the_surrogate(beam, s
     assert np.isfinite(result.loss) and np.all(np.asarray(surrogate.inside(jnp.asarray(result.theta))))
 
 
+@pytest.mark.slow
 def test_save_and_load_reproduce_predictions_exactly(trained, data, tmp_path):
     vae = trained[512]
     path = tmp_path / "pelsvae.msgpack"
@@ -189,6 +195,7 @@ def test_generate_jit_and_vmap_consistency(surrogate, data):
     assert jac.shape == (256 // STRIDE, 2, 4) and np.all(np.isfinite(np.asarray(jac)))
 
 
+@pytest.mark.slow
 def test_outside_the_training_box(surrogate, beam):
     space = beam.parameters
     theta = jnp.asarray(space.nominal).at[2].set(1.5 * space.upper[2])  # k1 beyond its upper bound
@@ -211,6 +218,7 @@ def test_outside_the_training_box(surrogate, beam):
         dataclasses.replace(surrogate, outside="wrap")
 
 
+@pytest.mark.slow
 def test_bad_input(surrogate, beam, data):
     th, x = data["train"][0][:40], data["train"][1][:40]
     with pytest.raises(ValueError, match=r"theta must have shape \(n_params,\) with n_params=4"):

@@ -43,6 +43,7 @@ def test_mlp_fits_a_sine(sine_fit):
     assert result.samples_per_second > 0
 
 
+@pytest.mark.slow
 def test_multistep_schedule_in_the_history(sine_fit):
     config, result = sine_fit
     lr = np.asarray(result.history["learning_rate"])

@@ -100,6 +100,7 @@ def test_draws_outside_the_bounds_are_rejected_with_a_warning(posterior, data):
     assert abs(float(mean[0])) < 5 * sd / np.sqrt(2000)
 
 
+@pytest.mark.slow
 def test_the_warning_counts_all_draws_and_info_gives_each_observation(posterior, data):
     fake = faked(posterior, np.array([6.0] + [0.5] * 9), data[1][:10])  # one leaky observation of 10
     network, rows = fake._fns["sample"], []
@@ -220,6 +221,7 @@ def test_identification_refuses_data_outside_the_training_range(scale, entry):
             workflow(jax.random.key(0), model, observation, *pools(model), config=config)
 
 
+@pytest.mark.slow
 def test_identification_runs_on_data_outside_the_range_when_allowed():
     model = decay_model()
     observation = np.asarray(model.simulate(jnp.asarray([1.5]))) * 1e10

@@ -124,6 +124,7 @@ def test_failed_start_error_is_a_value_error():
 
 
 # --- iterations step around the failed region ---------------------------------------------------
+@pytest.mark.slow
 def test_gauss_newton_steps_around_the_failed_region(problem):
     result = gauss_newton(problem, FAR_START)
     assert_honest(result)
@@ -275,6 +276,7 @@ def test_ekf_stops_at_a_failed_propagation(problem):
     assert not result.success
 
 
+@pytest.mark.slow
 def test_differential_evolution_on_an_overflowing_loss_stops_at_once(overflow_problem):
     # every member's loss overflows: no generation can help, so DE stops before the first one
     result = differential_evolution(jax.random.key(0), overflow_problem, population_size=10, max_steps=1000)

@@ -115,6 +115,7 @@ def test_noise_rank_rtol_counts_directions_above_sigma_over_delta():
         noise_rank_rtol(np.zeros((3, 2)), 0.1)
 
 
+@pytest.mark.slow
 def test_correlation_on_j_sensitivity_functions(linear):
     """correlation_columns='j_sensitivity' ranks the running-cost sensitivity functions
     (Bastogne §3.3.2) and refuses data the model fits exactly (all functions zero)."""
@@ -246,6 +247,7 @@ def test_winding_dynamometer_gains_are_null_and_rank_is_14(winding):
     assert saved["rank"] == 14 and saved["null_parameters"] == ["beta1", "beta3"]
 
 
+@pytest.mark.slow
 def test_report_is_frozen(winding):
     with pytest.raises(AttributeError):
         winding.rank = 3

@@ -80,6 +80,7 @@ def test_relative_matches_finite_differences_of_log_y(model, theta, relative):
     np.testing.assert_allclose(relative, fd, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_jit_vmap_equals_loop(model, theta, relative):
     # output_sensitivities is compiled (filter_jit) when called eagerly; under an outer
     # jit(vmap(...)) it must give the same numbers as a loop of eager calls.

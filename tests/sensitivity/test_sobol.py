@@ -208,6 +208,7 @@ def model_result(model):
     return sobol_indices(jax.random.key(2), model, None, 64, n_bootstrap=50)
 
 
+@pytest.mark.slow
 def test_model_path(model, model_result):
     r = model_result
     assert r.names == model.parameters.names

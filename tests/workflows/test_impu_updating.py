@@ -86,6 +86,7 @@ def test_the_update_lowers_the_twins_error_on_a_drifting_system(replay, drift):
     np.testing.assert_allclose(r.rmse_after[3], rmse_per_output(sim[1], measured[3]), rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_a_damaged_system_is_flagged_and_the_twin_keeps_its_parameters(replay):
     r = replay
     assert r.outside_training_range[-1] and not r.accepted[-1] and r.n_flagged == 1
@@ -95,6 +96,7 @@ def test_a_damaged_system_is_flagged_and_the_twin_keeps_its_parameters(replay):
     assert r.summary()["n_accepted"] == N_DRIFT
 
 
+@pytest.mark.slow
 def test_online_updates_equal_the_replay(mapping, drift, replay, tmp_path):
     truth, measured = drift
     twin = DigitalTwin(mapping)

@@ -112,6 +112,7 @@ def test_all_parameters_recovered(results):
     assert last.generator == "model"
 
 
+@pytest.mark.slow
 def test_better_than_one_shot(results):
     iterative, one_shot = results
     error_iterative = abs(iterative.estimate[2] - TRUTH[2])
@@ -126,6 +127,7 @@ def test_better_than_one_shot(results):
     assert iterative.mean_relative_error < one_shot.mean_relative_error
 
 
+@pytest.mark.slow
 def test_first_step_follows_algorithm_1(results):
     iterative, _ = results
     first = iterative.steps[0]
@@ -141,6 +143,7 @@ def test_first_step_follows_algorithm_1(results):
     assert first.n_generated == 32 * (3 + 2)  # the Sobol' design of 3 parameters, no regenerated data
 
 
+@pytest.mark.slow
 def test_result_records_and_json(results, tmp_path):
     iterative, one_shot = results
     assert one_shot.method == "one-shot" and len(one_shot.steps) == 1 and one_shot.groups == (("a", "b", "c"),)
