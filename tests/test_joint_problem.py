@@ -138,6 +138,7 @@ def test_identical_copies_repeat_the_residuals_and_keep_the_estimate(base):
     np.testing.assert_allclose(fit3.theta, fit1.theta, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_fixed_per_experiment_and_conditions(base, ragged):
     """``fixed={name: {experiment: value}}`` sets each experiment's value; the experiments'
     conditions (A0) stay theirs."""
@@ -320,6 +321,7 @@ def test_plots_have_one_row_per_experiment(joint, joint_fit):
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_fix_a_shared_parameter_or_one_copy(joint, z_off):
     fixed = joint.fix({"kad[e1]": 5e-5, "kab": 1e-4})
     assert fixed.free_names == ("kac", "kad[e0]", "kad[e2]")

@@ -111,6 +111,7 @@ def test_derivatives_forward_reverse_and_finite_differences():
     np.testing.assert_allclose(np.asarray(solve(k)), exact, rtol=1e-8)
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_agree_with_eager_loop():
     solve = _decay_solve(dfx.RecursiveCheckpointAdjoint())
     ks = jnp.array([[2.0, 0.7], [50.0, 1.0], [0.1, -0.3]])

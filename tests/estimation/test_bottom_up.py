@@ -106,6 +106,7 @@ def test_warm_starts_continue_from_the_previous_estimates(result_c_first):
     assert r.parameters_at() == {**r.base, **r.estimate}
 
 
+@pytest.mark.slow
 def test_bounds_hold_with_gauss_newton_and_a_base_start():
     # a = 15 lies above its upper bound 10: the estimate stops on the bound
     problem = _problem(np.array([15.0, -0.5, 0.0]))

@@ -171,6 +171,7 @@ def test_de_finds_the_global_minimum_of_the_frequency_fit(two_minima, oscillator
     assert np.all(np.asarray(de.history["best_theta"]) <= oscillator_problem.space.upper)
 
 
+@pytest.mark.slow
 def test_de_polish_finishes_with_trf(oscillator_problem):
     result = differential_evolution(jax.random.key(0), oscillator_problem, max_steps=40, polish=True)
     assert result.method == "de+trf" and result.converged, result.reason

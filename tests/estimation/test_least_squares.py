@@ -226,6 +226,7 @@ def test_lm_batch_pads_the_last_chunk(noisy_problem, starts):
     np.testing.assert_array_equal(chunked.results[4].theta_internal, whole.results[0].theta_internal)
 
 
+@pytest.mark.slow
 def test_lm_batch_finds_the_box_optimum_within_bounds(problem_outside, lm_batch, theta):
     assert isinstance(lm_batch, MultistartResult) and lm_batch.n_starts == 4
     reference = least_squares_trf(problem_outside, np.asarray(theta))
@@ -238,6 +239,7 @@ def test_lm_batch_finds_the_box_optimum_within_bounds(problem_outside, lm_batch,
     assert_inside(problem_outside, lm_batch.starts)
 
 
+@pytest.mark.slow
 def test_lm_batch_summary(lm_batch):
     losses = lm_batch.losses
     assert np.array_equal(lm_batch.sorted_losses, np.sort(losses))

@@ -238,6 +238,7 @@ def test_rms_sensitivities(log_sensitivities):
     assert NAMES[order[0]] == "Jp"  # check 2: Jp is the least influential calibrated one
 
 
+@pytest.mark.slow
 def test_bp2_is_negligible(model, nominal, log_sensitivities):  # check 2
     # d y / d ln BP2 by central differences on the fixed BP2 field (it is not in theta);
     # the solver's step sequence is pinned by dtmax, so the difference quotient has no

@@ -148,6 +148,7 @@ def test_fit_online_draws_fresh_data_every_epoch(tmp_path):
         untrained.fit_online(jax.random.key(0), n_per_epoch=8, n_val=0, sampler=lambda k, n: jnp.full((n, D), 5.0))
 
 
+@pytest.mark.slow
 def test_training_fit_accepts_an_epoch_callable():
     net = PosteriorNetwork(1, 3, 1, quick_config(summary="mlp", n_blocks=1), rngs=nnx.Rngs(0))
 

@@ -87,6 +87,7 @@ def test_estimates_are_deterministic_and_batched(impu, measurements):
     assert first.to_dict()["theta_by_name"].keys() == {"d1", "d2", "k1", "k2"}
 
 
+@pytest.mark.slow
 def test_same_key_gives_the_same_network(beam, data):
     thetas, trajectories = data["train"]
     tiny = InverseMappingConfig(training=TrainingConfig(epochs=5, batch_size=50, progress=False))

@@ -234,6 +234,7 @@ def test_identification_runs_on_data_outside_the_range_when_allowed():
         IdentificationConfig(allow_outside_training_range="yes")
 
 
+@pytest.mark.slow
 def test_identification_accepts_data_inside_the_range():
     model = decay_model()
     observation = np.asarray(model.simulate(jnp.asarray([1.5])))

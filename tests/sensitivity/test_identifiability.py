@@ -187,6 +187,7 @@ def test_n_essential_directions(s, expected):
     assert n_essential_directions(s, gap_ratio=None)[1] == "ratio"
 
 
+@pytest.mark.slow
 def test_four_substance_a_only_has_two_essential_directions(model_a, theta):
     # Wulkow's setting: relative residuals, log parameters (the problem's internal
     # coordinates), noisy data (σ = 0.1) at the true point
@@ -299,6 +300,7 @@ def test_bad_inputs_raise(model, theta, linear):
         identifiability(linear, scaling="relative")
 
 
+@pytest.mark.slow
 def test_plots(winding):
     from jcalib.plotting import plot_sensitivity_functions, plot_sigma_min_spectrum
 

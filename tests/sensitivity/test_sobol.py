@@ -226,6 +226,7 @@ def test_model_path(model, model_result):
     assert d["n_simulations"] == 320 and len(d["first_order"]) == 3
 
 
+@pytest.mark.slow
 def test_model_path_equals_function_path(model, model_result):
     """The model or its simulate wrapped as a FunctionSimulator: same design, same indices."""
     wrapped = FunctionSimulator(model.simulate, model.parameters, model.output_names, model.ts)
