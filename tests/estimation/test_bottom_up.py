@@ -132,6 +132,7 @@ def test_ranking_from_an_identifiability_report(problem):
     assert r.ranking[0] == report.j_sensitivity_order[0]
 
 
+@pytest.mark.slow
 def test_to_dict_round_trips_through_json(result, tmp_path):
     d = result.to_dict()
     assert json.loads(json.dumps(d, allow_nan=False)) == d
@@ -145,6 +146,7 @@ def test_to_dict_round_trips_through_json(result, tmp_path):
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_callable_knee_rule(problem, result):
     r = bottom_up(problem, ["a"], knee_rule=lambda costs: len(costs) - 1)
     assert r.knee == 1 and r.knee_rule == "callable" and r.knee_threshold is None
@@ -181,6 +183,7 @@ def test_ranking_of_a_fixed_parameter_raises(problem):
         bottom_up([1.0], ["a"])
 
 
+@pytest.mark.slow
 def test_bad_knee_inputs_raise(result):
     with pytest.raises(ValueError, match=r"find_knee: costs must be \(J_0, J_1, ..., J_mu\) with mu >= 1"):
         find_knee([1.0])

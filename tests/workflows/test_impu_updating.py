@@ -212,6 +212,7 @@ def test_bad_input(beam, drift, tmp_path):
         TwinUpdatingResult.load(path)
 
 
+@pytest.mark.slow
 def test_a_loaded_mapping_needs_the_model(mapping, beam, tmp_path):
     """A saved mapping keeps no simulator: the twin is told which model to simulate."""
     path = tmp_path / "impu.msgpack"
