@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 PYTEST_ARGS ?=
+# Python's bytecode and pytest's rewritten test modules are cached (__pycache__, git-ignored) even
+# where the shell says PYTHONDONTWRITEBYTECODE: collecting the suite takes 8 s with them, 17 without.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-all test-budget benchmark clean
 

@@ -7,34 +7,52 @@ import pathlib
 # One compilation cache per user, not per clone: a second clone on the same machine starts warm
 # (entries are keyed by the program, the jax/jaxlib version and the XLA flags, so clones of other
 # commits share it safely). JCALIB_JAX_CACHE=<empty folder> measures a cold run.
-_CACHE = os.environ.get("JCALIB_JAX_CACHE", str(
-    pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "jcalib" / "jax"))
+_CACHE = pathlib.Path(os.environ.get("JCALIB_JAX_CACHE") or pathlib.Path(
+    os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "jcalib" / "jax")
 # diffrax solves hold equinox's runtime-error callbacks, and JAX never writes programs with host
 # callbacks to its persistent cache; "nan" mode drops the callbacks (a failed check gives NaN, and
-# jcalib reports failed solves through SolveStatus anyway), so every compiled solve is cached and
-# shared by the xdist workers, notebook kernels and subprocesses (they inherit these variables).
+# jcalib reports failed solves through SolveStatus anyway), so every compiled solve is cached.
 os.environ.setdefault("EQX_ON_ERROR", "nan")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
-# A size limit switches on JAX's file lock around cache reads and writes. Without it a worker can
-# read an entry another worker is still writing, and deserialising the partial executable
-# segfaults (seen with 2 xdist workers compiling the same training step).
+# Every program is cached, however short its compile: the suite compiles ~2,000 programs, most
+# under 0.5 s, and recompiling them was half of a warm run (2026-11-29, tests/budget.py).
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Subprocesses (notebook kernels, the CLI, the two-process jobs) inherit these variables and
+# use JAX's own cache in a folder of their own. JAX's size limit switches on its file lock around
+# reads and writes, without which a process can read an entry another is still writing
+# (deserialising the partial executable segfaults).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_CACHE / "subprocesses"))
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from jax._src import lru_cache as _lru_cache  # noqa: E402
 
 # Simulations, sensitivities and estimators are float64 by contract (DESIGN.md).
 jax.config.update("jax_enable_x64", True)
 # Catch silent float32/float64 mixing and accidental broadcasting in jcalib code.
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
-# Compile once per machine: reruns and subprocess tests reuse compiled solvers.
-jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
+# Compile once per machine: the xdist workers share one folder without JAX's size limit, whose
+# eviction pass reads every entry's timestamp on each write (0.29 s per write at 2,100 entries:
+# five minutes of a cold run); entries are written whole instead, so no worker reads a partial one.
+jax.config.update("jax_compilation_cache_dir", str(_CACHE))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_compilation_cache_max_size", -1)
+
+
+def _put_whole(self, key: str, value: bytes) -> None:
+    """jax's LRUCache.put for a cache without size limit, written under a temporary name and
+    renamed (JAX writes in place)."""
+    path = self.path / f"{key}{_lru_cache._CACHE_SUFFIX}"
+    if not path.exists():
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_bytes(value)
+        os.replace(partial, path)
+
+
+_lru_cache.LRUCache.put = _put_whole
 
 
 import jcalib  # noqa: E402  (after the float64 switch)
