@@ -1,6 +1,5 @@
 """Shared test helpers: analytic references and finite differences."""
 
-import os
 import pathlib
 
 import equinox as eqx
@@ -62,9 +61,7 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 
 def execute_notebook(name, tmp_path):
     """Run ``notebooks/<name>`` top to bottom in a fresh kernel (working directory ``tmp_path``);
-    it must be committed without outputs. The kernel gets ``JCALIB_NOTEBOOK_QUICK=1``: notebooks
-    whose run time is in their sampling (not in compiling) shorten their chains, every cell still
-    runs."""
+    it must be committed without outputs. It runs at full size, as a reader runs it."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -72,8 +69,7 @@ def execute_notebook(name, tmp_path):
     assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code"), \
         "commit notebooks without outputs"
     NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute(
-        env={**os.environ, "JCALIB_NOTEBOOK_QUICK": "1"})
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
 
 
 def shared_petab(*parts: str) -> pathlib.Path:
