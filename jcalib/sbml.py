@@ -29,22 +29,15 @@ Default bounds: a parameter with nominal ``v > 0`` gets ``[v / 1e3, v * 1e3]`` o
 (`DEFAULT_BOUND_FACTOR`), ``v < 0`` gets ``[v * 1e3, v / 1e3]`` (linear) and ``v = 0`` gets
 ``[0, 1]`` (linear); pass ``bounds={id: (lower, upper)}`` for anything else.
 
-Default solver: most SBML models of biology are stiff, so `model_from_sbml` uses diffrax's implicit
-``Kvaerno5`` with ``PIDController(rtol=1e-8, atol=1e-10)`` (the tolerances of the built-in
-models), ``max_steps=100_000`` (`stiff_solver`); change them with the arguments or
-`AbstractModel.with_solver`. ``stiff_solver(newton=True)`` solves the stage equations by full
-Newton (``optimistix.Newton``) instead of diffrax's chord method: on Boehm_JProteomeRes2014 the
-chord method's failed stage solves reject 460 of 900 steps (41 ms per simulation), Newton needs
-106 (5 ms; Brannmark_JBC2010 471 -> 73 ms) with the same agreement with the reference
-simulations (7e-7 relative), but its forward-mode derivatives are less accurate (log-likelihood
-gradient at the published optimum: up to 3.2e-3 from central differences, chord 1e-6), so it
-is not the default: use it where speed matters more than the last digits of a gradient
-(multistarts).
-``stiff_solver(stage_tolerances=(rtol, atol))`` gives the chord method its own stopping
-tolerances instead of the controller's: on Lang_PLOSComputBiol2024 (124 states) and Chen_MSB2009
-(500) the controller's 1e-8/1e-10 make the stage iterations fail and reject about half of the
-steps; 1e-3/1e-6 do not (Lang: 7e-6 from its reference; Chen: the same values as 1e-5/1e-7 to
-1e-10).
+Default solver: most SBML models of biology are stiff, so `model_from_sbml` uses jcalib's
+Rosenbrock method `jcalib.rosenbrock.Rodas5P` (one Jacobian and LU factorisation per step, no
+stage iterations) with ``PIDController(rtol=1e-8, atol=1e-10)`` (the tolerances of the built-in
+models) and ``max_steps=100_000`` (`stiff_solver`); change them with the arguments or
+`AbstractModel.with_solver`. ``stiff_solver(method="kvaerno5")`` gives diffrax's implicit
+``Kvaerno5`` instead, with the chord method for its stage equations, full Newton
+(``newton=True``, ``optimistix.Newton``: fewer rejected steps, less accurate forward-mode
+derivatives) or the chord method with its own stopping tolerances (``stage_tolerances=(rtol,
+atol)``, for models whose chord iterations fail at the controller's tolerances).
 
 Events: those triggered at a time ``T`` (``time >= T``, ``T`` a constant or an expression of
 parameters and conditions; Smith_BMCSystBiol2013's insulin pulses) restart the solver at ``T``
@@ -577,9 +570,7 @@ def stiff_solver(rtol: float = 1e-8, atol: float = 1e-10, *, method: str = "roda
         rtol, atol: the step controller's tolerances (``kvaerno5`` with ``newton=True`` solves its
             stages to a tenth of them).
         method: ``"rodas5p"`` (default): the Rosenbrock method `jcalib.rosenbrock.Rodas5P`, one
-            Jacobian and LU factorisation per step and no stage iterations (module docstring:
-            8-40x faster than Kvaerno5 on the collection problems, with the same agreement with
-            their references); ``"kvaerno5"``: diffrax's implicit Kvaerno5 with chord stage solves.
+            Jacobian and LU factorisation per step and no stage iterations; ``"kvaerno5"``: diffrax's implicit Kvaerno5 with chord stage solves.
         newton: (``kvaerno5`` only) full-Newton stage solves (optimistix.Newton).
         stage_tolerances: (``kvaerno5`` only) the chord method's own stopping tolerances ``(rtol,
             atol)`` instead of the controller's: on Lang_PLOSComputBiol2024 the controller's

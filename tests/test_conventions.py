@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pathlib
 import pkgutil
 
 import pytest
@@ -139,3 +140,13 @@ def test_the_rules_catch_violations(bad, monkeypatch):
         assert _violations(), label
     finally:
         CALLABLES = saved
+
+
+def test_the_version_is_written_once():
+    """pyproject.toml reads the version from jcalib/__init__.py, so pip's metadata agrees with it."""
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((pathlib.Path(jcalib.__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert importlib.metadata.version("jcalib") == jcalib.__version__
