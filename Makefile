@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/python -m experiments.demo
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 # Every test: the fast tier above and the tests marked `slow` (notebooks, experiments' --quick

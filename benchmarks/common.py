@@ -1,10 +1,10 @@
 """Helpers shared by the benchmark scripts: command line, timing, machine description, report.
 
-Every benchmark is a module run from the repository root (``python -m benchmarks.<name>``)
-whose ``main(argv)`` builds its command line with `parser` (``--quick``, ``--seed``,
-``--out``) and `parse_args` (which checks ``--out`` before any work), times warm calls with
-`time_repeated` (sub-millisecond calls with `per_call_seconds`), and writes one JSON report with `write_report` (atomic, strict JSON), whose
-``"machine"`` entry is `machine_info`.
+Every benchmark is a module run from the repository root (``python -m benchmarks.<name>``) whose
+``main(argv)`` builds its command line with `parser` (``--quick``, ``--seed``, ``--out``) and
+`parse_args` (which checks ``--out`` before any work), times warm calls with `time_repeated`
+(sub-millisecond calls with `per_call_seconds`), and writes one JSON report with `write_report`
+(atomic, strict JSON), whose ``"machine"`` entry is `machine_info`.
 """
 
 from __future__ import annotations

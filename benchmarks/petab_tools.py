@@ -280,7 +280,8 @@ def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dic
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
     extra = ["--repeats", str(BATCH_REPEATS), "--stop", s["stop"], "--llh-nominal", repr(llh_nominal)]
     extra += [] if s["max_steps"] is None else ["--max-steps", str(s["max_steps"])]
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.petab_tools_jcalib_worker", name, str(yaml), str(points),
+    worker = "benchmarks.petab_tools_jcalib_worker"
+    procs = [subprocess.Popen([sys.executable, "-m", worker, name, str(yaml), str(points),
                                str(out), str(port), str(i), str(n_processes), *extra],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(n_processes)]

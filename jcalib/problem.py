@@ -880,7 +880,8 @@ class _Structure:
         return self._hash
 
     def __eq__(self, other):
-        return self is other or (isinstance(other, _Structure) and self._hash == other._hash and self._key == other._key)
+        return self is other or (
+            isinstance(other, _Structure) and self._hash == other._hash and self._key == other._key)
 
 
 _PREPARED: dict[int, tuple] = {}  # id(problem) -> (weak reference, array leaves, structure)

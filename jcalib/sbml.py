@@ -84,7 +84,9 @@ from jcalib.model import AbstractModel, Experiment
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.rosenbrock import Rodas5P
 
-__all__ = ["DEFAULT_BOUND_FACTOR", "MAX_EVENT_RESTARTS", "STIFF_METHODS", "SBMLModel", "model_from_sbml", "stiff_solver"]
+__all__ = [
+    "DEFAULT_BOUND_FACTOR", "MAX_EVENT_RESTARTS", "STIFF_METHODS", "SBMLModel", "model_from_sbml", "stiff_solver",
+]
 
 DEFAULT_BOUND_FACTOR = 1e3
 """Default bounds of a parameter with nominal ``v > 0``: ``[v / 1e3, v * 1e3]``, six decades
@@ -570,7 +572,8 @@ def stiff_solver(rtol: float = 1e-8, atol: float = 1e-10, *, method: str = "roda
         rtol, atol: the step controller's tolerances (``kvaerno5`` with ``newton=True`` solves its
             stages to a tenth of them).
         method: ``"rodas5p"`` (default): the Rosenbrock method `jcalib.rosenbrock.Rodas5P`, one
-            Jacobian and LU factorisation per step and no stage iterations; ``"kvaerno5"``: diffrax's implicit Kvaerno5 with chord stage solves.
+            Jacobian and LU factorisation per step and no stage iterations; ``"kvaerno5"``: diffrax's
+            implicit Kvaerno5 with chord stage solves.
         newton: (``kvaerno5`` only) full-Newton stage solves (optimistix.Newton).
         stage_tolerances: (``kvaerno5`` only) the chord method's own stopping tolerances ``(rtol,
             atol)`` instead of the controller's: on Lang_PLOSComputBiol2024 the controller's

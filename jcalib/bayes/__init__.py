@@ -1,8 +1,9 @@
 """Bayesian estimation: likelihoods and priors, prescaled MALA (Wulkow et al. 2021), HMC and NUTS
-(blackjax) as `jcalib.algorithm.Algorithm` s (`mala_algorithm`, `hmc_algorithm`, `nuts_algorithm`, for
-any log density) and `sample` for a `CalibrationProblem`, with preconditioner strategies (`Prescaled`,
-`DenseMetric`, `Laplace`) and the adaptation that computes them before sampling, posterior results, MCMC diagnostics (ArviZ), kernel density
-estimates of marginals and predictive bands; simulation-based calibration and recovery metrics of amortized posteriors.
+(blackjax) as `jcalib.algorithm.Algorithm` s (`mala_algorithm`, `hmc_algorithm`, `nuts_algorithm`,
+for any log density) and `sample` for a `CalibrationProblem`, with preconditioner strategies
+(`Prescaled`, `DenseMetric`, `Laplace`) and the adaptation that computes them before sampling,
+posterior results, MCMC diagnostics (ArviZ), kernel density estimates of marginals and predictive
+bands; simulation-based calibration and recovery metrics of amortized posteriors.
 
 Priors and likelihoods live in `jcalib.probability` (below `jcalib.problem`) and are re-exported here.
 The log-normal *likelihood* is `jcalib.probability.LogNormalLikelihood` (or ``likelihood="lognormal"``);

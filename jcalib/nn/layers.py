@@ -9,7 +9,6 @@ Scalers are frozen pytrees holding their statistics, so they are saved with the 
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Callable, Mapping, Sequence
 
 import equinox as eqx
