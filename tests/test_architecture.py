@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 from collections import deque
 
@@ -211,6 +212,18 @@ def test_nn_does_not_import_models(graph):
     for module in (m for m in graph if _within(m, "jcalib.nn")):
         chain = _path(graph, module, lambda m: _within(m, "jcalib.models"))
         assert chain is None, f"{module} imports a model: {' -> '.join(chain)}"
+
+
+MEASUREMENTS_BY_FIELDS = re.compile(r'hasattr\([^()]*,\s*"(values|mask|ts)"\)')
+
+
+def test_measurements_are_recognised_by_type():
+    """`jcalib.Measurements` is recognised by ``isinstance``, never by its fields
+    (``hasattr(x, "values")`` and the like), so each function says what it accepts (issue 34 §4)."""
+    assert MEASUREMENTS_BY_FIELDS.search('if hasattr(m, "values") and hasattr(m, "mask"):')
+    found = [f"{module}: {match.group(0)}" for module, (source, _) in _sources(ROOT).items()
+             for match in MEASUREMENTS_BY_FIELDS.finditer(source)]
+    assert not found, "Measurements recognised by its fields:\n" + "\n".join(found)
 
 
 @pytest.mark.slow

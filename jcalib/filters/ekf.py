@@ -84,6 +84,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jcalib.algorithm import Algorithm, run
+from jcalib.data import Measurements
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractModel, SimulationError, SolveStatus
 
@@ -625,7 +626,7 @@ def run_ekf(
 def _measurements(model, measurements):
     """(ts, values, mask) as NumPy arrays, checked."""
     n_y = model.n_outputs
-    if hasattr(measurements, "values") and hasattr(measurements, "ts"):
+    if isinstance(measurements, Measurements):
         ts = np.asarray(measurements.ts, dtype=np.float64)
         ys = np.asarray(measurements.values, dtype=np.float64)
         masks = np.asarray(measurements.mask, dtype=bool)

@@ -68,6 +68,7 @@ from jaxtyping import ArrayLike, Float
 
 from jcalib import fileio
 from jcalib.bayes.recovery import relative_errors
+from jcalib.data import Measurements
 from jcalib.jsonable import to_jsonable
 from jcalib.model import SolveStatus, simulate_batch
 
@@ -552,13 +553,13 @@ def _check_theta(mapping, theta, where: str, what: str = "theta") -> np.ndarray:
 
 def _measurements(mapping, measurements, where: str) -> np.ndarray:
     """``(n, n_times, n_outputs)`` float64 from an array or a sequence of arrays/Measurements."""
-    if isinstance(measurements, np.ndarray) or hasattr(measurements, "__array__") and not hasattr(
-            measurements, "values"):
+    if not isinstance(measurements, Measurements) and (
+            isinstance(measurements, np.ndarray) or hasattr(measurements, "__array__")):
         xs = np.asarray(measurements, np.float64)
     else:
         rows = []
         for i, m in enumerate(measurements):
-            if hasattr(m, "values") and hasattr(m, "mask"):
+            if isinstance(m, Measurements):
                 if not np.all(np.asarray(m.mask)):
                     raise ValueError(f"{where}: measurement {i} has missing entries; IMPU features need every output "
                                      "at every time (impute them first)")

@@ -77,6 +77,7 @@ from tqdm.auto import tqdm
 
 from jcalib import fileio
 from jcalib.bayes.recovery import estimate_errors, recovery_metrics
+from jcalib.data import Measurements
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator, FunctionSimulator, SolveStatus, check_simulator, simulate_batch
 from jcalib.nn.bayesflow import TRAINING_RANGE_MARGIN, AmortizedPosterior, BayesFlowConfig, outside_training_range
@@ -811,7 +812,7 @@ def _check_training_range(model, obs: np.ndarray, train_xs: np.ndarray, noise_si
 def _observation(model, observation, where) -> np.ndarray:
     ts = np.asarray(model.ts)
     n_out = len(model.output_names)
-    if hasattr(observation, "values") and hasattr(observation, "mask") and hasattr(observation, "ts"):
+    if isinstance(observation, Measurements):
         m_ts = np.asarray(observation.ts)
         if m_ts.shape != ts.shape or not np.allclose(m_ts, ts, rtol=1e-9, atol=1e-12):
             raise ValueError(
