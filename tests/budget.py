@@ -62,6 +62,7 @@ def pytest_runtest_protocol(item, nextitem):
     out = os.environ.get("JCALIB_BUDGET_DIR")
     if out:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        pathlib.Path(out).mkdir(parents=True, exist_ok=True)  # a new folder, as `main` makes for itself
         with open(pathlib.Path(out) / f"{worker}.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
