@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from jcalib import distributed
 from jcalib._simulator import AbstractSimulator
 from jcalib.parameters import ParameterSpace
+from jcalib.steady_state import steady_state
 
 __all__ = [
     "AbstractModel",
@@ -34,8 +35,10 @@ __all__ = [
     "Experiment",
     "FunctionSimulator",
     "SimulationError",
+    "Setting",
     "SolveStatus",
     "simulate_batch",
+    "simulate_setting",
 ]
 
 
@@ -94,8 +97,9 @@ class Experiment(eqx.Module):
         preequilibration: None, or the conditions of a pre-equilibration: before t0 the
             model is simulated from its initial state under ``conditions`` updated by these
             values (``{}``: the experiment's own conditions) until it reaches a steady state
-            (diffrax's steady-state event: |dy/dt| below the controller's tolerances), and
-            that state is the experiment's initial state. No steady state within
+            (diffrax's steady-state event: |dy/dt| below the controller's tolerances, then
+            polished by Newton, with the derivatives of the exact steady state:
+            `jcalib.steady_state`), and that state is the experiment's initial state. No steady state within
             ``max_steps`` gives the status ``NO_STEADY_STATE`` (NaN outputs). Every key must
             be one of ``conditions``.
     """
@@ -391,17 +395,19 @@ class AbstractModel(AbstractSimulator):
 
     def solve(self, theta: Float[ArrayLike, " n_params"]) -> dfx.Solution:
         """The raw diffrax solution (states at ``ts``); never throws. With a
-        pre-equilibration, from its end state (see `Experiment`; whether it reached a steady
-        state is reported by `simulate_with_status`)."""
-        return self._solve(self._check_theta(theta))[0]
+        pre-equilibration, from its steady state (see `Experiment`; whether it reached one is
+        reported by `simulate_with_status`)."""
+        theta = self._check_theta(theta)
+        main, pre = self.settings(theta)
+        y0 = start_state(self, main, pre, self.experiment.t0)[0]
+        return self.integrate(y0, theta, self.experiment.t0, self.experiment.t1, self.experiment.ts)
 
-    def _solve(self, theta) -> tuple[dfx.Solution, Array]:
-        """(solution, whether the pre-equilibration, if any, reached a steady state)."""
-        y0, steady = self.initial_state(theta), jnp.asarray(True)
-        if self.experiment.preequilibration is not None:
-            y0, steady = self._steady_state(theta)
-        sol = self.integrate(y0, theta, self.experiment.t0, self.experiment.t1, self.experiment.ts)
-        return sol, steady
+    def settings(self, theta: Float[Array, " n_params"]) -> tuple[Setting, Setting | None]:
+        """The `Setting` of this experiment's simulation and of its pre-equilibration (None
+        without one), both with the parameters ``theta``."""
+        exp = self.experiment
+        pre = None if exp.preequilibration is None else Setting(theta, exp.preequilibration_conditions())
+        return Setting(theta, exp.conditions), pre
 
     def integrate(self, y0: Float[Array, " n_states"], theta: Float[Array, " n_params"], t0, t1,
                   ts: Float[Array, " n_times"]) -> dfx.Solution:
@@ -415,18 +421,12 @@ class AbstractModel(AbstractSimulator):
             max_steps=self.max_steps, throw=False,
         )
 
-    def _steady_state(self, theta) -> tuple[Float[Array, " n_states"], Array]:
-        """The pre-equilibration: the state at the steady-state event under the
-        pre-equilibration conditions, and whether the event occurred."""
-        conditions = self.experiment.preequilibration_conditions()
-        pre = eqx.tree_at(lambda m: m.experiment.conditions, self, conditions)
-        sol = dfx.diffeqsolve(
-            dfx.ODETerm(pre.vector_field), self.solver, self.experiment.t0, jnp.inf, self.dt0,
-            pre.initial_state(theta), args=theta, saveat=dfx.SaveAt(t1=True),
-            stepsize_controller=self.controller, adjoint=self.adjoint, max_steps=self.max_steps,
-            event=dfx.Event(dfx.steady_state_event()), throw=False,
-        )
-        return sol.ys[-1], sol.result == dfx.RESULTS.event_occurred
+    def conserved_moieties(self, y: Float[Array, " n_states"],
+                           theta: Float[Array, " n_params"]) -> Float[Array, " n_conserved"]:
+        """Quantities constant along every trajectory (none by default). A model with
+        conservation laws returns them, so that its steady states (pre-equilibration, ``t =
+        inf`` outputs) and their derivatives are those reached from the initial state."""
+        return jnp.zeros((0,), dtype=y.dtype)
 
     def simulate_with_status(
         self, theta: Float[ArrayLike, " n_params"]
@@ -445,23 +445,12 @@ class AbstractModel(AbstractSimulator):
             inside = jnp.all((theta >= jnp.asarray(lower)) & (theta <= jnp.asarray(upper)))
         else:
             inside = jnp.asarray(True)
-        valid = finite & inside
-        safe_theta = jnp.where(valid, theta, jnp.asarray(self.parameters.nominal, dtype=theta.dtype))
-        sol, steady = self._solve(safe_theta)
-        finite_ys = jnp.all(jnp.isfinite(sol.ys))
-        status = jnp.where(
-            sol.result == dfx.RESULTS.successful,
-            jnp.where(finite_ys, SolveStatus.SUCCESS, SolveStatus.NONFINITE),
-            jnp.where(sol.result == dfx.RESULTS.max_steps_reached,
-                      SolveStatus.MAX_STEPS, SolveStatus.SOLVER_FAILED),
-        )
-        status = jnp.where(steady, status, SolveStatus.NO_STEADY_STATE)
+        safe_theta = jnp.where(finite & inside, theta, jnp.asarray(self.parameters.nominal, dtype=theta.dtype))
+        exp = self.experiment
+        y, status = simulate_setting(self, *self.settings(safe_theta), exp.t0, exp.t1, exp.ts)
         status = jnp.where(finite, jnp.where(inside, status, SolveStatus.OUT_OF_BOUNDS),
                            SolveStatus.INVALID_INPUT)
-        ok = status == SolveStatus.SUCCESS
-        safe_ys = jnp.where(ok, sol.ys, jnp.ones_like(sol.ys))  # keep NaNs out of observe
-        y = jax.vmap(self.observe, in_axes=(0, 0, None))(self.experiment.ts, safe_ys, safe_theta)
-        return _nan_unless(ok, y, theta), status
+        return _nan_unless(status == SolveStatus.SUCCESS, y, theta), status
 
     def simulate(self, theta: Float[ArrayLike, " n_params"]) -> Float[Array, "n_times n_outputs"]:
         """Outputs at the observation times, ``(n_times, n_outputs)``; NaN if the solve failed.
@@ -574,6 +563,78 @@ def _nan_unless(ok: Array, y: Array, theta: Array) -> Array:
     """
     nan_if_failed = jnp.where(ok, 0.0, jnp.nan)
     return jnp.where(ok, y, 0.0) + nan_if_failed * (0.0 * jnp.sum(theta))
+
+
+class Setting(eqx.Module):
+    """What one simulation (or its pre-equilibration) runs under: the parameters, the
+    conditions, and the states it resets at its start.
+
+    Attributes:
+        theta: the model's parameters, ``(n_params,)``.
+        conditions: ``{name: scalar}``, replacing the experiment's.
+        reset: ``(n_states,)`` booleans of the states set to ``values`` at the start (after
+            a pre-equilibration: replacing its steady state), or None for none.
+        values: ``(n_states,)`` the values of the reset states (others are ignored).
+    """
+
+    theta: Float[Array, " n_params"]
+    conditions: dict[str, Float[Array, ""]]
+    reset: Bool[Array, " n_states"] | None = None
+    values: Float[Array, " n_states"] | None = None
+
+    def model(self, model: AbstractModel) -> AbstractModel:
+        """``model`` under these conditions."""
+        return eqx.tree_at(lambda m: m.experiment.conditions, model, dict(self.conditions))
+
+    def start(self, y: Float[Array, " n_states"]) -> Float[Array, " n_states"]:
+        """``y`` with the reset states replaced."""
+        return y if self.reset is None else jnp.where(self.reset, self.values, y)
+
+
+def start_state(model: AbstractModel, main: Setting, pre: Setting | None,
+                t0: Float[Array, ""]) -> tuple[Float[Array, " n_states"], Bool[Array, ""]]:
+    """The state a simulation starts from at ``t0`` and whether its pre-equilibration (if any)
+    reached a steady state: the model's initial state under ``main``, or the steady state under
+    ``pre`` (`jcalib.steady_state.steady_state`, from the initial state under ``pre``), with
+    ``main``'s resets applied."""
+    if pre is None:
+        return main.start(main.model(model).initial_state(main.theta)), jnp.asarray(True)
+    before = pre.model(model)
+    y, _, reached = steady_state(before, pre.start(before.initial_state(pre.theta)), pre.theta, t0)
+    return main.start(y), reached
+
+
+def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | None, t0: Float[Array, ""],
+                     t1: Float[Array, ""], ts: Float[Array, " n_times"], *, steady: bool = False,
+                     ) -> tuple[Float[Array, "n_slots n_outputs"], Int[Array, ""]]:
+    """One simulation, the one path from parameters to the solver: outputs at ``ts`` and, with
+    ``steady``, one more row, the outputs at the steady state reached from the start
+    (``t = inf``); and its `SolveStatus`. Outputs are NaN (with NaN derivatives) unless it is
+    SUCCESS; a steady state not reached gives NO_STEADY_STATE.
+
+    ``main``/``pre``: see `Setting`, `start_state`; times in the model's unit, ``t0 <= ts <= t1``.
+    """
+    y0, steady_ok = start_state(model, main, pre, t0)
+    run = main.model(model)
+    sol = run.integrate(y0, main.theta, t0, t1, ts)
+    ys, times = sol.ys, ts
+    if steady:
+        y_inf, t_inf, reached = steady_state(run, y0, main.theta, t0)
+        ys, times, steady_ok = jnp.concatenate([ys, y_inf[None]]), jnp.append(ts, t_inf), steady_ok & reached
+    status = jnp.where(steady_ok, solve_status(sol.result, ys), SolveStatus.NO_STEADY_STATE)
+    ok = status == SolveStatus.SUCCESS
+    safe_ys = jnp.where(ok, ys, jnp.ones_like(ys))  # keep NaNs out of observe (and its gradient)
+    outputs = jax.vmap(run.observe, in_axes=(0, 0, None))(times, safe_ys, main.theta)
+    return _nan_unless(ok, outputs, main.theta), status
+
+
+def solve_status(result: dfx.RESULTS, ys: Float[Array, "..."]) -> Int[Array, ""]:
+    """The `SolveStatus` of a diffrax result and the states it saved."""
+    finite = jnp.all(jnp.isfinite(ys))
+    return jnp.where(result == dfx.RESULTS.successful,
+                     jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.NONFINITE),
+                     jnp.where(result == dfx.RESULTS.max_steps_reached, SolveStatus.MAX_STEPS,
+                               SolveStatus.SOLVER_FAILED))
 
 
 DEFAULT_CHUNK_PER_DEVICE = 512

@@ -72,7 +72,7 @@ from jaxtyping import Array, ArrayLike, Float
 from petab.v1.math import sympify_petab
 
 from jcalib import sbml
-from jcalib.model import SolveStatus
+from jcalib.model import Setting, SolveStatus, simulate_setting
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.probability.priors import LogNormal, LogUniform, Normal, PriorTruncationWarning, Uniform, bind_priors
 from jcalib.problem import AbstractProblem
@@ -405,14 +405,6 @@ def _setting(model: sbml.SBMLModel, plan: _Plan, condition: dict, values):
     return theta, conditions, overrides
 
 
-def _status(result, ys) -> Array:
-    finite = jnp.all(jnp.isfinite(ys))
-    return jnp.where(result == dfx.RESULTS.successful,
-                     jnp.where(finite, SolveStatus.SUCCESS, SolveStatus.NONFINITE),
-                     jnp.where(result == dfx.RESULTS.max_steps_reached, SolveStatus.MAX_STEPS,
-                               SolveStatus.SOLVER_FAILED))
-
-
 def _pair_groups(pairs: list[dict], times: np.ndarray, n_rows: int) -> tuple[list[dict], np.ndarray]:
     """The simulations in (at most) two groups, without and with pre-equilibration, each solved
     in one vmap (one compilation however many conditions), on time grids padded to the group's
@@ -438,9 +430,9 @@ def _pair_groups(pairs: list[dict], times: np.ndarray, n_rows: int) -> tuple[lis
     return groups, global_index
 
 
-def _setting_arrays(model: sbml.SBMLModel, plan: _Plan, condition: dict, values):
-    """`_setting` as arrays of one shape for every condition: (theta, conditions, override mask,
-    override values), so that conditions stack for vmap."""
+def _setting_arrays(model: sbml.SBMLModel, plan: _Plan, condition: dict, values) -> Setting:
+    """`_setting` as the model's `Setting`, arrays of one shape for every condition (the species
+    overrides as a reset mask), so that conditions stack for ``lax.map``/vmap."""
     theta, conditions, overrides = _setting(model, plan, condition, values)
     n_states = len(model.state_names)
     mask = np.zeros(n_states, dtype=bool)
@@ -449,127 +441,27 @@ def _setting_arrays(model: sbml.SBMLModel, plan: _Plan, condition: dict, values)
     for index, value in overrides.items():
         override = override.at[index].set(value)
     conditions = {name: jnp.asarray(value, dtype=jnp.float64) for name, value in conditions.items()}
-    return theta, conditions, jnp.asarray(mask), override
-
-
-STEADY_STATE_NEWTON_STEPS = 3
-"""Gauss-Newton steps that polish the steady state the simulation stopped at (`_steady_state`)."""
-
-
-def _steady_state(model: sbml.SBMLModel, y0, theta):
-    """The steady state reached from ``y0`` at t = 0 (NaN if none), the time it was reached,
-    and whether it was.
-
-    The simulation runs to diffrax's steady-state event (|dy/dt| within the controller's
-    tolerances), which leaves the slowest modes short of their limit: on Isensee_JCB2018 that
-    changed log-likelihood gradients by up to 25 % (and finite differences as much), since
-    sensitivities converge no faster than the state. So the state is then polished by Gauss-Newton
-    on f(y) = 0 with the conserved moieties of ``y0`` held (`STEADY_STATE_NEWTON_STEPS`, each
-    kept only if it lowers |f|), and its derivatives come from the implicit function theorem
-    (`_steady_state_derivative`), not from differentiating the simulation.
-    """
-    sol = dfx.diffeqsolve(
-        dfx.ODETerm(model.vector_field), model.solver, 0.0, jnp.inf, model.dt0, jax.lax.stop_gradient(y0),
-        args=jax.lax.stop_gradient(theta), saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller,
-        adjoint=model.adjoint, max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
-    ok = sol.result == dfx.RESULTS.event_occurred
-    dynamic, static = eqx.partition(model, eqx.is_array)
-    state = _polish_steady_state(eqx.combine(jax.lax.stop_gradient(dynamic), static), jax.lax.stop_gradient(y0),
-                                 jax.lax.stop_gradient(theta), sol.ys[-1])
-    state = _steady_state_derivative(state, y0, theta, model)
-    return jnp.where(ok, state, jnp.nan), jax.lax.stop_gradient(sol.ts[-1]), ok
-
-
-def _steady_state_system(model: sbml.SBMLModel, y0, theta, y):
-    """The residual ``[f(y); m(y) - m(y0)]`` of a steady state with the conserved moieties ``m``
-    of ``y0``, and its Jacobian in ``y``, ``(n_states + n_conserved, n_states)``."""
-    def residual(x):
-        return jnp.concatenate([model.vector_field(0.0, x, theta),
-                                model.conserved_moieties(x, theta) - model.conserved_moieties(y0, theta)])
-
-    return residual(y), jax.jacfwd(residual)(y)
-
-
-def _polish_steady_state(model: sbml.SBMLModel, y0, theta, y):
-    """`STEADY_STATE_NEWTON_STEPS` Gauss-Newton steps on `_steady_state_system`, each kept only
-    where it lowers |f| (a step from a poorly conditioned Jacobian is dropped)."""
-    value, jac = _steady_state_system(model, y0, theta, y)
-    for _ in range(STEADY_STATE_NEWTON_STEPS):
-        candidate = y - jnp.linalg.lstsq(jac, value)[0]
-        new_value, new_jac = _steady_state_system(model, y0, theta, candidate)  # reused by the next step
-        better = (jnp.linalg.norm(new_value) < jnp.linalg.norm(value)) & jnp.all(jnp.isfinite(candidate))
-        y, value, jac = (jnp.where(better, a, b) for a, b in ((candidate, y), (new_value, value), (new_jac, jac)))
-    return y
-
-
-@eqx.filter_custom_jvp
-def _steady_state_derivative(state, y0, theta, model):
-    """``state`` (a steady state reached from ``y0``) with the derivatives of the exact steady
-    state: the implicit function theorem on `_steady_state_system`, ``J dy = -(df/dp dp)`` and
-    ``dm(y) = dm(y0)`` for the conserved moieties, solved by least squares (the rows are
-    consistent: the moieties span the left null space of ``J`` that the reactions create)."""
-    return state
-
-
-@_steady_state_derivative.def_jvp
-def _steady_state_derivative_jvp(primals, tangents):
-    state, y0, theta, model = primals
-    _, dy0, dtheta, dmodel = tangents
-    if dmodel is None:
-        dmodel = jax.tree_util.tree_map(lambda _: None, model)
-
-    def residual(y_init, th, mdl):  # at the fixed steady state: its dependence on y0 and the parameters
-        return _steady_state_system(mdl, y_init, th, state)[0]
-
-    _, d_residual = eqx.filter_jvp(residual, (y0, theta, model), (dy0, dtheta, dmodel))
-    if d_residual is None:
-        return state, jnp.zeros_like(state)
-    jac = _steady_state_system(model, y0, theta, state)[1]
-    # the pseudo-inverse does not depend on the tangent: under jax.jacfwd (a vmap over tangents)
-    # it is computed once, where lstsq would factor the matrix again for every tangent
-    return state, -jnp.linalg.pinv(jac) @ d_residual
-
-
-def _solve(model: sbml.SBMLModel, setting, preequilibration, ts, t1, *, steady: bool = False):
-    """Model outputs at ``ts`` ``(n_times, n_outputs)`` (NaN unless the solve succeeded), with
-    ``steady`` one more row: the outputs at the steady state from the initial state; and the
-    `SolveStatus` code of one simulation. ``setting`` and ``preequilibration`` (or None) are
-    `_setting_arrays` of its conditions."""
-    theta, conditions, mask, override = setting
-    main = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions)
-    steady_ok = jnp.asarray(True)
-    if preequilibration is None:
-        y0 = main.initial_state(theta)
-    else:
-        theta_pre, conditions_pre, mask_pre, override_pre = preequilibration
-        pre = eqx.tree_at(lambda m: m.experiment.conditions, model, conditions_pre)
-        y0, _, steady_ok = _steady_state(pre, jnp.where(mask_pre, override_pre, pre.initial_state(theta_pre)),
-                                         theta_pre)
-    y0 = jnp.where(mask, override, y0)
-    sol = main.integrate(y0, theta, jnp.asarray(0.0), t1, ts)
-    ys, times = sol.ys, ts
-    if steady:
-        y_inf, t_inf, reached = _steady_state(main, y0, theta)
-        ys, times, steady_ok = jnp.concatenate([ys, y_inf[None]]), jnp.append(ts, t_inf), steady_ok & reached
-    status = jnp.where(steady_ok, _status(sol.result, ys), SolveStatus.NO_STEADY_STATE)
-    ok = status == SolveStatus.SUCCESS
-    ys = jnp.where(ok, ys, jnp.ones_like(ys))  # keep NaNs out of observe (and its gradient)
-    outputs = jax.vmap(main.observe, in_axes=(0, 0, None))(times, ys, theta)
-    return jnp.where(ok, outputs, jnp.nan), status
+    return Setting(theta, conditions, jnp.asarray(mask), override)
 
 
 def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
-    """The group's simulations, ``(n_pairs * n_slots, n_outputs)`` outputs and ``(n_pairs,)``
-    statuses, by one ``jax.lax.map`` over the stacked settings (sequential, or vmapped in
-    batches of ``plan["batch_size"]``)."""
+    """The group's simulations (`jcalib.model.simulate_setting` from ``t = 0``),
+    ``(n_pairs * n_slots, n_outputs)`` outputs and ``(n_pairs,)`` statuses, by one
+    ``jax.lax.map`` over the stacked settings (sequential, or vmapped in batches of
+    ``plan["batch_size"]``)."""
     settings = [_setting_arrays(model, plan, pair["condition"], values) for pair in group["pairs"]]
     pre = [None if pair["preequilibration"] is None else
            _setting_arrays(model, plan, pair["preequilibration"], values) for pair in group["pairs"]]
     stack = functools.partial(jax.tree.map, lambda *leaves: jnp.stack(leaves))
     preequilibration = None if pre[0] is None else stack(*pre)
-    solve = functools.partial(_solve, model, steady=group["steady"])
+    t0 = jnp.asarray(0.0)
+
+    def solve(x):
+        main, before, ts, t1 = x
+        return simulate_setting(model, main, before, t0, t1, ts, steady=group["steady"])
+
     xs = (stack(*settings), preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]))
-    outputs, status = jax.lax.map(lambda x: solve(*x), xs, batch_size=plan["batch_size"])
+    outputs, status = jax.lax.map(solve, xs, batch_size=plan["batch_size"])
     return outputs.reshape((-1, outputs.shape[-1])), status
 
 

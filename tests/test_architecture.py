@@ -27,7 +27,7 @@ import jcalib
 
 ROOT = pathlib.Path(jcalib.__file__).parent
 
-LOWER = ("jcalib.parameters", "jcalib.model", "jcalib.data", "jcalib.probability", "jcalib.fileio",
+LOWER = ("jcalib.parameters", "jcalib.model", "jcalib.steady_state", "jcalib.data", "jcalib.probability", "jcalib.fileio",
          "jcalib.jsonable")
 UPPER = ("jcalib.problem", "jcalib.bayes", "jcalib.estimation", "jcalib.sensitivity", "jcalib.nn",
          "jcalib.workflows", "jcalib.cli", "jcalib.plotting")
