@@ -861,7 +861,7 @@ def petab(
                    f"{', '.join(report.proposed_subset)}")
     elif method in ("gauss-newton", "trf"):
         fit = (estimation.gauss_newton(problem, nominal, coordinates="internal", progress=True) if method ==
-               "gauss-newton" else estimation.least_squares_trf(problem, problem.to_physical(nominal)))
+               "gauss-newton" else estimation.least_squares_trf(problem, nominal, coordinates="internal"))
         metrics["result"] = fit.to_dict()
         theta = jax.numpy.asarray(fit.theta_internal)
     elif method == "multistart":

@@ -156,8 +156,15 @@ class PetabCalibrationProblem(AbstractProblem):
     space: ParameterSpace = eqx.field(static=True)
     free_names: tuple[str, ...] = eqx.field(static=True)
     factors: tuple[float, ...] = eqx.field(static=True)  # z_jcalib = factor * z_petab
-    noise_names: tuple[str, ...] = eqx.field(static=True, default=())
-    noise_prior: None = None
+
+    @property
+    def noise_names(self) -> tuple[str, ...]:
+        """None sampled: PEtab's noise parameters are ordinary estimated parameters."""
+        return ()
+
+    @property
+    def noise_prior(self) -> None:
+        return None
 
     @property
     def n_observed(self) -> int:

@@ -37,9 +37,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import weakref
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -48,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from jcalib.abstract_problem import AbstractProblem, compiled_call, quoted
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel, check_simulator
 from jcalib.parameters import Parameter, ParameterSpace
@@ -58,180 +57,6 @@ __all__ = ["AbstractProblem", "CalibrationProblem", "GaussianPrior", "InitialSta
            "initial_state_from_parameters", "with_initial_state_parameters"]
 
 WEIGHTINGS = ("relative", "absolute", "sigma")
-
-
-class AbstractProblem(eqx.Module):
-    """What every calibration problem offers the methods: residuals, their Jacobian, loss and
-    log densities of ``theta_internal`` (internal coordinates of the free parameters, ordered as
-    ``free_names``), and the maps between internal and physical values.
-
-    Implemented by `CalibrationProblem` (one model, one experiment) and
-    `jcalib.joint_problem.JointProblem` (several experiments). A subclass provides ``space``,
-    ``free_names``, ``noise_names``, ``prior``, ``noise_prior``, ``n_observed``,
-    ``sigma_available``, ``fixed``, ``forward_mode``, ``solve_status`` and the
-    ``_residuals_impl``, ``_jacobian_impl`` and ``_log_likelihood_impl`` implementations.
-    """
-
-    @property
-    def n_free(self) -> int:
-        return len(self.free_names)
-
-    @property
-    def n_noise(self) -> int:
-        """Number of sampled noise levels (the last ``n_noise`` entries of theta_internal)."""
-        return len(self.noise_names)
-
-    @property
-    def n_model_free(self) -> int:
-        return len(self.free_names) - len(self.noise_names)
-
-    @property
-    def model_free_names(self) -> tuple[str, ...]:
-        """The free model parameters (``free_names`` without the noise parameters)."""
-        return self.free_names[: self.n_model_free]
-
-    @property
-    def model_space(self) -> ParameterSpace:
-        """The free model parameters (``space`` without the noise parameters)."""
-        return ParameterSpace(tuple(self.space)[: self.n_model_free])
-
-    # --- coordinates ----------------------------------------------------------------------
-    def _check(self, theta_internal, what: str = "theta_internal"):
-        z = jnp.asarray(theta_internal)
-        self.space.check_shape(z, what)
-        if z.dtype != jnp.float64:
-            raise ValueError(
-                f"{what} must be float64 (got {z.dtype}); call "
-                "jax.config.update('jax_enable_x64', True) before creating arrays"
-            )
-        return z
-
-    def to_physical(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_free"]:
-        """Internal -> physical values of the free parameters."""
-        return self.space.to_physical(self._check(theta_internal))
-
-    def to_internal(self, theta: Float[ArrayLike, " n_free"]) -> Float[Array, " n_free"]:
-        """Physical values of the free parameters -> internal coordinates."""
-        return self.space.to_internal(self._check(theta, "theta"))
-
-    def initial_internal(self) -> Float[Array, " n_free"]:
-        """Internal coordinates of the nominal values (a starting point)."""
-        return self.space.to_internal(jnp.asarray(self.space.nominal))
-
-    def estimate_dict(self, theta_internal: Float[ArrayLike, " n_free"],
-                      include_fixed: bool = False) -> dict[str, float]:
-        """``{name: physical value}`` of the free parameters (and the fixed ones if asked)."""
-        theta = np.asarray(self.to_physical(theta_internal))
-        out = {n: float(v) for n, v in zip(self.free_names, theta)}
-        return {**out, **self.fixed} if include_fixed else out
-
-    # --- misfit ---------------------------------------------------------------------------
-    def residuals(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, " n_observed"]:
-        """Weighted residuals of the measured entries; NaN if the solve failed."""
-        return _jitted("_residuals_impl", self, self._check(theta_internal))
-
-    def jacobian(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, "n_observed n_free"]:
-        """d residuals / d theta_internal by forward-mode autodiff through the solver.
-
-        Raises:
-            ValueError: the problem samples noise levels (use `without_noise_parameters`).
-        """
-        if self.n_noise:
-            raise ValueError(
-                f"jacobian: this problem samples the noise levels {_quoted(self.noise_names)}, "
-                "which the residuals do not depend on (zero Jacobian columns); estimators and "
-                "sensitivities need problem.without_noise_parameters()"
-            )
-        return _jitted("_jacobian_impl", self, self._check(theta_internal))
-
-    def loss(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Mean squared residual; for ``"relative"`` this is R_X (Wulkow 2021, eq. 6)."""
-        return _jitted("_loss_impl", self, self._check(theta_internal))
-
-    # --- probability ----------------------------------------------------------------------
-    def log_likelihood(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Log likelihood of the measured entries under ``self.likelihood``; -inf when the
-        solve fails.
-
-        The default (``likelihood=None``) keeps the weighting's noise model: for
-        ``"relative"``, F ~ N(X, (σ X)²) per entry, i.e. exp(-R_X n_obs / (2σ²)) for a
-        constant σ as in Wulkow 2021, normalised as a density:
-        -½ Σ r²/σ² - Σ log(σ |X|) - n/2 log 2π; for ``"absolute"`` and ``"sigma"``,
-        X ~ N(F, σ²). See `jcalib.probability.likelihoods` for all noise models; sampled σ come
-        from the last ``n_noise`` entries of ``theta_internal``.
-
-        Raises:
-            ValueError: no noise level for some output (``measurements.sigma`` and
-                ``likelihood.sigma`` are None and it is not a noise parameter).
-        """
-        self._check_sigma("log_likelihood")
-        return _jitted("_log_likelihood_impl", self, self._check(theta_internal))
-
-    def log_prior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Log prior density in internal coordinates (log-Jacobian included for priors
-        given in physical units); -inf outside the box (uniform and per-parameter priors)."""
-        return self._log_prior_impl(self._check(theta_internal))
-
-    def log_posterior(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, ""]:
-        """Unnormalised log posterior, ``log_prior + log_likelihood``.
-
-        With the uniform or per-parameter priors the model is not evaluated where the
-        prior is zero (outside the box; the likelihood is taken at the box centre and
-        discarded), so the value there is -inf, never NaN, and the gradient there is
-        finite (zero). A failed solve inside the box gives -inf.
-
-        Raises:
-            ValueError: no noise level for some output (see `log_likelihood`).
-        """
-        self._check_sigma("log_posterior")
-        return _jitted("_log_posterior_impl", self, self._check(theta_internal))
-
-    # --- implementations (pure; called through one filter_jit, so eager calls compile once) --
-    def _check_sigma(self, what: str) -> None:
-        if not self.sigma_available:
-            raise ValueError(
-                f"{what}: measurements.sigma is None, but the likelihood needs the noise "
-                "level; pass sigma to Measurements, fix it with likelihood=...(sigma=...), or "
-                "sample it with noise_parameters=True"
-            )
-
-    def _loss_impl(self, z):
-        return jnp.mean(self._residuals_impl(z) ** 2)
-
-    def _log_prior_impl(self, z):
-        n_model = self.n_model_free
-        z_model = z[:n_model]
-        if isinstance(self.prior, GaussianPrior):
-            lp = self.prior.log_prob(z_model)
-        elif self.prior is not None:
-            lp = self.prior.log_prob_internal(z_model)
-        else:
-            space = self.model_space
-            for p in space:
-                if not p.has_box:
-                    raise ValueError(
-                        f"log_prior: the default prior='uniform' (uniform in internal coordinates on the "
-                        f"bounds) is improper for {p.name!r}, whose bounds [{p.lower}, {p.upper}] leave its "
-                        f"internal coordinate unbounded; pass a proper prior for it, e.g. CalibrationProblem(..., "
-                        f"prior={{{p.name!r}: Normal(mean, std)}}) (jcalib.probability.priors)"
-                    )
-            lower, upper = space.lower_internal, space.upper_internal
-            inside = jnp.all((z_model >= jnp.asarray(lower)) & (z_model <= jnp.asarray(upper)))
-            lp = jnp.where(inside, -float(np.sum(np.log(upper - lower))), -jnp.inf)
-        if self.noise_prior is not None:
-            lp = lp + self.noise_prior.log_prob_internal(z[n_model:])
-        return lp
-
-    def _log_posterior_impl(self, z):
-        lp = self._log_prior_impl(z)
-        if isinstance(self.prior, GaussianPrior):
-            return lp + self._log_likelihood_impl(z)
-        inside = jnp.isfinite(lp)
-        # where the prior is zero the model is evaluated at the nominal values instead (always
-        # inside the bounds, finite in internal coordinates), so it never sees values outside
-        nominal = jnp.asarray(self.space.nominal_internal)
-        z_safe = jnp.where(jnp.broadcast_to(inside, z.shape), z, nominal)
-        return jnp.where(inside, lp + self._log_likelihood_impl(z_safe), -jnp.inf)
 
 
 class CalibrationProblem(AbstractProblem):
@@ -367,7 +192,7 @@ class CalibrationProblem(AbstractProblem):
             raise ValueError(f"fixed: expected a {{name: value}} dict; got {fixed!r}")
         for name, value in fixed.items():
             if name not in known:
-                raise ValueError(f"fixed: unknown parameter {name!r}; known: {_quoted(known)}")
+                raise ValueError(f"fixed: unknown parameter {name!r}; known: {quoted(known)}")
             if not math.isfinite(float(value)):
                 raise ValueError(f"fixed: the value of {name!r} must be finite; got {value}")
         model = _admit_fixed_values(model, fixed)
@@ -378,14 +203,14 @@ class CalibrationProblem(AbstractProblem):
             free = (free,) if isinstance(free, str) else tuple(free)
             for name in free:
                 if name not in known:
-                    raise ValueError(f"free: unknown parameter {name!r}; known: {_quoted(known)}")
+                    raise ValueError(f"free: unknown parameter {name!r}; known: {quoted(known)}")
             duplicates = sorted({n for n in free if free.count(n) > 1})
             if duplicates:
-                raise ValueError(f"free: duplicate names {_quoted(duplicates)}")
+                raise ValueError(f"free: duplicate names {quoted(duplicates)}")
         both = [n for n in free if n in fixed]
         if both:
             raise ValueError(
-                f"CalibrationProblem: parameter(s) {_quoted(both)} both free and fixed; remove "
+                f"CalibrationProblem: parameter(s) {quoted(both)} both free and fixed; remove "
                 "them from one of the two"
             )
         if not free:
@@ -446,7 +271,7 @@ class CalibrationProblem(AbstractProblem):
             clash = [n for n in noise_space.names if n in known]
             if clash:
                 raise ValueError(
-                    f"noise_parameters: the noise parameter name(s) {_quoted(clash)} clash with "
+                    f"noise_parameters: the noise parameter name(s) {quoted(clash)} clash with "
                     "model parameters; rename the model parameters"
                 )
             slot_of_output = np.full(n_out, -1)
@@ -476,7 +301,7 @@ class CalibrationProblem(AbstractProblem):
             for name in prior:
                 if name not in known and name not in noise_names:
                     raise ValueError(
-                        f"prior: unknown parameter {name!r}; known: {_quoted(known + noise_names)}"
+                        f"prior: unknown parameter {name!r}; known: {quoted(known + noise_names)}"
                     )
             noise_prior_spec = {n: p for n, p in prior.items() if n in noise_names}
             prior = bind_priors({n: p for n, p in prior.items() if n in free}, model_space)
@@ -609,11 +434,11 @@ class CalibrationProblem(AbstractProblem):
                     "without_noise_parameters(sigma=...) to fix sigma"
                 )
             if name not in known:
-                raise ValueError(f"fix(): unknown parameter {name!r}; known: {_quoted(known)}")
+                raise ValueError(f"fix(): unknown parameter {name!r}; known: {quoted(known)}")
         free = tuple(n for n in self.model_free_names if n not in values)
         if not free:
             raise ValueError(
-                f"fix(): fixing {_quoted(list(values))} leaves no free parameter"
+                f"fix(): fixing {quoted(list(values))} leaves no free parameter"
             )
         fixed = {**self.fixed, **{n: float(v) for n, v in values.items()}}
         return self._rebuild(free=free, fixed=fixed)
@@ -667,7 +492,7 @@ class CalibrationProblem(AbstractProblem):
     # --- misfit ---------------------------------------------------------------------------
     def simulate(self, theta_internal: Float[ArrayLike, " n_free"]) -> Float[Array, "n_times n_outputs"]:
         """Model outputs at the measurement times (NaN if the solve failed)."""
-        return _jitted("_simulate_impl", self, self._check(theta_internal))
+        return compiled_call(type(self)._simulate_impl, self, self._check(theta_internal))
 
     def forward_mode(self) -> CalibrationProblem:
         """This problem with its model in forward mode (``adjoint=ForwardMode()``), for
@@ -676,7 +501,7 @@ class CalibrationProblem(AbstractProblem):
 
     def solve_status(self, theta_internal: Float[ArrayLike, " n_free"]) -> int:
         """The `jcalib.model.SolveStatus` code of the simulation at ``theta_internal``."""
-        return int(_jitted("_status_impl", self, self._check(theta_internal)))
+        return int(compiled_call(type(self)._status_impl, self, self._check(theta_internal)))
 
     # --- implementations (pure; called through one filter_jit, so eager calls compile once) --
     def _status_impl(self, z):
@@ -849,67 +674,3 @@ def _admit_fixed_values(model: AbstractModel, fixed: Mapping[str, float]) -> Abs
     if not changed:
         return model
     return dataclasses.replace(model, parameters=ParameterSpace(params))
-
-
-def _jitted(method: str, problem: AbstractProblem, theta_internal):
-    """``problem.<method>(theta_internal)`` compiled once per problem structure.
-
-    What ``eqx.filter_jit`` does, with the problem's partition into arrays and structure made
-    once per problem object (`_prepared`) instead of on every call: flattening a PEtab problem
-    and hashing its static parts took ~3 ms per call (Armistead_CellDeathDis2024, whose
-    residuals take 0.9 ms), which estimators that call the problem hundreds of times (TRF,
-    Gauss-Newton) paid each time.
-    """
-    leaves, structure = _prepared(problem)
-    return _compiled(method, structure, leaves, theta_internal)
-
-
-class _Structure:
-    """A problem's static part (tree structure and non-array leaves), hashed once and interned
-    (`_prepared`), so that the compiled-function cache compares it by identity."""
-
-    __slots__ = ("treedef", "static", "_key", "_hash")
-
-    def __init__(self, treedef, static):
-        self.treedef, self.static = treedef, static
-        static_leaves, static_treedef = jax.tree_util.tree_flatten(static)
-        self._key = (treedef, static_treedef, tuple(static_leaves))
-        self._hash = hash(self._key)
-
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        return self is other or (
-            isinstance(other, _Structure) and self._hash == other._hash and self._key == other._key)
-
-
-_PREPARED: dict[int, tuple] = {}  # id(problem) -> (weak reference, array leaves, structure)
-_STRUCTURES: dict[_Structure, _Structure] = {}
-
-
-def _prepared(problem: AbstractProblem) -> tuple[list, _Structure]:
-    """The problem's array leaves (as JAX arrays) and its interned `_Structure`, cached per
-    problem object for as long as it lives."""
-    entry = _PREPARED.get(id(problem))
-    if entry is not None and entry[0]() is problem:
-        return entry[1], entry[2]
-    dynamic, static = eqx.partition(problem, eqx.is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(dynamic)
-    structure = _Structure(treedef, static)
-    structure = _STRUCTURES.setdefault(structure, structure)
-    key = id(problem)
-    reference = weakref.ref(problem, lambda _, key=key: _PREPARED.pop(key, None))
-    leaves = [jnp.asarray(leaf) for leaf in leaves]
-    _PREPARED[key] = (reference, leaves, structure)
-    return leaves, structure
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _compiled(method: str, structure: _Structure, leaves, theta_internal):
-    problem = eqx.combine(jax.tree_util.tree_unflatten(structure.treedef, leaves), structure.static)
-    return getattr(problem, method)(theta_internal)
-
-
-def _quoted(names) -> str:
-    return ", ".join(repr(n) for n in names)

@@ -27,10 +27,10 @@ import jcalib
 
 ROOT = pathlib.Path(jcalib.__file__).parent
 
-LOWER = ("jcalib.parameters", "jcalib.model", "jcalib.steady_state", "jcalib.data", "jcalib.probability", "jcalib.fileio",
-         "jcalib.jsonable")
-UPPER = ("jcalib.problem", "jcalib.bayes", "jcalib.estimation", "jcalib.sensitivity", "jcalib.nn",
-         "jcalib.workflows", "jcalib.cli", "jcalib.plotting")
+LOWER = ("jcalib.parameters", "jcalib.model", "jcalib.steady_state", "jcalib.data", "jcalib.probability",
+         "jcalib.fileio", "jcalib.jsonable")
+UPPER = ("jcalib.problem", "jcalib.abstract_problem", "jcalib.bayes", "jcalib.estimation", "jcalib.sensitivity",
+         "jcalib.nn", "jcalib.workflows", "jcalib.cli", "jcalib.plotting")
 
 # Edges allowed to close a cycle although they should not (issue 18: report, do not hide): none.
 KNOWN_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset()
@@ -226,6 +226,19 @@ def test_measurements_are_recognised_by_type():
     assert not found, "Measurements recognised by its fields:\n" + "\n".join(found)
 
 
+START_PARSING = re.compile(r"isinstance\((theta0|estimate|start)\b[^)]*Mapping")
+
+
+def test_start_points_are_parsed_in_one_place():
+    """``theta0`` is read by `jcalib.starts.start_internal` alone: no other module turns a
+    ``{name: value}`` start into a vector its own way (issue 34 §4: there were three parsers,
+    with three meanings of a missing name)."""
+    assert START_PARSING.search("elif isinstance(theta0, Mapping):")
+    found = [f"{module}: {match.group(0)}" for module, (source, _) in _sources(ROOT).items()
+             if module != "jcalib.starts" for match in START_PARSING.finditer(source)]
+    assert not found, "start points parsed outside jcalib.starts:\n" + "\n".join(found)
+
+
 @pytest.mark.slow
 def test_importing_jcalib_turns_equinox_runtime_errors_into_nan():
     """Without EQX_ON_ERROR in the environment, importing jcalib sets it to nan (failed solver
@@ -268,3 +281,23 @@ def test_importing_jcalib_runs_the_lu_factorisations_on_one_openblas_thread():
         out = subprocess.run([sys.executable, "-c", _OPENBLAS_THREADS], env={**env, "OPENBLAS_NUM_THREADS": "2"},
                              capture_output=True, text=True, check=True)
         assert out.stdout.strip() == "2"
+
+
+def test_the_problem_contract_is_declared():
+    """`AbstractProblem` declares what a problem provides (abstract variables and methods, issue
+    34 §2): a class that lacks one cannot be created, and the three problem classes lack none."""
+    from jcalib.joint_problem import JointProblem
+    from jcalib.petab import PetabCalibrationProblem
+    from jcalib.problem import AbstractProblem, CalibrationProblem
+
+    assert {"space", "free_names", "n_observed", "fixed"} <= set(AbstractProblem.__abstractvars__)
+    assert {"forward_mode", "solve_status", "_residuals_impl"} <= set(AbstractProblem.__abstractmethods__)
+
+    class Partial(AbstractProblem):
+        def forward_mode(self):
+            return self
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+    for cls in (CalibrationProblem, JointProblem, PetabCalibrationProblem):
+        assert not cls.__abstractmethods__ and not cls.__abstractvars__, cls.__name__

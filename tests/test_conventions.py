@@ -10,6 +10,7 @@ Every public function, class and public method defined in a public jcalib module
   ``max_steps`` / ``n_steps`` (not ``max_iterations``, ``max_iter``, ``maxiter``, ``max_nfev``,
   ``max_generations``, ``n_generations``, ``n_iterations``);
 - one type per argument: no parameter named ``<a>_or_<b>`` (a union of two kinds of input);
+- a problem's start ``theta0`` comes with ``coordinates=`` (one parser, `jcalib.starts`);
 - no clashing names: a public class or function name exported by two jcalib modules is one object.
 """
 
@@ -98,6 +99,8 @@ def _violations():
                 out.append(f"{qualname}({p.name}=...): {FORBIDDEN['seed']}")
             elif "_or_" in p.name:
                 out.append(f"{qualname}({p.name}): one type per argument, not a union of two kinds")
+        if "problem" in names and "theta0" in names and "coordinates" not in names:
+            out.append(f"{qualname}(problem, theta0): a problem's start comes with `coordinates=` (jcalib.starts)")
     return out
 
 
@@ -105,7 +108,7 @@ def test_the_inspection_sees_the_api():
     names = {q for q, _ in CALLABLES}
     for expected in ("jcalib.sensitivity.sobol.sobol_indices", "jcalib.bayes.mala.sample",
                      "jcalib.estimation.gauss_newton.gauss_newton", "jcalib.algorithm.run",
-                     "jcalib.problem.AbstractProblem.log_posterior"):
+                     "jcalib.abstract_problem.AbstractProblem.log_posterior"):
         assert expected in names
 
 
@@ -130,6 +133,7 @@ def test_a_public_name_means_one_thing():
     ("f(x, key)", lambda x, key: None),
     ("f(seed)", lambda seed: None),
     ("f(model_or_problem)", lambda model_or_problem: None),
+    ("f(problem, theta0)", lambda problem, theta0: None),
 ])
 def test_the_rules_catch_violations(bad, monkeypatch):
     label, fn = bad

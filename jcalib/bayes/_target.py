@@ -5,7 +5,7 @@ into checked arrays. Private: the public entry points are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from jcalib.bayes.result import is_internal
 from jcalib.parameters import ParameterSpace
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem
+from jcalib.starts import start_internal
 
 
 def _evaluate(logdensity_fn: Callable, position: Float[Array, " n"]) -> tuple[Array, Array, Array]:
@@ -41,44 +41,25 @@ def _check_start(valid) -> None:
         )
 
 
-def _problem_log_posterior(problem: CalibrationProblem, theta_internal):
+def _problem_log_posterior(problem: AbstractProblem, theta_internal):
     return problem.log_posterior(theta_internal)
 
 
-def problem_logdensity(problem: CalibrationProblem):
+def problem_logdensity(problem: AbstractProblem):
     """``problem.log_posterior`` as a pytree callable (a new problem of the same structure
     does not recompile the samplers)."""
     return jax.tree_util.Partial(_problem_log_posterior, problem)
 
 
-def problem_starts(problem: CalibrationProblem, theta0, coordinates: str, n_chains: int | None,
+def problem_starts(problem: AbstractProblem, theta0, coordinates: str, n_chains: int | None,
                    where: str) -> Array:
     """The starts in internal coordinates, float64 ``(n_chains, n_free)`` (``(1, n_free)`` or
-    as given when ``n_chains`` is None), from ``theta0``: None (the nominal values), a
-    ``{name: value}`` mapping, ``(n_free,)`` or ``(n_chains, n_free)`` in ``coordinates``."""
-    from jcalib._precision import as_float64
-
-    internal = is_internal(coordinates, where)
-    names, n = problem.free_names, problem.n_free
-    if theta0 is None:
-        z = problem.initial_internal()[None, :]
-    else:
-        if isinstance(theta0, Mapping):
-            unknown = sorted(set(theta0) - set(names))
-            missing = [name for name in names if name not in theta0]
-            if unknown or missing:
-                raise ValueError(f"{where}: theta0 must name every free parameter {list(names)}; got unknown "
-                                 f"{unknown}, missing {missing}")
-            theta0 = np.array([float(theta0[name]) for name in names], dtype=np.float64)
-        values = as_float64(theta0, where, "theta0")
-        if values.ndim not in (1, 2) or values.shape[-1] != n:
-            raise ValueError(f"{where}: theta0 must have shape ({n},) or (n_chains, {n}) (free parameters "
-                             f"{', '.join(names)}); got shape {values.shape}")
-        values = values if values.ndim == 2 else values[None, :]
-        z = values if internal else problem.space.to_internal(values)
+    as given when ``n_chains`` is None), from ``theta0`` as `jcalib.starts.start_internal` reads
+    it (one start for all chains, or one per chain: ``(n_chains, n_free)``)."""
+    z = np.atleast_2d(start_internal(problem, theta0, coordinates=coordinates, where=where, rows="n_chains"))
     if n_chains is not None:
         if z.shape[0] == 1:
-            z = jnp.broadcast_to(z, (int(n_chains), n))
+            z = np.broadcast_to(z, (int(n_chains), problem.n_free))
         elif z.shape[0] != n_chains:
             raise ValueError(f"{where}: theta0 has {z.shape[0]} rows but n_chains={n_chains}; pass one start "
                              "or one per chain")

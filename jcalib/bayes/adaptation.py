@@ -42,7 +42,7 @@ from jcalib._precision import as_float64
 from jcalib.algorithm import Algorithm
 from jcalib.bayes._target import _evaluate_batch, _positive, _resolve_bounds, problem_logdensity
 from jcalib.parameters import ParameterSpace
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problem import AbstractProblem
 
 __all__ = [
     "DualAveragingState",
@@ -158,7 +158,7 @@ def prescaling(
 
 def prior_prescaling(
     key: PRNGKeyArray,
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     *,
     fraction: float | Float[ArrayLike, " n_free"] = 0.02,
     n_draws: int = _N_PRESCALING_DRAWS,
@@ -218,7 +218,7 @@ def prior_prescaling(
     return _prescale(problem_logdensity(problem), jnp.asarray(draws), frac * ranges, where, tuple(sources))
 
 
-def _prior_quantiles(problem: CalibrationProblem, i: int, parameter):
+def _prior_quantiles(problem: AbstractProblem, i: int, parameter):
     """The internal quantile function of free parameter ``i``'s prior (truncated to its bounds),
     or None for the default uniform prior on a finite box."""
     from jcalib.probability.priors import GaussianPrior, default_prior

@@ -111,7 +111,7 @@ from jcalib.bayes.preconditioning import (
     as_preconditioner,
 )
 from jcalib.bayes.result import PosteriorResult
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problem import AbstractProblem
 
 __all__ = [
     "BACKENDS",
@@ -303,7 +303,7 @@ def _blackjax_transition(logdensity_fn: Callable, key: PRNGKeyArray, state: MALA
 # --- running chains ----------------------------------------------------------------------------
 def sample(
     key: PRNGKeyArray,
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     theta0: Float[ArrayLike, " n_free"] | Float[ArrayLike, "n_chains n_free"] | Mapping[str, float] | None = None,
     n_steps: int = 1000,
     *,
@@ -340,9 +340,10 @@ def sample(
         problem: the `CalibrationProblem` (its ``log_posterior``; names, units and the
             internal coordinates come from ``problem.space``).
         theta0: start, physical values (or internal with ``coordinates="internal"``): None
-            (the nominal values), a ``{name: value}`` mapping, ``(n_free,)`` for all chains (the
-            paper starts at the Gauss-Newton estimate) or ``(n_chains, n_free)``; with a finite
-            log posterior and gradient.
+            (the nominal values), a ``{name: value}`` mapping (names not given: nominal),
+            ``(n_free,)`` for all chains (the paper starts at the Gauss-Newton estimate) or
+            ``(n_chains, n_free)``; inside the bounds (`jcalib.starts`), with a finite log
+            posterior and gradient.
         n_steps: steps per chain after warm-up and burn-in.
         coordinates: ``"physical"`` (default) or ``"internal"``, the system of ``theta0``.
         n_chains: chains.

@@ -103,7 +103,7 @@ class PredictiveBands(eqx.Module):
         })
 
 
-def expand_draws(problem: CalibrationProblem, draws: Float[ArrayLike, "... n_free"],
+def expand_draws(problem: AbstractProblem, draws: Float[ArrayLike, "... n_free"],
                  coordinates: str = "physical") -> np.ndarray:
     """Full physical model parameter vectors ``(n, n_params)`` from draws of the free
     parameters (fixed values filled in, noise parameters dropped).
@@ -131,7 +131,7 @@ def _theta_full_batch(problem, z):
 
 
 def output_bands(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     thetas: Float[ArrayLike, "... n_free"],
     *,
     coordinates: str = "physical",
@@ -173,7 +173,7 @@ def output_bands(
 
 def prediction_bands(
     key: PRNGKeyArray,
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     thetas: Float[ArrayLike, "... n_free"],
     *,
     coordinates: str = "physical",
@@ -300,7 +300,7 @@ def _simulate(model, full, chunk_size):
     return values, ok
 
 
-def _noise_levels(problem: CalibrationProblem, z: np.ndarray, shape, fitted: bool) -> np.ndarray:
+def _noise_levels(problem: AbstractProblem, z: np.ndarray, shape, fitted: bool) -> np.ndarray:
     """σ per draw, time and output, ``(n_draws, n_times, n_outputs)``."""
     n_times, n_out = shape
     n = z.shape[0]

@@ -65,12 +65,13 @@ from jaxtyping import ArrayLike, Float
 from tqdm.auto import tqdm
 
 from jcalib.estimation.failures import FailedStartError
-from jcalib.estimation.gauss_newton import gauss_newton, start_internal
+from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.least_squares import least_squares_trf
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem, CalibrationProblem
 from jcalib.sensitivity.identifiability import IdentifiabilityReport
+from jcalib.starts import start_internal
 
 __all__ = ["BottomUpResult", "KNEE_RULES", "KNEE_THRESHOLD", "METHODS", "bottom_up", "find_knee"]
 
@@ -224,11 +225,12 @@ def find_knee(costs: Float[ArrayLike, " n_steps_plus_1"], rule: str = "plateau",
 
 
 def bottom_up(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     ranking: Sequence[str] | IdentifiabilityReport,
     *,
     method: str = "trf",
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
+    coordinates: str = "physical",
     max_params: int | None = None,
     knee_rule: str | Callable[[np.ndarray], int] = "plateau",
     knee_threshold: float = KNEE_THRESHOLD,
@@ -246,10 +248,11 @@ def bottom_up(
             ``start="j_sensitivity"``; null parameters are not in it).
         method: ``"trf"`` (`least_squares_trf`, default) or ``"gauss-newton"``
             (`gauss_newton`).
-        theta0: base values of the free parameters in physical units: an array ordered as
+        theta0: base values of the free parameters: an array ordered as
             ``problem.free_names`` or ``{name: value}`` (missing names: nominal); None:
-            the nominal values. Within the bounds. Parameters not yet added are held
-            here; each one starts here when added.
+            the nominal values. Within the bounds (`jcalib.starts`). Parameters not yet
+            added are held here; each one starts here when added.
+        coordinates: ``"physical"`` or ``"internal"``, the coordinates of ``theta0``.
         max_params: stop after this many parameters (μ = min(max_params, len(ranking)));
             None: the whole ranking.
         knee_rule: ``"plateau"``, ``"max_curvature"`` (module docstring) or a callable
@@ -290,7 +293,7 @@ def bottom_up(
         names = names[: int(max_params)]
     estimator = least_squares_trf if method == "trf" else gauss_newton
     options = _options(options, estimator)
-    z0 = start_internal(problem, theta0, where="bottom_up")
+    z0 = start_internal(problem, theta0, coordinates=coordinates, where="bottom_up")
     free_base = dict(zip(problem.free_names, np.asarray(problem.to_physical(jnp.asarray(z0))).tolist()))
     base = {**dict(zip(problem.model.parameters.names, np.asarray(problem.theta_fixed).tolist())),
             **free_base}
@@ -368,7 +371,7 @@ def _options(options, estimator) -> dict:
     return dict(options)
 
 
-def _ranking(problem: CalibrationProblem, ranking) -> tuple[str, ...]:
+def _ranking(problem: AbstractProblem, ranking) -> tuple[str, ...]:
     """Validated ranking names (from a list, one name, or a report's correlation order)."""
     if isinstance(ranking, IdentifiabilityReport):
         names = tuple(ranking.correlation.order)

@@ -68,23 +68,21 @@ from jaxtyping import ArrayLike, Float
 from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problem import AbstractProblem
 from jcalib.sensitivity.identifiability import (
     FLAT_RATIO,
     GAP_RATIO,
     jacobian_analysis,
     n_essential_directions,
 )
+from jcalib.starts import start_internal
 
 __all__ = [
     "GaussNewtonInfo",
     "GaussNewtonState",
     "gauss_newton",
     "gauss_newton_algorithm",
-    "start_internal",
 ]
-
-COORDINATES = ("physical", "internal")
 
 MIN_DAMPING = 1e-6
 """Smallest damping factor tried: 20 halvings of a full step. A Gauss-Newton direction is a
@@ -157,7 +155,7 @@ class GaussNewtonInfo(NamedTuple):
 
 
 def gauss_newton_algorithm(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     *,
     flat_ratio: float = FLAT_RATIO,
     gap_ratio: float | None = GAP_RATIO,
@@ -272,7 +270,7 @@ def gauss_newton_algorithm(
 
 
 def gauss_newton(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     *,
     coordinates: str = "physical",
@@ -380,70 +378,6 @@ def gauss_newton(
                                      gap_ratio=gap_ratio)
     return _result(problem, state, analysis, n_essential, history, out.n_steps, converged,
                    reason, time.perf_counter() - t_start, z0, flat_ratio, gap_ratio)
-
-
-def start_internal(problem: CalibrationProblem, theta0, *, coordinates: str = "physical",
-                   where: str = "gauss_newton", what: str = "theta0") -> np.ndarray:
-    """Validated start in internal coordinates from physical (or internal) ``theta0``.
-
-    ``theta0``: array ordered as ``problem.free_names``, ``{name: value}`` (missing names
-    take their nominal values) or None (nominal values); ``coordinates``: ``"physical"``
-    or ``"internal"``, the system ``theta0`` is given in.
-
-    Raises:
-        ValueError: unknown ``coordinates``, wrong shape, unknown name, non-finite values,
-            or a start outside the bounds (the message names the parameter, its value and
-            bounds).
-    """
-    if coordinates not in COORDINATES:
-        raise ValueError(f"{where}: coordinates must be one of {COORDINATES}; got {coordinates!r}")
-    internal = coordinates == "internal"
-    space = problem.space
-    names = problem.free_names
-    if theta0 is None:
-        theta = np.asarray(space.nominal, dtype=np.float64)
-        internal = False
-    elif isinstance(theta0, Mapping):
-        for name in theta0:
-            if name not in names:
-                raise ValueError(
-                    f"{where}: {what} names an unknown or non-free parameter {name!r}; free: "
-                    f"{', '.join(repr(n) for n in names)}"
-                )
-        if internal:
-            base = np.asarray(space.to_internal(np.asarray(space.nominal)), dtype=np.float64)
-        else:
-            base = np.asarray(space.nominal, dtype=np.float64)
-        theta = base.copy()
-        for name, value in theta0.items():
-            theta[names.index(name)] = float(value)
-    else:
-        theta = np.array(theta0, dtype=np.float64)
-        if theta.shape != (len(names),):
-            raise ValueError(
-                f"{where}: {what} must have shape (n_free,) = ({len(names)},) ordered as "
-                f"{', '.join(names)}; got shape {theta.shape}"
-            )
-    if not np.all(np.isfinite(theta)):
-        raise ValueError(f"{where}: {what} must be finite; got {dict(zip(names, theta.tolist()))}")
-    if internal:
-        lo, hi = space.lower_internal, space.upper_internal
-        kind = "internal "
-    else:
-        lo, hi = space.lower, space.upper
-        kind = ""
-    outside = np.flatnonzero((theta < lo) | (theta > hi))
-    if outside.size:
-        i = int(outside[0])
-        side = "below the lower" if theta[i] < lo[i] else "above the upper"
-        raise ValueError(
-            f"{where}: {what} is outside the bounds: {names[i]} = {theta[i]:g} is {side} "
-            f"bound of [{lo[i]:g}, {hi[i]:g}] ({kind}coordinates); move it inside the bounds or "
-            "widen them (model.parameters.replace(name, lower=..., upper=...))"
-        )
-    if internal:
-        return theta
-    return np.asarray(space.to_internal(theta), dtype=np.float64)
 
 
 # --- helpers ----------------------------------------------------------------------------------

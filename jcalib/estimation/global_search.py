@@ -59,13 +59,13 @@ from jcalib.estimation.least_squares import (
     _Calls,
     _inside,
     _multistart_result,
-    _start_internal,
     least_squares_trf,
     levenberg_marquardt_batch,
 )
 from jcalib.estimation.result import EstimationResult
 from jcalib.parameters import unit_samples
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problem import AbstractProblem
+from jcalib.starts import start_internal
 
 __all__ = [
     "DE_STRATEGIES",
@@ -92,10 +92,12 @@ _NELDER_MEAD_POWELL_MAX_NFEV = 5000  # the paper's iteration limit (Table 3: 500
 # --- multistart -------------------------------------------------------------------------------
 def sample_starts(
     key: PRNGKeyArray,
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     n_starts: int,
     start_distribution: str = "aka2023",
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
+    *,
+    coordinates: str = "physical",
 ) -> Float[np.ndarray, "n_starts n_free"]:
     """Starting points in physical units, inside the bounds.
 
@@ -107,7 +109,9 @@ def sample_starts(
             σ = 0.5 (θ₊ - θ₋) per parameter in internal coordinates, truncated to the box;
             see the module docstring), ``"lhs"`` (Latin hypercube) or ``"uniform"`` in the
             internal box (``theta0`` is not used).
-        theta0: θ_init for ``"aka2023"`` in physical units (None: the nominal values).
+        theta0: θ_init for ``"aka2023"`` (None: the nominal values; see `jcalib.starts`).
+        coordinates: ``"physical"`` or ``"internal"``, the coordinates of ``theta0`` (the
+            starts are physical either way).
 
     Raises:
         ValueError: unknown ``start_distribution``; ``n_starts`` not a positive integer;
@@ -125,7 +129,7 @@ def sample_starts(
     space.check_box("sample_starts")
     if start_distribution != "aka2023":
         return np.asarray(space.sample(key, int(n_starts), start_distribution))
-    z0 = _start_internal(problem, theta0, "multistart")
+    z0 = start_internal(problem, theta0, coordinates=coordinates, where="multistart")
     lower, upper = space.lower_internal, space.upper_internal
     std = _AKA2023_STD * (upper - lower)
     shape = (int(n_starts) - 1, problem.n_free)
@@ -138,12 +142,13 @@ def sample_starts(
 
 def multistart(
     key: PRNGKeyArray,
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     n_starts: int,
     method: str = "lm",
     start_distribution: str = "aka2023",
     *,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
+    coordinates: str = "physical",
     progress: bool = False,
     **local_options,
 ) -> MultistartResult:
@@ -157,7 +162,8 @@ def multistart(
             solve) or ``"trf"`` (`least_squares_trf` with the autodiff Jacobian, one start
             after another).
         start_distribution: ``"aka2023"``, ``"lhs"`` or ``"uniform"`` (see `sample_starts`).
-        theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values).
+        theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values; see
+            `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
         progress: progress bar over the starts (``"trf"`` only).
         **local_options: passed to the local method (e.g. ``max_steps`` for ``"lm"``,
             ``max_steps`` for ``"trf"``).
@@ -176,7 +182,7 @@ def multistart(
     if method not in LOCAL_METHODS:
         raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")
     start = time.perf_counter()
-    starts = sample_starts(key, problem, n_starts, start_distribution, theta0)
+    starts = sample_starts(key, problem, n_starts, start_distribution, theta0, coordinates=coordinates)
     if method == "lm":
         result = levenberg_marquardt_batch(problem, starts, start_distribution=start_distribution,
                                            **local_options)
@@ -377,7 +383,7 @@ def differential_evolution_algorithm(
 
 def differential_evolution(
     key: PRNGKeyArray,
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     *,
     population_size: int | None = None,
     strategy: str = "best1bin",
@@ -508,7 +514,7 @@ def differential_evolution(
     return result
 
 
-def _problem_loss(problem: CalibrationProblem, z):
+def _problem_loss(problem: AbstractProblem, z):
     return problem.loss(z)
 
 
@@ -534,10 +540,11 @@ def _de_history(info: DifferentialEvolutionInfo, lower, upper, problem) -> dict:
 # --- scipy baselines -------------------------------------------------------------------------
 def scipy_minimize(
     key: PRNGKeyArray | None,
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     method: str = "slsqp",
     *,
+    coordinates: str = "physical",
     max_steps: int | None = None,
     tol: float | None = None,
     options: dict | None = None,
@@ -557,7 +564,8 @@ def scipy_minimize(
         key: a ``jax.random`` key for ``"scipy-de"`` (its seed); None for the deterministic
             methods.
         problem: the calibration problem.
-        theta0: start in physical units or ``{name: value}`` (None: nominal values).
+        theta0: start, ``(n_free,)`` or ``{name: value}`` (None: nominal values; see
+            `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
         method: one of `SCIPY_METHODS`.
         max_steps: loss-evaluation budget of Nelder-Mead and Powell (default 5000), the
             ``maxiter`` of SLSQP (default 100) or of scipy's DE (generations, default 1000).
@@ -580,7 +588,7 @@ def scipy_minimize(
         raise ValueError("scipy_minimize: method='scipy-de' is stochastic; pass a jax.random key as the first "
                          "argument")
     start = time.perf_counter()
-    z0 = _start_internal(problem, theta0, "scipy_minimize")
+    z0 = start_internal(problem, theta0, coordinates=coordinates, where="scipy_minimize")
     calls = _Calls(problem)
     lower, upper = problem.space.lower_internal, problem.space.upper_internal
     bounds = scipy.optimize.Bounds(lower, upper)

@@ -60,7 +60,8 @@ from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem
+from jcalib.starts import start_internal
 
 __all__ = ["LevenbergMarquardtInfo", "LevenbergMarquardtState", "MultistartResult", "least_squares_trf",
            "levenberg_marquardt_algorithm", "levenberg_marquardt_batch"]
@@ -133,7 +134,7 @@ class MultistartResult(eqx.Module):
 class _Calls:
     """Counts and checks every model call made on behalf of a scipy optimizer."""
 
-    def __init__(self, problem: CalibrationProblem):
+    def __init__(self, problem: AbstractProblem):
         self.problem = problem
         self.lower = problem.space.lower_internal
         self.upper = problem.space.upper_internal
@@ -205,9 +206,10 @@ _PLATEAU_STATUS = 5  # scipy's statuses are -1..4; 5 marks the plateau stop of l
 
 
 def least_squares_trf(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     *,
+    coordinates: str = "physical",
     jac: str = "autodiff",
     ftol: float = 1e-8,
     xtol: float = 1e-8,
@@ -229,9 +231,10 @@ def least_squares_trf(
 
     Args:
         problem: the calibration problem.
-        theta0: start in physical units, ``(n_free,)`` ordered as ``problem.free_names``,
-            or ``{name: value}`` (missing names take nominal values); None: the nominal
-            values. Must lie within the bounds (on a bound is allowed).
+        theta0: start, ``(n_free,)`` ordered as ``problem.free_names``, or ``{name:
+            value}`` (missing names take nominal values); None: the nominal values. Must
+            lie within the bounds (on a bound is allowed); see `jcalib.starts`.
+        coordinates: ``"physical"`` or ``"internal"``, the coordinates of ``theta0``.
         jac: ``"autodiff"`` (`CalibrationProblem.jacobian`, forward mode through the
             solver) or scipy's finite differences ``"2-point"`` / ``"3-point"`` on
             ``problem.residuals`` (baselines; each difference is a counted simulation).
@@ -302,7 +305,7 @@ def least_squares_trf(
         raise ValueError(f"least_squares_trf: plateau_atol must be a finite number >= 0 (cost units); got "
                          f"{plateau_atol!r}")
     start = time.perf_counter()
-    z0 = _start_internal(problem, theta0, "least_squares_trf")
+    z0 = start_internal(problem, theta0, coordinates=coordinates, where="least_squares_trf")
     calls = _Calls(problem)
     r0 = calls.residuals(z0)
     failure = point_failure(problem, z0, r0, "least_squares_trf")
@@ -497,9 +500,10 @@ def levenberg_marquardt_algorithm(
 
 
 def levenberg_marquardt_batch(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     theta0: Float[ArrayLike, "n_starts n_free"],
     *,
+    coordinates: str = "physical",
     rtol: float = 1e-8,
     atol: float = 1e-10,
     max_steps: int = 200,
@@ -518,8 +522,9 @@ def levenberg_marquardt_batch(
 
     Args:
         problem: the calibration problem.
-        theta0: starts in physical units, ``(n_starts, n_free)`` ordered as
-            ``problem.free_names``; within the bounds.
+        theta0: starts, ``(n_starts, n_free)`` ordered as ``problem.free_names``; within
+            the bounds (`jcalib.starts`).
+        coordinates: ``"physical"`` or ``"internal"``, the coordinates of ``theta0``.
         rtol, atol: optimistix's Cauchy termination: stop when both the step in ``u`` and
             the change of the residuals are below ``atol + rtol * |value|`` (max norm).
         max_steps: step budget per start (reaching it: ``converged=False``).
@@ -560,8 +565,8 @@ def levenberg_marquardt_batch(
         raise ValueError("levenberg_marquardt_batch: theta0 is empty; pass at least one start")
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"levenberg_marquardt_batch: max_steps must be a positive integer; got {max_steps!r}")
-    z0s = np.stack([_start_internal(problem, t, "levenberg_marquardt_batch", f"theta0[{i}]")
-                    for i, t in enumerate(theta0)])
+    z0s = start_internal(problem, theta0, coordinates=coordinates, where="levenberg_marquardt_batch",
+                         rows="n_starts")
     lower, upper = space.lower_internal, space.upper_internal
     mid, half = 0.5 * (lower + upper), 0.5 * (upper - lower)
     s0 = np.clip((z0s - mid) / half, -1.0 + _BOUND_NUDGE, 1.0 - _BOUND_NUDGE)
@@ -613,7 +618,7 @@ def levenberg_marquardt_batch(
                               extra={"max_steps_taken": int(n_steps.max()), "chunk_size": chunk})
 
 
-def _lm_failure(problem: CalibrationProblem, z0: np.ndarray, what: str) -> str:
+def _lm_failure(problem: AbstractProblem, z0: np.ndarray, what: str) -> str:
     """Why a Levenberg-Marquardt start ended with a non-finite loss, in words."""
     where = "levenberg_marquardt_batch"
     r0 = np.asarray(problem.residuals(jnp.asarray(z0)))
@@ -654,41 +659,7 @@ def _lm_outcome(state: LevenbergMarquardtState, mid, half):
 
 
 # --- shared helpers (also used by global_search) ---------------------------------------------
-def _start_internal(problem: CalibrationProblem, theta0, where: str, what: str = "theta0") -> np.ndarray:
-    """Validate a physical start (array, dict or None) and return it in internal coordinates."""
-    space = problem.space
-    if theta0 is None:
-        theta = space.nominal
-    elif isinstance(theta0, Mapping):
-        unknown = [n for n in theta0 if n not in problem.free_names]
-        if unknown:
-            raise ValueError(
-                f"{where}: {what} names {unknown} that are not free parameters; free: "
-                f"{', '.join(repr(n) for n in problem.free_names)}"
-            )
-        theta = space.to_vector(theta0)
-    else:
-        theta = np.asarray(theta0, dtype=np.float64)
-        if theta.shape != (problem.n_free,):
-            raise ValueError(
-                f"{where}: {what} must have shape (n_free,) = ({problem.n_free},) ordered as "
-                f"{problem.free_names}; got shape {theta.shape}"
-            )
-    if not np.all(np.isfinite(theta)):
-        raise ValueError(f"{where}: {what} must be finite; got {theta.tolist()}")
-    outside = (theta < space.lower) | (theta > space.upper)
-    if outside.any():
-        j = int(np.flatnonzero(outside)[0])
-        p = space.parameters[j]
-        raise ValueError(
-            f"{where}: {what} lies outside the bounds: {p.name} = {theta[j]} not in "
-            f"[{p.lower}, {p.upper}]; pass a start inside the bounds (e.g. the nominal values)"
-        )
-    z = np.asarray(space.to_internal(jnp.asarray(theta)))
-    return np.clip(z, space.lower_internal, space.upper_internal)  # log round-off at a bound
-
-
-def _inside(problem: CalibrationProblem, z) -> tuple[np.ndarray, np.ndarray]:
+def _inside(problem: AbstractProblem, z) -> tuple[np.ndarray, np.ndarray]:
     """``(theta_internal, theta)`` clipped into the box against round-off of the maps."""
     space = problem.space
     z = np.clip(np.asarray(z, dtype=np.float64), space.lower_internal, space.upper_internal)

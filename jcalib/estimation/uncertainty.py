@@ -37,11 +37,12 @@ from jaxtyping import ArrayLike, Float
 from scipy import stats
 
 from jcalib.estimation.failures import FailedStartError, jacobian_failure, point_failure
-from jcalib.estimation.gauss_newton import gauss_newton, start_internal
+from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
 from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.problem import CalibrationProblem
+from jcalib.problem import AbstractProblem
+from jcalib.starts import start_internal
 
 __all__ = ["ParameterCovariance", "ProfileLikelihood", "parameter_covariance",
            "profile_likelihood"]
@@ -126,7 +127,7 @@ class ParameterCovariance(eqx.Module):
 
 
 def parameter_covariance(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     estimate: EstimationResult | Float[ArrayLike, " n_free"] | Mapping[str, float],
     *,
     sigma: float | None = None,
@@ -313,7 +314,7 @@ class ProfileLikelihood(eqx.Module):
 
 
 def profile_likelihood(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     result: EstimationResult,
     name: str,
     n_points: int = 21,

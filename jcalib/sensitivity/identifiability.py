@@ -48,7 +48,7 @@ from jaxtyping import ArrayLike, Float
 
 from jcalib.joint_problem import JointProblem
 from jcalib.jsonable import to_jsonable
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problem import AbstractProblem
 from jcalib.sensitivity.local import (
     J_SCALINGS,
     _check_choice,
@@ -555,7 +555,7 @@ class IdentifiabilityReport(eqx.Module):
 
 
 def identifiability(
-    problem: CalibrationProblem,
+    problem: AbstractProblem,
     theta: Float[ArrayLike, " n_free"] | None = None,
     *,
     coordinates: str = "physical",

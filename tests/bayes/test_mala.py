@@ -414,7 +414,7 @@ def test_bad_inputs():
     x0, p = THETA_TRUE, np.ones(3)
     with pytest.raises(ValueError, match="theta0 must be float64"):
         mala.sample(jax.random.key(0), problem, jnp.zeros(3, dtype=jnp.float32), 10, step_sizes=p)
-    with pytest.raises(ValueError, match="not finite at theta0"):
+    with pytest.raises(ValueError, match="theta0 is outside the bounds"):
         mala.sample(jax.random.key(0), problem, UPPER + 1.0, 10, step_sizes=p)
     with pytest.raises(ValueError, match="n_steps=3 keeps no draw with thin=5"):
         mala.sample(jax.random.key(0), problem, x0, 3, thin=5, step_sizes=p)
@@ -426,9 +426,9 @@ def test_bad_inputs():
         mala.sample(jax.random.key(0), problem, np.tile(x0, (3, 1)), 10, step_sizes=p)
     with pytest.raises(ValueError, match=re.escape("theta0 must have shape (3,) or (n_chains, 3)")):
         mala.sample(jax.random.key(0), problem, np.zeros(2), 10, step_sizes=p)
-    with pytest.raises(ValueError, match=re.escape("theta0 must name every free parameter ['a', 'b', 'c']")):
+    with pytest.raises(ValueError, match=re.escape("theta0 names ['z'] that are not free parameters")):
         mala.sample(jax.random.key(0), problem, {"a": 1.0, "z": 2.0}, 10, step_sizes=p)
-    with pytest.raises(ValueError, match="coordinates must be 'physical' or 'internal'; got 'log'"):
+    with pytest.raises(ValueError, match=re.escape("coordinates must be one of ('physical', 'internal'); got 'log'")):
         mala.sample(jax.random.key(0), problem, x0, 10, coordinates="log")
     with pytest.raises(ValueError, match="step_sizes must be positive and finite"):
         mala.sample(jax.random.key(0), problem, x0, 10, step_sizes=jnp.array([1.0, -1.0, 1.0]))

@@ -207,7 +207,7 @@ def test_start_outside_bounds_is_an_error(abcd):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"theta0": [1e-5, 1e-5]}, r"theta0 must have shape \(n_free,\) = \(3,\)"),
-    ({"theta0": {"kda": 1e-5}}, "unknown or non-free parameter 'kda'"),
+    ({"theta0": {"kda": 1e-5}}, r"theta0 names \['kda'\] that are not free parameters"),
     ({"theta0": [np.nan, 1e-5, 1e-5]}, "theta0 must be finite"),
     ({"max_steps": 0}, "max_steps must be a positive integer"),
     ({"coordinates": "log"}, r"coordinates must be one of \(.physical., .internal.\); got .log."),

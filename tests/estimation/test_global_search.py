@@ -254,7 +254,7 @@ def test_multistart_errors(noisy_problem):
         multistart(jax.random.key(0), noisy_problem, 4, method="bfgs")
     with pytest.raises(ValueError, match="n_starts must be a positive integer; got 0"):
         multistart(jax.random.key(0), noisy_problem, 0)
-    with pytest.raises(ValueError, match=r"multistart: theta0 lies outside the bounds: kab = 0\.1 not in"):
+    with pytest.raises(ValueError, match=r"multistart: theta0 is outside the bounds: kab = 0\.1 is (below|above)"):
         multistart(jax.random.key(0), noisy_problem, 4, theta0={"kab": 0.1})
 
 
@@ -291,7 +291,7 @@ def test_scipy_minimize_errors(noisy_problem):
         scipy_minimize(None, noisy_problem, method="bfgs")
     with pytest.raises(ValueError, match=r"method='scipy-de' is stochastic; pass a jax.random key as the first"):
         scipy_minimize(None, noisy_problem, method="scipy-de")
-    with pytest.raises(ValueError, match=r"scipy_minimize: theta0 lies outside the bounds: kac = 1\.0 not in"):
+    with pytest.raises(ValueError, match=r"scipy_minimize: theta0 is outside the bounds: kac = 1 is (below|above)"):
         scipy_minimize(None, noisy_problem, [1e-4, 1.0, 5e-5])
 
 

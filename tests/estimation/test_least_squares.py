@@ -109,7 +109,7 @@ def test_trf_accepts_a_dict_start(problem, theta):
 
 
 @pytest.mark.parametrize("theta0, match", [
-    ([5e-3, 1e-5, 5e-5], r"least_squares_trf: theta0 lies outside the bounds: kab = 0\.005 not in"),
+    ([5e-3, 1e-5, 5e-5], r"least_squares_trf: theta0 is outside the bounds: kab = 0\.005 is above the upper bound"),
     ([1e-4, 1e-5], r"theta0 must have shape \(n_free,\) = \(3,\)"),
     ([np.nan, 1e-5, 5e-5], r"theta0 must be finite"),
     ({"kda": 1.0}, r"theta0 names \['kda'\] that are not free parameters"),
@@ -253,8 +253,8 @@ def test_lm_batch_summary(lm_batch):
 
 def test_lm_batch_start_outside_bounds_raises(problem):
     theta0 = np.array([[1e-4, 1e-5, 5e-5], [1e-4, 1e-5, 5e-4]])
-    with pytest.raises(ValueError, match=r"levenberg_marquardt_batch: theta0\[1\] lies outside the bounds: "
-                                         r"kad = 0\.0005 not in \[1e-06, 0\.0001\]"):
+    with pytest.raises(ValueError, match=r"levenberg_marquardt_batch: theta0\[1\] is outside the bounds: "
+                                         r"kad = 0\.0005 is above the upper bound of \[1e-06, 0\.0001\]"):
         levenberg_marquardt_batch(problem, theta0)
 
 
