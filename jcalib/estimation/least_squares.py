@@ -290,20 +290,7 @@ def least_squares_trf(
     The result never reports success with a non-finite loss or estimate: a run whose last
     point failed returns the best point evaluated with ``converged=False``.
     """
-    if jac not in _TRF_JACOBIANS:
-        raise ValueError(f"least_squares_trf: jac must be one of {_TRF_JACOBIANS}; got {jac!r}")
-    if plateau_window is not None:
-        if isinstance(plateau_window, bool) or not isinstance(plateau_window, (int, np.integer)) or plateau_window < 1:
-            raise ValueError(f"least_squares_trf: plateau_window must be a positive integer (accepted steps) or "
-                             f"None; got {plateau_window!r}")
-        if jac != "autodiff":
-            raise ValueError(f"least_squares_trf: plateau_window needs jac='autodiff' (the loss after every "
-                             f"accepted step); got jac={jac!r}: pass plateau_window=None")
-    if not (isinstance(plateau_rtol, (int, float, np.floating)) and 0.0 <= plateau_rtol < 1.0):
-        raise ValueError(f"least_squares_trf: plateau_rtol must be a number in [0, 1); got {plateau_rtol!r}")
-    if not (isinstance(plateau_atol, (int, float, np.floating)) and 0.0 <= plateau_atol < math.inf):
-        raise ValueError(f"least_squares_trf: plateau_atol must be a finite number >= 0 (cost units); got "
-                         f"{plateau_atol!r}")
+    _check_trf_options(jac, plateau_window, plateau_rtol, plateau_atol)
     start = time.perf_counter()
     z0 = start_internal(problem, theta0, coordinates=coordinates, where="least_squares_trf")
     calls = _Calls(problem)
@@ -374,14 +361,7 @@ def least_squares_trf(
             history["time_s"].append(time.perf_counter() - start)
             history["loss"].append(float(2.0 * sol.cost / max(sol.fun.size, 1)))
             history["theta"].append(np.asarray(problem.to_physical(jnp.asarray(z))).tolist())
-    z, theta = _inside(problem, z)
-    loss = _mean_square(calls.cached_residuals(z))
-    if not math.isfinite(loss) and calls.best_z is not None:  # never end on a failed point
-        z, theta = _inside(problem, calls.best_z)
-        loss = _mean_square(calls.cached_residuals(z))
-        reason += "; the final point failed, the best point evaluated is returned"
-        converged = False
-    converged, reason = honest_outcome(converged, reason, loss, theta)
+    z, theta, loss, converged, reason = _final_point(problem, calls, z, converged, reason)
     singular_values = (np.zeros(0) if j is None or not np.all(np.isfinite(j))
                        else np.linalg.svd(j, compute_uv=False))
     return EstimationResult(
@@ -394,6 +374,38 @@ def least_squares_trf(
         extra={"status": status, **extra_scipy, "n_failed_solves": calls.n_failed,
                "max_bound_violation": calls.max_violation, "jac": jac},
     )
+
+
+def _check_trf_options(jac, plateau_window, plateau_rtol, plateau_atol) -> None:
+    """ValueError for `least_squares_trf` options out of range (see its Raises)."""
+    if jac not in _TRF_JACOBIANS:
+        raise ValueError(f"least_squares_trf: jac must be one of {_TRF_JACOBIANS}; got {jac!r}")
+    if plateau_window is not None:
+        if isinstance(plateau_window, bool) or not isinstance(plateau_window, (int, np.integer)) or plateau_window < 1:
+            raise ValueError(f"least_squares_trf: plateau_window must be a positive integer (accepted steps) or "
+                             f"None; got {plateau_window!r}")
+        if jac != "autodiff":
+            raise ValueError(f"least_squares_trf: plateau_window needs jac='autodiff' (the loss after every "
+                             f"accepted step); got jac={jac!r}: pass plateau_window=None")
+    if not (isinstance(plateau_rtol, (int, float, np.floating)) and 0.0 <= plateau_rtol < 1.0):
+        raise ValueError(f"least_squares_trf: plateau_rtol must be a number in [0, 1); got {plateau_rtol!r}")
+    if not (isinstance(plateau_atol, (int, float, np.floating)) and 0.0 <= plateau_atol < math.inf):
+        raise ValueError(f"least_squares_trf: plateau_atol must be a finite number >= 0 (cost units); got "
+                         f"{plateau_atol!r}")
+
+
+def _final_point(problem: AbstractProblem, calls: _Calls, z, converged: bool, reason: str):
+    """``(z, theta, loss, converged, reason)`` of a scipy run's last point, clipped into the box;
+    never a failed point: if it failed, the best point evaluated, with ``converged=False``."""
+    z, theta = _inside(problem, z)
+    loss = _mean_square(calls.cached_residuals(z))
+    if not math.isfinite(loss) and calls.best_z is not None:
+        z, theta = _inside(problem, calls.best_z)
+        loss = _mean_square(calls.cached_residuals(z))
+        reason += "; the final point failed, the best point evaluated is returned"
+        converged = False
+    converged, reason = honest_outcome(converged, reason, loss, theta)
+    return z, theta, loss, converged, reason
 
 
 # --- Levenberg-Marquardt, jitted and vmapped (optimistix) -----------------------------------
