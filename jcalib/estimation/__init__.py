@@ -5,8 +5,8 @@ from jcalib.estimation.bottom_up import BottomUpResult, bottom_up, find_knee
 from jcalib.estimation.failures import FailedStartError
 from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.global_search import differential_evolution, multistart, sample_starts, scipy_minimize
-from jcalib.estimation.least_squares import MultistartResult, least_squares_trf, levenberg_marquardt_batch
-from jcalib.estimation.result import EstimationResult
+from jcalib.estimation.least_squares import least_squares_trf, levenberg_marquardt_batch
+from jcalib.estimation.result import EstimationResult, MultistartResult
 from jcalib.estimation.uncertainty import (
     ParameterCovariance,
     ProfileLikelihood,

@@ -54,15 +54,8 @@ from tqdm.auto import tqdm
 
 from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, point_failure
-from jcalib.estimation.least_squares import (
-    MultistartResult,
-    _Calls,
-    _inside,
-    _multistart_result,
-    least_squares_trf,
-    levenberg_marquardt_batch,
-)
-from jcalib.estimation.result import EstimationResult
+from jcalib.estimation.least_squares import _Calls, _inside, least_squares_trf, levenberg_marquardt_batch
+from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
 from jcalib.parameters import unit_samples
 from jcalib.problem import AbstractProblem
 from jcalib.starts import start_internal
@@ -198,7 +191,7 @@ def multistart(
                 loss=math.inf, singular_values=np.zeros(0), condition_number=math.nan,
                 n_essential_directions=problem.n_free, n_steps=0, n_simulations=1,
                 n_jacobians=0, wall_time_s=0.0, converged=False, reason=f"failed: {e}"))
-    return _multistart_result("trf", start_distribution, problem, starts, results,
+    return multistart_result("trf", start_distribution, problem, starts, results,
                               time.perf_counter() - start)
 
 

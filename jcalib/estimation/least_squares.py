@@ -58,8 +58,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from jcalib import distributed
 from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
-from jcalib.estimation.result import EstimationResult
-from jcalib.jsonable import to_jsonable
+from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
 from jcalib.problem import AbstractProblem
 from jcalib.starts import start_internal
 
@@ -68,66 +67,6 @@ __all__ = ["LevenbergMarquardtInfo", "LevenbergMarquardtState", "MultistartResul
 
 _TRF_JACOBIANS = ("autodiff", "2-point", "3-point")
 _BOUND_NUDGE = 1e-10  # fraction of the half-width a start is moved off a bound (LM transform)
-
-
-class MultistartResult(eqx.Module):
-    """Local estimates from many starts: all of them, the best, and the sorted losses.
-
-    Attributes:
-        method: the local method, ``"lm"`` or ``"trf"``.
-        start_distribution: how the starts were drawn (``"given"`` when passed in).
-        names: free parameter names.
-        starts: the starting points in physical units, ``(n_starts, n_free)``.
-        results: one `EstimationResult` per start, in the order of ``starts``.
-        best_index: index of the smallest final loss (failed starts count as ``inf``).
-        sorted_losses: final losses in ascending order (the waterfall plot of
-            `jcalib.plotting.plot_multistart_waterfall`), ``(n_starts,)``.
-        n_simulations: simulations of all starts together.
-        n_jacobians: Jacobian evaluations of all starts together.
-        wall_time_s: wall-clock seconds of the whole batch, compilation included.
-        extra: method-specific numbers (JSON-able); always ``n_failed_starts`` (starts
-            that ended with a non-finite loss), and ``failure`` (in words) when every
-            start failed, in which case ``best.converged`` is False.
-    """
-
-    method: str
-    start_distribution: str
-    names: tuple[str, ...]
-    starts: np.ndarray
-    results: tuple[EstimationResult, ...]
-    best_index: int
-    sorted_losses: np.ndarray
-    n_simulations: int
-    n_jacobians: int
-    wall_time_s: float
-    extra: dict = eqx.field(default_factory=dict)
-
-    @property
-    def best(self) -> EstimationResult:
-        """The result with the smallest final loss."""
-        return self.results[self.best_index]
-
-    @property
-    def losses(self) -> np.ndarray:
-        """Final loss per start, in the order of ``starts`` (``inf`` for failed starts)."""
-        return np.array([r.loss for r in self.results])
-
-    @property
-    def n_starts(self) -> int:
-        return len(self.results)
-
-    def to_dict(self, include_results: bool = True) -> dict:
-        """JSON-able summary; ``include_results=False`` leaves out the per-start results."""
-        out = {
-            "method": self.method, "start_distribution": self.start_distribution,
-            "n_starts": self.n_starts, "best_index": self.best_index, "best": self.best.to_dict(),
-            "sorted_losses": self.sorted_losses, "n_simulations": self.n_simulations,
-            "n_jacobians": self.n_jacobians, "wall_time_s": self.wall_time_s,
-            "starts": self.starts, "extra": self.extra,
-        }
-        if include_results:
-            out["results"] = [r.to_dict() for r in self.results]
-        return to_jsonable(out)
 
 
 # --- trust-region reflective (scipy) ----------------------------------------------------------
@@ -626,7 +565,7 @@ def levenberg_marquardt_batch(
             converged=converged, reason=reason, history={},
             extra={"n_accepted_steps": int(n_accepted[i]), "bounds": "sin transform"},
         ))
-    return _multistart_result("lm", start_distribution, problem, theta0, results, wall,
+    return multistart_result("lm", start_distribution, problem, theta0, results, wall,
                               extra={"max_steps_taken": int(n_steps.max()), "chunk_size": chunk})
 
 
@@ -692,15 +631,3 @@ def _condition(singular_values: np.ndarray) -> float:
     return float(singular_values[0] / singular_values[-1])
 
 
-def _multistart_result(method, start_distribution, problem, starts, results, wall, extra=None):
-    losses = np.array([r.loss if math.isfinite(r.loss) else math.inf for r in results])
-    n_failed = int(np.sum(~np.isfinite(losses)))
-    extra = {**({} if extra is None else extra), "n_failed_starts": n_failed}
-    if n_failed == len(results):
-        extra["failure"] = f"every start failed; first: {results[0].reason}"
-    return MultistartResult(
-        method=method, start_distribution=start_distribution, names=problem.free_names,
-        starts=np.asarray(starts), results=tuple(results), best_index=int(np.argmin(losses)),
-        sorted_losses=np.sort(losses), n_simulations=sum(r.n_simulations for r in results),
-        n_jacobians=sum(r.n_jacobians for r in results), wall_time_s=wall, extra=extra,
-    )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import numpy as np
 
 from jcalib.jsonable import to_jsonable
 
-__all__ = ["EstimationResult"]
+__all__ = ["EstimationResult", "MultistartResult", "multistart_result"]
 
 
 class EstimationResult(eqx.Module):
@@ -68,3 +70,80 @@ class EstimationResult(eqx.Module):
             "converged": self.converged, "reason": self.reason, "history": self.history,
             "extra": self.extra,
         })
+
+
+class MultistartResult(eqx.Module):
+    """Local estimates from many starts: all of them, the best, and the sorted losses.
+
+    Attributes:
+        method: the local method, ``"lm"`` or ``"trf"``.
+        start_distribution: how the starts were drawn (``"given"`` when passed in).
+        names: free parameter names.
+        starts: the starting points in physical units, ``(n_starts, n_free)``.
+        results: one `EstimationResult` per start, in the order of ``starts``.
+        best_index: index of the smallest final loss (failed starts count as ``inf``).
+        sorted_losses: final losses in ascending order (the waterfall plot of
+            `jcalib.plotting.plot_multistart_waterfall`), ``(n_starts,)``.
+        n_simulations: simulations of all starts together.
+        n_jacobians: Jacobian evaluations of all starts together.
+        wall_time_s: wall-clock seconds of the whole batch, compilation included.
+        extra: method-specific numbers (JSON-able); always ``n_failed_starts`` (starts
+            that ended with a non-finite loss), and ``failure`` (in words) when every
+            start failed, in which case ``best.converged`` is False.
+    """
+
+    method: str
+    start_distribution: str
+    names: tuple[str, ...]
+    starts: np.ndarray
+    results: tuple[EstimationResult, ...]
+    best_index: int
+    sorted_losses: np.ndarray
+    n_simulations: int
+    n_jacobians: int
+    wall_time_s: float
+    extra: dict = eqx.field(default_factory=dict)
+
+    @property
+    def best(self) -> EstimationResult:
+        """The result with the smallest final loss."""
+        return self.results[self.best_index]
+
+    @property
+    def losses(self) -> np.ndarray:
+        """Final loss per start, in the order of ``starts`` (``inf`` for failed starts)."""
+        return np.array([r.loss for r in self.results])
+
+    @property
+    def n_starts(self) -> int:
+        return len(self.results)
+
+    def to_dict(self, include_results: bool = True) -> dict:
+        """JSON-able summary; ``include_results=False`` leaves out the per-start results."""
+        out = {
+            "method": self.method, "start_distribution": self.start_distribution,
+            "n_starts": self.n_starts, "best_index": self.best_index, "best": self.best.to_dict(),
+            "sorted_losses": self.sorted_losses, "n_simulations": self.n_simulations,
+            "n_jacobians": self.n_jacobians, "wall_time_s": self.wall_time_s,
+            "starts": self.starts, "extra": self.extra,
+        }
+        if include_results:
+            out["results"] = [r.to_dict() for r in self.results]
+        return to_jsonable(out)
+
+
+def multistart_result(method: str, start_distribution: str, problem, starts, results, wall: float,
+                      extra: dict | None = None) -> MultistartResult:
+    """The `MultistartResult` of local ``results`` from ``starts`` (physical); the best is the
+    smallest finite loss, ``extra`` gains ``n_failed_starts`` (and ``failure`` when all failed)."""
+    losses = np.array([r.loss if math.isfinite(r.loss) else math.inf for r in results])
+    n_failed = int(np.sum(~np.isfinite(losses)))
+    extra = {**({} if extra is None else extra), "n_failed_starts": n_failed}
+    if n_failed == len(results):
+        extra["failure"] = f"every start failed; first: {results[0].reason}"
+    return MultistartResult(
+        method=method, start_distribution=start_distribution, names=problem.free_names,
+        starts=np.asarray(starts), results=tuple(results), best_index=int(np.argmin(losses)),
+        sorted_losses=np.sort(losses), n_simulations=sum(r.n_simulations for r in results),
+        n_jacobians=sum(r.n_jacobians for r in results), wall_time_s=wall, extra=extra,
+    )
