@@ -28,7 +28,10 @@ Example:
     >>> import jcalib
     >>> model = jcalib.models.get("four_substance_reactions")
     >>> data = jcalib.synthetic_measurements(jax.random.key(0), model, model.parameters.nominal, sigma=0.01)
-    >>> problem = JointProblem([(model, data), (model, data)], free=["kab", "kac"], fixed={"kad": 5e-5})
+    >>> exp = model.experiment
+    >>> again = model.with_experiment(jcalib.Experiment(exp.ts, t0=float(exp.t0), t1=float(exp.t1), name="batch 2",
+    ...                                                 conditions={k: float(v) for k, v in exp.conditions.items()}))
+    >>> problem = JointProblem([(model, data), (again, data)], free=["kab", "kac"], fixed={"kad": 5e-5})
     >>> problem.n_observed
     176
 """

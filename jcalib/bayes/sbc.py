@@ -26,7 +26,7 @@ Example:
     >>> truths = rng.standard_normal((500, 1))
     >>> draws = rng.standard_normal((500, 99, 1))  # draws of the prior = the exact posterior without data
     >>> ranks = sbc_ranks(draws, truths)
-    >>> bool(sbc_uniformity(ranks, 99)[0] > 0.01)
+    >>> bool(sbc_uniformity(None, ranks, 99)[0] > 0.01)
     True
 """
 

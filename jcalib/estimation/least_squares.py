@@ -30,7 +30,7 @@ simulation and one Jacobian.
 Example:
     >>> import jax
     >>> jax.config.update("jax_enable_x64", True)
-    >>> from jcalib import models, synthetic_measurements
+    >>> from jcalib import CalibrationProblem, models, synthetic_measurements
     >>> model = models.get("four_substance_reactions")
     >>> truth = model.parameters.nominal
     >>> problem = CalibrationProblem(model, synthetic_measurements(jax.random.key(0), model, truth, 0.01))
