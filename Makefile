@@ -26,8 +26,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 # Every test: the fast tier above and the tests marked `slow` (notebooks, experiments' --quick
-# runs, the multi-process jobs, long recoveries), then every docstring example of jcalib (about
-# 15 min on 2 cores: several train networks or fit models). Run it before submitting a change.
+# runs, the multi-process jobs, long recoveries), then every docstring example of jcalib (2 min 16 s
+# on 2 cores, several train networks or fit models). Run it before submitting a change.
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadfile --durations=30 -m '' $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -n auto --doctest-modules jcalib --durations=10
