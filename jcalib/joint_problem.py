@@ -49,7 +49,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel, Experiment, SolveStatus
-from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.parameters import Parameter, ParameterSpace, check_names
 from jcalib.probability.priors import AbstractPrior, GaussianPrior, bind_priors
 from jcalib.problem import AbstractProblem, CalibrationProblem
 
@@ -366,12 +366,7 @@ def _experiment_names(models) -> tuple[str, ...]:
 def _check_names(pairs, names, free, per_experiment, fixed):
     known = sorted({n for m, _ in pairs for n in m.parameters.names})
     for what, group in (("free", free), ("per_experiment", per_experiment), ("fixed", tuple(fixed))):
-        for n in group:
-            if n not in known:
-                raise ValueError(f"JointProblem: {what}: unknown parameter {n!r}; known: {', '.join(known)}")
-        duplicates = sorted({n for n in group if group.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"JointProblem: {what}: duplicate names {duplicates}")
+        check_names(f"JointProblem: {what}", group, known)
     fixed_everywhere = tuple(n for n, v in fixed.items() if not isinstance(v, Mapping))
     groups = {"free": free, "per_experiment": per_experiment, "fixed": tuple(fixed)}
     for a, b in (("free", "per_experiment"), ("free", "fixed"), ("per_experiment", "fixed")):
@@ -508,9 +503,7 @@ def _joint_prior(prior, space: ParameterSpace):
         return prior._resolve(space.names, space.names)
     if isinstance(prior, Mapping):
         bases = {n.split("[")[0] for n in space.names}
-        for name in prior:
-            if name not in space.names and name not in bases:
-                raise ValueError(f"prior: unknown parameter {name!r}; known: {', '.join(space.names)}")
+        check_names("prior", list(prior), space.names + tuple(sorted(bases - set(space.names))))
         spec = {}
         for p in space:
             base = p.name.split("[")[0]

@@ -43,7 +43,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 from scipy.stats import qmc
 
-__all__ = ["Parameter", "ParameterSpace"]
+__all__ = ["Parameter", "ParameterSpace", "check_names"]
 
 
 _TINY = float(np.finfo(np.float64).tiny)  # smallest normal float64, 2.2e-308
@@ -432,6 +432,27 @@ class ParameterSpace:
         """
         self.check_box(f"ParameterSpace.sample(method={method!r})")
         return self.from_unit(unit_samples(key, n, self.n_params, method))
+
+
+def check_names(what: str, names: Sequence[str], known: Sequence[str]) -> None:
+    """Refuse a name that is not ``known`` or that ``names`` gives twice.
+
+    Raises:
+        ValueError: ``"{what}: unknown parameter 'x'; known: 'a', 'b'"`` or
+            ``"{what}: duplicate names 'a'"``.
+
+    Example:
+        >>> check_names("free", ["a"], ["a", "b"])
+        >>> check_names("free", ["c"], ["a", "b"])
+        Traceback (most recent call last):
+        ValueError: free: unknown parameter 'c'; known: 'a', 'b'
+    """
+    for name in names:
+        if name not in known:
+            raise ValueError(f"{what}: unknown parameter {name!r}; known: {', '.join(repr(n) for n in known)}")
+    duplicates = sorted({n for n in names if list(names).count(n) > 1})
+    if duplicates:
+        raise ValueError(f"{what}: duplicate names {', '.join(repr(n) for n in duplicates)}")
 
 
 def unit_samples(key: PRNGKeyArray, n: int, n_dims: int, method: str = "uniform") -> Float[Array, "n n_dims"]:

@@ -49,7 +49,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from jcalib.abstract_problem import AbstractProblem, compiled_call, quoted
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel, check_simulator
-from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.parameters import Parameter, ParameterSpace, check_names
 from jcalib.probability.likelihoods import AbstractLikelihood, get_likelihood, noise_parameter_space
 from jcalib.probability.priors import AbstractPrior, GaussianPrior, ParameterPriors, bind_priors
 
@@ -149,186 +149,30 @@ class CalibrationProblem(AbstractProblem):
                  prior: str | GaussianPrior | Mapping[str, AbstractPrior] = "uniform",
                  likelihood: str | AbstractLikelihood | None = None,
                  noise_parameters=None):
-        check_simulator(model, "CalibrationProblem", "model")
-        if not isinstance(measurements, Measurements):
-            raise ValueError(
-                f"CalibrationProblem: measurements must be a Measurements; got "
-                f"{type(measurements).__name__}"
-            )
-        if weighting not in WEIGHTINGS:
-            raise ValueError(
-                f"CalibrationProblem: weighting must be one of {WEIGHTINGS}; got {weighting!r}"
-            )
-        if measurements.n_outputs != model.n_outputs:
-            raise ValueError(
-                f"CalibrationProblem: measurements have {measurements.n_outputs} outputs but the "
-                f"model has {model.n_outputs} ({', '.join(model.output_names)})"
-            )
-        if (measurements.output_names is not None
-                and tuple(measurements.output_names) != tuple(model.output_names)):
-            raise ValueError(
-                f"CalibrationProblem: measurement output names {measurements.output_names} do not "
-                f"match model.output_names {tuple(model.output_names)}"
-            )
-        try:
-            likelihood = get_likelihood(likelihood, weighting)
-        except ValueError as e:
-            raise ValueError(f"CalibrationProblem: {e}") from None
-        ts = np.asarray(measurements.ts)
-        if ts.shape != np.shape(model.ts) or not np.array_equal(ts, np.asarray(model.ts)):
-            try:
-                model = model.with_times(ts)
-            except ValueError as e:
-                raise ValueError(
-                    f"CalibrationProblem: cannot observe the model at the measurement times: {e}"
-                ) from None
-        elif isinstance(model, AbstractModel):
-            model.check_horizon(model.experiment, "CalibrationProblem")
-
-        space = model.parameters
-        known = space.names
-        fixed = {} if fixed is None else fixed
-        if not isinstance(fixed, Mapping):
-            raise ValueError(f"fixed: expected a {{name: value}} dict; got {fixed!r}")
-        for name, value in fixed.items():
-            if name not in known:
-                raise ValueError(f"fixed: unknown parameter {name!r}; known: {quoted(known)}")
-            if not math.isfinite(float(value)):
-                raise ValueError(f"fixed: the value of {name!r} must be finite; got {value}")
-        model = _admit_fixed_values(model, fixed)
-        space = model.parameters
-        if free is None:
-            free = tuple(n for n in known if n not in fixed)
-        else:
-            free = (free,) if isinstance(free, str) else tuple(free)
-            for name in free:
-                if name not in known:
-                    raise ValueError(f"free: unknown parameter {name!r}; known: {quoted(known)}")
-            duplicates = sorted({n for n in free if free.count(n) > 1})
-            if duplicates:
-                raise ValueError(f"free: duplicate names {quoted(duplicates)}")
-        both = [n for n in free if n in fixed]
-        if both:
-            raise ValueError(
-                f"CalibrationProblem: parameter(s) {quoted(both)} both free and fixed; remove "
-                "them from one of the two"
-            )
-        if not free:
-            raise ValueError(
-                "CalibrationProblem: no free parameters (every parameter is fixed); leave at "
-                "least one out of fixed"
-            )
-
-        sigma_full = measurements.sigma_full()
-        if weighting == "sigma" and sigma_full is None:
-            raise ValueError(
-                "CalibrationProblem: weighting='sigma' needs measurements.sigma; pass sigma to "
-                "Measurements or use weighting='relative' or 'absolute'"
-            )
-        n_out = measurements.n_outputs
-        mask = np.asarray(measurements.mask).reshape(-1)
-        index = np.flatnonzero(mask)
-        x_obs = np.asarray(measurements.values).reshape(-1)[index]
-        output_of_entry = index % n_out
-        if weighting == "relative" and np.any(x_obs == 0):
-            k = int(index[np.flatnonzero(x_obs == 0)[0]])
-            i, j = divmod(k, n_out)
-            raise ValueError(
-                f"CalibrationProblem: weighting='relative' divides by the measured values, but "
-                f"X = 0 at t={np.asarray(measurements.ts)[i]}, output "
-                f"{model.output_names[j]!r}; use weighting='absolute' or 'sigma', or mask the "
-                "entry out"
-            )
-        bad = likelihood.check_data(x_obs)
-        if bad is not None:
-            i, j = divmod(int(index[bad]), n_out)
-            raise ValueError(
-                f"CalibrationProblem: likelihood={likelihood.name!r} "
-                f"{likelihood.data_requirement()} = {x_obs[bad]} at "
-                f"t={np.asarray(measurements.ts)[i]}, output {model.output_names[j]!r}; use "
-                "likelihood='absolute_gaussian', or mask the entry out"
-            )
-
-        # --- noise levels: fixed per entry, or sampled per output -----------------------------
-        if likelihood.sigma is not None:
-            if np.ndim(likelihood.sigma) == 1 and len(likelihood.sigma) != n_out:
-                raise ValueError(
-                    f"CalibrationProblem: likelihood.sigma has {len(likelihood.sigma)} values but "
-                    f"there are {n_out} outputs ({', '.join(model.output_names)})"
-                )
-            per_output = np.broadcast_to(np.asarray(likelihood.sigma, dtype=np.float64), (n_out,))
-            sigma_obs = per_output[output_of_entry]
-        elif sigma_full is not None:
-            sigma_obs = np.asarray(sigma_full).reshape(-1)[index]
-        else:
-            sigma_obs = None
-        if noise_parameters is None or noise_parameters is False:
-            noise_space, noise_index, slot = None, (), None
-        else:
-            x_by_output = [x_obs[output_of_entry == j] for j in range(n_out)]
-            noise_space, noise_index = noise_parameter_space(
-                noise_parameters, model.output_names, likelihood, x_by_output)
-            clash = [n for n in noise_space.names if n in known]
-            if clash:
-                raise ValueError(
-                    f"noise_parameters: the noise parameter name(s) {quoted(clash)} clash with "
-                    "model parameters; rename the model parameters"
-                )
-            slot_of_output = np.full(n_out, -1)
-            slot_of_output[list(noise_index)] = np.arange(len(noise_index))
-            slot = slot_of_output[output_of_entry]
-        sampled = np.zeros(index.size, dtype=bool) if slot is None else slot >= 0
-        sigma_available = sigma_obs is not None or bool(np.all(sampled))
-        if sigma_obs is None and slot is not None:
-            sigma_obs = np.ones(index.size)  # placeholder: every entry's σ is sampled
-
-        # --- priors ---------------------------------------------------------------------------
-        noise_names = () if noise_space is None else noise_space.names
-        model_space = space.subset(free)
-        noise_prior_spec: dict = {}
-        if isinstance(prior, ParameterPriors):
-            prior = prior.as_dict()
-        if isinstance(prior, str):
-            if prior != "uniform":
-                raise ValueError(
-                    f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got {prior!r}; "
-                    "or pass a {name: prior} dict of jcalib.probability.priors"
-                )
-            prior = None
-        elif isinstance(prior, GaussianPrior):
-            prior = prior._resolve(free, known)
-        elif isinstance(prior, Mapping):
-            for name in prior:
-                if name not in known and name not in noise_names:
-                    raise ValueError(
-                        f"prior: unknown parameter {name!r}; known: {quoted(known + noise_names)}"
-                    )
-            noise_prior_spec = {n: p for n, p in prior.items() if n in noise_names}
-            prior = bind_priors({n: p for n, p in prior.items() if n in free}, model_space)
-        else:
-            raise ValueError(
-                f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got "
-                f"{type(prior).__name__}; or pass a {{name: prior}} dict of jcalib.probability.priors"
-            )
-        noise_prior = (None if noise_space is None
-                       else bind_priors(noise_prior_spec, noise_space, "prior"))
+        model, likelihood = _checked_inputs(model, measurements, weighting, likelihood)
+        known = model.parameters.names
+        model, free, fixed = _free_and_fixed(model, free, fixed)
+        entries = _observed_entries(model, measurements, weighting, likelihood)
+        noise = _noise_levels(model, measurements, likelihood, entries, noise_parameters)
+        prior, noise_prior = _bound_priors(prior, free, known, model.parameters.subset(free), noise["space"])
+        noise_names = () if noise["space"] is None else noise["space"].names
 
         self.model = model
         self.measurements = measurements
-        self.theta_fixed = jnp.asarray(space.to_vector({n: float(v) for n, v in fixed.items()}))
-        self.observed_index = jnp.asarray(index)
-        self.x_observed = jnp.asarray(x_obs)
-        self.sigma_observed = None if sigma_obs is None else jnp.asarray(sigma_obs)
+        self.theta_fixed = jnp.asarray(model.parameters.to_vector({n: float(v) for n, v in fixed.items()}))
+        self.observed_index = jnp.asarray(entries["index"])
+        self.x_observed = jnp.asarray(entries["x"])
+        self.sigma_observed = None if noise["sigma"] is None else jnp.asarray(noise["sigma"])
         self.prior = prior
         self.likelihood = likelihood
         self.noise_prior = noise_prior
-        self.noise_slot = None if slot is None else jnp.asarray(slot)
+        self.noise_slot = None if noise["slot"] is None else jnp.asarray(noise["slot"])
         self.free_names = tuple(free) + noise_names
         self.weighting = weighting
         self.noise_names = noise_names
-        self.noise_space = noise_space
-        self.noise_outputs = tuple(model.output_names[j] for j in noise_index)
-        self.sigma_available = sigma_available
+        self.noise_space = noise["space"]
+        self.noise_outputs = tuple(model.output_names[j] for j in noise["outputs"])
+        self.sigma_available = noise["available"]
 
     @classmethod
     def from_simulation(cls, model: AbstractModel, theta: Float[ArrayLike, " n_params"] | None = None, *,
@@ -433,8 +277,7 @@ class CalibrationProblem(AbstractProblem):
                     f"fix(): {name!r} is a sampled noise level; use "
                     "without_noise_parameters(sigma=...) to fix sigma"
                 )
-            if name not in known:
-                raise ValueError(f"fix(): unknown parameter {name!r}; known: {quoted(known)}")
+            check_names("fix()", [name], known)
         free = tuple(n for n in self.model_free_names if n not in values)
         if not free:
             raise ValueError(
@@ -657,6 +500,184 @@ def with_initial_state_parameters(model: AbstractModel,
         adjoint=model.adjoint, dt0=model.dt0, max_steps=model.max_steps, base=model,
         state_index=tuple(index), n_base=model.parameters.n_params,
     )
+
+# --- construction steps of CalibrationProblem ----------------------------------------------
+def _checked_inputs(model, measurements, weighting, likelihood) -> tuple[AbstractModel, AbstractLikelihood]:
+    """The model observed at the measurement times and the likelihood object, after the
+    checks of model, measurements, weighting and likelihood."""
+    check_simulator(model, "CalibrationProblem", "model")
+    if not isinstance(measurements, Measurements):
+        raise ValueError(
+            f"CalibrationProblem: measurements must be a Measurements; got "
+            f"{type(measurements).__name__}"
+        )
+    if weighting not in WEIGHTINGS:
+        raise ValueError(
+            f"CalibrationProblem: weighting must be one of {WEIGHTINGS}; got {weighting!r}"
+        )
+    if measurements.n_outputs != model.n_outputs:
+        raise ValueError(
+            f"CalibrationProblem: measurements have {measurements.n_outputs} outputs but the "
+            f"model has {model.n_outputs} ({', '.join(model.output_names)})"
+        )
+    if (measurements.output_names is not None
+            and tuple(measurements.output_names) != tuple(model.output_names)):
+        raise ValueError(
+            f"CalibrationProblem: measurement output names {measurements.output_names} do not "
+            f"match model.output_names {tuple(model.output_names)}"
+        )
+    try:
+        likelihood = get_likelihood(likelihood, weighting)
+    except ValueError as e:
+        raise ValueError(f"CalibrationProblem: {e}") from None
+    ts = np.asarray(measurements.ts)
+    if ts.shape != np.shape(model.ts) or not np.array_equal(ts, np.asarray(model.ts)):
+        try:
+            model = model.with_times(ts)
+        except ValueError as e:
+            raise ValueError(
+                f"CalibrationProblem: cannot observe the model at the measurement times: {e}"
+            ) from None
+    elif isinstance(model, AbstractModel):
+        model.check_horizon(model.experiment, "CalibrationProblem")
+    return model, likelihood
+
+
+def _free_and_fixed(model, free, fixed) -> tuple[AbstractModel, tuple[str, ...], Mapping[str, float]]:
+    """The model admitting the fixed values (`_admit_fixed_values`), the free names and the
+    fixed values, after checking both."""
+    known = model.parameters.names
+    fixed = {} if fixed is None else fixed
+    if not isinstance(fixed, Mapping):
+        raise ValueError(f"fixed: expected a {{name: value}} dict; got {fixed!r}")
+    check_names("fixed", list(fixed), known)
+    for name, value in fixed.items():
+        if not math.isfinite(float(value)):
+            raise ValueError(f"fixed: the value of {name!r} must be finite; got {value}")
+    model = _admit_fixed_values(model, fixed)
+    if free is None:
+        free = tuple(n for n in known if n not in fixed)
+    else:
+        free = (free,) if isinstance(free, str) else tuple(free)
+        check_names("free", free, known)
+    both = [n for n in free if n in fixed]
+    if both:
+        raise ValueError(
+            f"CalibrationProblem: parameter(s) {quoted(both)} both free and fixed; remove "
+            "them from one of the two"
+        )
+    if not free:
+        raise ValueError(
+            "CalibrationProblem: no free parameters (every parameter is fixed); leave at "
+            "least one out of fixed"
+        )
+    return model, free, fixed
+
+
+def _observed_entries(model, measurements, weighting, likelihood) -> dict[str, np.ndarray]:
+    """The measured entries: ``index`` into the flattened ``(n_times * n_outputs)`` grid,
+    their values ``x`` and ``output`` index, after checking that the weighting and the
+    likelihood accept them."""
+    if weighting == "sigma" and measurements.sigma_full() is None:
+        raise ValueError(
+            "CalibrationProblem: weighting='sigma' needs measurements.sigma; pass sigma to "
+            "Measurements or use weighting='relative' or 'absolute'"
+        )
+    n_out = measurements.n_outputs
+    index = np.flatnonzero(np.asarray(measurements.mask).reshape(-1))
+    x_obs = np.asarray(measurements.values).reshape(-1)[index]
+
+    def where(k):
+        i, j = divmod(int(index[k]), n_out)
+        return f"t={np.asarray(measurements.ts)[i]}, output {model.output_names[j]!r}"
+
+    if weighting == "relative" and np.any(x_obs == 0):
+        raise ValueError(
+            f"CalibrationProblem: weighting='relative' divides by the measured values, but "
+            f"X = 0 at {where(np.flatnonzero(x_obs == 0)[0])}; use weighting='absolute' or 'sigma', "
+            "or mask the entry out"
+        )
+    bad = likelihood.check_data(x_obs)
+    if bad is not None:
+        raise ValueError(
+            f"CalibrationProblem: likelihood={likelihood.name!r} "
+            f"{likelihood.data_requirement()} = {x_obs[bad]} at {where(bad)}; use "
+            "likelihood='absolute_gaussian', or mask the entry out"
+        )
+    return {"index": index, "x": x_obs, "output": index % n_out}
+
+
+def _noise_levels(model, measurements, likelihood, entries, noise_parameters) -> dict:
+    """σ per measured entry (``sigma``: fixed values, 1 where sampled, or None), the noise
+    parameters' ``space`` (or None), the ``outputs`` they belong to, each entry's ``slot``
+    among them (-1: fixed σ; None without noise parameters), and whether every entry has a
+    σ (``available``)."""
+    n_out = measurements.n_outputs
+    output_of_entry = entries["output"]
+    sigma_full = measurements.sigma_full()
+    if likelihood.sigma is not None:
+        if np.ndim(likelihood.sigma) == 1 and len(likelihood.sigma) != n_out:
+            raise ValueError(
+                f"CalibrationProblem: likelihood.sigma has {len(likelihood.sigma)} values but "
+                f"there are {n_out} outputs ({', '.join(model.output_names)})"
+            )
+        per_output = np.broadcast_to(np.asarray(likelihood.sigma, dtype=np.float64), (n_out,))
+        sigma_obs = per_output[output_of_entry]
+    elif sigma_full is not None:
+        sigma_obs = np.asarray(sigma_full).reshape(-1)[entries["index"]]
+    else:
+        sigma_obs = None
+    if noise_parameters is None or noise_parameters is False:
+        noise_space, noise_index, slot = None, (), None
+    else:
+        x_by_output = [entries["x"][output_of_entry == j] for j in range(n_out)]
+        noise_space, noise_index = noise_parameter_space(
+            noise_parameters, model.output_names, likelihood, x_by_output)
+        clash = [n for n in noise_space.names if n in model.parameters.names]
+        if clash:
+            raise ValueError(
+                f"noise_parameters: the noise parameter name(s) {quoted(clash)} clash with "
+                "model parameters; rename the model parameters"
+            )
+        slot_of_output = np.full(n_out, -1)
+        slot_of_output[list(noise_index)] = np.arange(len(noise_index))
+        slot = slot_of_output[output_of_entry]
+    sampled = np.zeros(output_of_entry.size, dtype=bool) if slot is None else slot >= 0
+    available = sigma_obs is not None or bool(np.all(sampled))
+    if sigma_obs is None and slot is not None:
+        sigma_obs = np.ones(output_of_entry.size)  # placeholder: every entry's σ is sampled
+    return {"sigma": sigma_obs, "space": noise_space, "outputs": tuple(noise_index), "slot": slot,
+            "available": available}
+
+
+def _bound_priors(prior, free, known, model_space, noise_space) -> tuple:
+    """(prior of the free model parameters or None for uniform, prior of the noise
+    parameters or None)."""
+    noise_names = () if noise_space is None else noise_space.names
+    noise_prior_spec: dict = {}
+    if isinstance(prior, ParameterPriors):
+        prior = prior.as_dict()
+    if isinstance(prior, str):
+        if prior != "uniform":
+            raise ValueError(
+                f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got {prior!r}; "
+                "or pass a {name: prior} dict of jcalib.probability.priors"
+            )
+        prior = None
+    elif isinstance(prior, GaussianPrior):
+        prior = prior._resolve(free, known)
+    elif isinstance(prior, Mapping):
+        check_names("prior", list(prior), known + noise_names)
+        noise_prior_spec = {n: p for n, p in prior.items() if n in noise_names}
+        prior = bind_priors({n: p for n, p in prior.items() if n in free}, model_space)
+    else:
+        raise ValueError(
+            f"CalibrationProblem: prior must be 'uniform' or a GaussianPrior; got "
+            f"{type(prior).__name__}; or pass a {{name: prior}} dict of jcalib.probability.priors"
+        )
+    noise_prior = None if noise_space is None else bind_priors(noise_prior_spec, noise_space, "prior")
+    return prior, noise_prior
+
 
 
 def _admit_fixed_values(model: AbstractModel, fixed: Mapping[str, float]) -> AbstractModel:

@@ -61,7 +61,7 @@ from jaxtyping import Array, ArrayLike, Float
 from scipy import special, stats
 
 from jcalib._warnings import warn_user
-from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.parameters import Parameter, ParameterSpace, check_names
 
 __all__ = [
     "AbstractPrior",
@@ -411,9 +411,7 @@ def bind_priors(priors: Mapping[str, AbstractPrior], space: ParameterSpace,
     if not isinstance(priors, Mapping):
         raise ValueError(f"{what}: expected a {{name: prior}} dict; got {type(priors).__name__}")
     for name, prior in priors.items():
-        if name not in space.names:
-            known = ", ".join(repr(n) for n in space.names)
-            raise ValueError(f"{what}: unknown parameter {name!r}; known: {known}")
+        check_names(what, [name], space.names)
         if not isinstance(prior, AbstractPrior):
             raise ValueError(
                 f"{what}: the prior of {name!r} must be a jcalib.probability prior (Uniform, "
@@ -568,9 +566,7 @@ class GaussianPrior(eqx.Module):
                     "and std by name"
                 )
             return GaussianPrior(self.mean, self.std, names=free_names)
-        for n in self.names:
-            if n not in known:
-                raise ValueError(f"prior: unknown parameter {n!r}; known: {', '.join(repr(k) for k in known)}")
+        check_names("prior", self.names, known)
         missing = [n for n in free_names if n not in self.names]
         if missing:
             raise ValueError(
