@@ -65,8 +65,8 @@ class AbstractProblem(eqx.Module):
         """d residuals / d z (pure, traced; `jacobian` compiles it)."""
 
     @abc.abstractmethod
-    def _log_likelihood_impl(self, z: Float[Array, " n_free"]) -> Float[Array, ""]:
-        """Log-likelihood (pure, traced; `log_likelihood` compiles it)."""
+    def _log_likelihood_terms(self, z: Float[Array, " n_free"]) -> Float[Array, " n_terms"]:
+        """Log-likelihood of each measured entry (pure, traced); NaN where a solve failed."""
 
     @property
     def n_free(self) -> int:
@@ -190,6 +190,11 @@ class AbstractProblem(eqx.Module):
                 "level; pass sigma to Measurements, fix it with likelihood=...(sigma=...), or "
                 "sample it with noise_parameters=True"
             )
+
+    def _log_likelihood_impl(self, z):
+        """The sum of `_log_likelihood_terms`, -inf where it is NaN (a failed solve)."""
+        value = jnp.sum(self._log_likelihood_terms(z))
+        return jnp.where(jnp.isnan(value), -jnp.inf, value)
 
     def _loss_impl(self, z):
         return jnp.mean(self._residuals_impl(z) ** 2)

@@ -531,29 +531,15 @@ def sample(
     import jax.numpy as jnp
 
     from jcalib import estimation, plotting
-    from jcalib.bayes import KERNELS, Laplace, Prescaled, mala, predictive
+    from jcalib.bayes import Laplace, Prescaled, mala
     from jcalib.probability.likelihoods import LIKELIHOODS
 
     if likelihood not in LIKELIHOOD_WEIGHTING:
         raise ValueError(f"--likelihood must be one of {', '.join(LIKELIHOOD_WEIGHTING)}; got {likelihood!r}")
     if sigma is not None and sample_sigma:
         raise ValueError("give either --sigma (fixed noise) or --sample-sigma, not both")
-    if kernel not in KERNELS:
-        raise ValueError(f"--kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
-    if preconditioner is None:
-        preconditioner = "diagonal" if kernel == "mala" else "laplace"
-    if preconditioner not in ("diagonal", "laplace"):
-        raise ValueError(f"--preconditioner must be diagonal or laplace; got {preconditioner!r}")
-    for flag, what, value, least in (("--steps", "n_steps", steps, 1), ("--chains", "n_chains", chains, 1),
-                                     ("--thin", "thin", thin, 1), ("--burn", "burn_in", burn, 0),
-                                     ("--warmup", "warmup", warmup, 0)):
-        if value < least:
-            kind = "a positive integer" if least else "a non-negative integer"
-            raise ValueError(f"{flag}: {what} must be {kind}; got {value}")
-    if target_acceptance is not None and not 0 < target_acceptance < 1:
-        raise ValueError(f"--target-acceptance must lie in (0, 1); got {target_acceptance}")
-    if not (fraction > 0 and math.isfinite(fraction)):
-        raise ValueError(f"--fraction must be a positive number; got {fraction}")
+    preconditioner = _sampler_options(kernel, preconditioner, dict(steps=steps, chains=chains, thin=thin, burn=burn,
+                                                                   warmup=warmup), target_acceptance, fraction)
     m = _build(name, option)
     lik = LIKELIHOODS[likelihood](sigma)
     joint = len(data) > 1 or bool(condition) or bool(per_experiment)
@@ -589,15 +575,7 @@ def sample(
     draws = result.samples_internal[:, :: max(1, result.n_draws // 250)]
     figures = {"marginals.png": plotting.plot_marginals(result, title=f"{name}: KDE marginals"),
                "trace.png": plotting.plot_trace(result)}
-    band_metrics, coverage = {}, {}
-    for k, experiment in enumerate(problem.experiment_names if joint else [None]):
-        single = problem.experiment_problems[k] if joint else problem
-        bands = predictive.output_bands(problem, draws, coordinates="internal", experiment=experiment)
-        band_metrics[experiment or name] = bands.to_dict()
-        coverage[experiment or name] = bands.coverage(single.measurements)
-        suffix = f"_{experiment}" if joint else ""
-        figures[f"bands{suffix}.png"] = plotting.plot_bands(bands, single.measurements,
-                                                            title=f"{experiment or name}: 90 % band")
+    band_metrics, coverage = _posterior_bands(problem, draws, name, joint, figures)
     metrics = {"model": name, "data": [str(d) for d in data] if joint else str(data[0]), "likelihood": likelihood,
                "sigma": sigma, "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
                "gauss_newton": None if fit is None else fit.to_dict(), "posterior": result.to_dict(),
@@ -607,6 +585,56 @@ def sample(
     if result.n_params > 1:
         figures["pair.png"] = plotting.plot_pair(result)
     _write_results(out, metrics, figures)
+    _print_posterior(result)
+    for message in sampler_warnings:
+        typer.echo(f"warning: {message}", err=True)
+    typer.echo(f"wrote {out}/posterior.npz, metrics.json and {', '.join(figures)}")
+
+
+def _sampler_options(kernel: str, preconditioner: str | None, counts: dict[str, int],
+                     target_acceptance: float | None, fraction: float) -> str:
+    """The preconditioner (default: diagonal for mala, laplace for hmc and nuts), after
+    checking the sampler's options."""
+    from jcalib.bayes import KERNELS
+
+    if kernel not in KERNELS:
+        raise ValueError(f"--kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
+    if preconditioner is None:
+        preconditioner = "diagonal" if kernel == "mala" else "laplace"
+    if preconditioner not in ("diagonal", "laplace"):
+        raise ValueError(f"--preconditioner must be diagonal or laplace; got {preconditioner!r}")
+    for flag, what, least in (("steps", "n_steps", 1), ("chains", "n_chains", 1), ("thin", "thin", 1),
+                              ("burn", "burn_in", 0), ("warmup", "warmup", 0)):
+        if counts[flag] < least:
+            kind = "a positive integer" if least else "a non-negative integer"
+            raise ValueError(f"--{flag}: {what} must be {kind}; got {counts[flag]}")
+    if target_acceptance is not None and not 0 < target_acceptance < 1:
+        raise ValueError(f"--target-acceptance must lie in (0, 1); got {target_acceptance}")
+    if not (fraction > 0 and math.isfinite(fraction)):
+        raise ValueError(f"--fraction must be a positive number; got {fraction}")
+    return preconditioner
+
+
+def _posterior_bands(problem, draws, name: str, joint: bool, figures: dict) -> tuple[dict, dict]:
+    """90 % output bands of each experiment from internal ``draws``: their metrics and the
+    share of the data inside them, by experiment (or model) name; the plots go to ``figures``."""
+    from jcalib import plotting
+    from jcalib.bayes import predictive
+
+    band_metrics, coverage = {}, {}
+    for k, experiment in enumerate(problem.experiment_names if joint else [None]):
+        single = problem.experiment_problems[k] if joint else problem
+        bands = predictive.output_bands(problem, draws, coordinates="internal", experiment=experiment)
+        band_metrics[experiment or name] = bands.to_dict()
+        coverage[experiment or name] = bands.coverage(single.measurements)
+        suffix = f"_{experiment}" if joint else ""
+        figures[f"bands{suffix}.png"] = plotting.plot_bands(bands, single.measurements,
+                                                            title=f"{experiment or name}: 90 % band")
+    return band_metrics, coverage
+
+
+def _print_posterior(result) -> None:
+    """The posterior summary table: mean, sd, 90 % interval, ESS and R-hat per parameter."""
     lo, hi = result.interval(0.9)
     typer.echo(f"{'parameter':24s} {'mean':>12s} {'sd':>12s} {'5 %':>12s} {'95 %':>12s} {'ESS':>8s} {'R-hat':>6s}")
     for i, pname in enumerate(result.names):
@@ -618,9 +646,6 @@ def sample(
     if result.n_chains < 2:
         typer.echo("note: R-hat needs at least 2 chains (it compares them); run --chains 2 or more to check "
                    "convergence", err=True)
-    for message in sampler_warnings:
-        typer.echo(f"warning: {message}", err=True)
-    typer.echo(f"wrote {out}/posterior.npz, metrics.json and {', '.join(figures)}")
 
 
 def _sampler_warnings(result, caught) -> list[str]:

@@ -52,6 +52,7 @@ from jcalib.model import AbstractModel, Experiment, SolveStatus
 from jcalib.parameters import Parameter, ParameterSpace, check_names
 from jcalib.probability.priors import AbstractPrior, GaussianPrior, bind_priors
 from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.stacking import map_stacked, padded, stack
 
 __all__ = ["JointProblem"]
 
@@ -303,7 +304,7 @@ class JointProblem(AbstractProblem):
             if cols.shape[0] == 1:
                 out.append(fn(group, zs[0])[None])
             else:
-                out.append(eqx.filter_vmap(fn)(group, zs))
+                out.append(map_stacked(lambda member: fn(*member), (group, zs), batch_size=None))
         return out
 
     def _gather(self, blocks):
@@ -316,23 +317,14 @@ class JointProblem(AbstractProblem):
         return self._gather(self._per_group(lambda p, zk: p._residuals_impl(zk), z))
 
     def _jacobian_impl(self, z):
-        def member_jacobian(p, zk):
-            forward = p.model.forward_mode()
-            return jax.jacfwd(lambda zz: p._residuals_with(forward, zz))(zk)
-
         blocks = []
-        for jac, cols in zip(self._per_group(member_jacobian, z), self.group_columns):
+        for jac, cols in zip(self._per_group(lambda p, zk: p._jacobian_impl(zk), z), self.group_columns):
             scatter = jax.nn.one_hot(cols, self.n_free, dtype=jac.dtype)  # (members, n_sub, n_free)
             blocks.append(jnp.einsum("kns,ksf->knf", jac, scatter))
         return self._gather(blocks)
 
-    def _log_likelihood_impl(self, z):
-        def member(p, zk):
-            f = p._simulated_observed(p.model, zk)
-            return p.likelihood.log_density(p.x_observed, f, p._sigma_impl(zk))
-
-        value = jnp.sum(self._gather(self._per_group(member, z)))
-        return jnp.where(jnp.isnan(value), -jnp.inf, value)
+    def _log_likelihood_terms(self, z):
+        return self._gather(self._per_group(lambda p, zk: p._log_likelihood_terms(zk), z))
 
 
 # --- construction helpers ------------------------------------------------------------------
@@ -413,13 +405,12 @@ def _padded_problem(model, data, settings, n_times, n_observed):
                                              {k: float(v) for k, v in exp.preequilibration.items()}))
     pad = n_times - data.n_times
     if pad:
-        ts = np.concatenate([np.asarray(data.ts), np.repeat(np.asarray(data.ts)[-1:], pad)])
-        values = np.concatenate([np.asarray(data.values), np.repeat(np.asarray(data.values)[-1:], pad, axis=0)])
         mask = np.concatenate([np.asarray(data.mask), np.zeros((pad, data.n_outputs), dtype=bool)])
         sigma = data.sigma
         if sigma is not None and np.ndim(sigma) == 2:
-            sigma = np.concatenate([np.asarray(sigma), np.repeat(np.asarray(sigma)[-1:], pad, axis=0)])
-        data = Measurements(ts, values, mask=mask, sigma=sigma, output_names=data.output_names)
+            sigma = padded(sigma, n_times)
+        data = Measurements(padded(data.ts, n_times), padded(data.values, n_times), mask=mask, sigma=sigma,
+                            output_names=data.output_names)
     problem = CalibrationProblem(model, data, **settings)
     extra = n_observed - problem.n_observed
     if extra:
@@ -482,9 +473,7 @@ def _build_groups(problems, padded_inputs, columns_of):
             groups.append(problems[k])
             width = problems[k].n_observed
         else:
-            arrays = [eqx.filter(candidates[k], eqx.is_array) for k in group]
-            static = eqx.filter(candidates[group[0]], eqx.is_array, inverse=True)
-            groups.append(eqx.combine(jax.tree.map(lambda *xs: jnp.stack(xs), *arrays), static))
+            groups.append(stack([candidates[k] for k in group]))
             width = n_observed
         columns.append(np.asarray([columns_of[k] for k in group], dtype=np.int64))
         valid.append(np.concatenate([i * width + np.arange(problems[k].n_observed) for i, k in enumerate(group)]))

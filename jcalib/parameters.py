@@ -22,6 +22,8 @@ Three coordinates are used throughout jcalib:
   differential evolution) refuse the others (`ParameterSpace.check_box`).
 
 Example:
+    >>> import jax
+    >>> jax.config.update("jax_enable_x64", True)
     >>> space = ParameterSpace([Parameter("k", 1e-4, 1e-6, 1e-3, "1/s", log_scale=True),
     ...                         Parameter("f", 0.5, 0.1, 1.0)])
     >>> space.names

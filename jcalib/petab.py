@@ -54,7 +54,6 @@ parameter scale. PEtab's log-likelihood (``pp.log_likelihood``) is without prior
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import warnings
@@ -76,6 +75,7 @@ from jcalib.model import Setting, SolveStatus, simulate_setting
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.probability.priors import LogNormal, LogUniform, Normal, PriorTruncationWarning, Uniform, bind_priors
 from jcalib.problem import AbstractProblem
+from jcalib.stacking import map_stacked, padded, stack
 
 __all__ = ["PetabCalibrationProblem", "PetabProblem", "load"]
 
@@ -256,12 +256,11 @@ class PetabCalibrationProblem(AbstractProblem):
         forward = self.forward_mode()
         return jax.jacfwd(forward._residuals_impl)(z)
 
-    def _log_likelihood_impl(self, z):
-        return _forward_differentiated(self, z, method="_log_likelihood_value")
+    def _log_likelihood_terms(self, z):
+        return _forward_differentiated(self, z, method="_log_likelihood_rows")
 
-    def _log_likelihood_value(self, z):
-        value = jnp.sum(self._weighted(z)[2])
-        return jnp.where(jnp.isnan(value), -jnp.inf, value)
+    def _log_likelihood_rows(self, z):
+        return self._weighted(z)[2]
 
 
 @eqx.filter_custom_jvp
@@ -426,7 +425,7 @@ def _pair_groups(pairs: list[dict], times: np.ndarray, n_rows: int) -> tuple[lis
         n_times = max(p["ts"].size for p in members)
         steady = any(p["steady"] for p in members)
         n_slots = n_times + steady
-        ts = np.stack([np.concatenate([p["ts"], np.repeat(p["ts"][-1], n_times - p["ts"].size)]) for p in members])
+        ts = np.stack([padded(p["ts"], n_times) for p in members])
         for k, pair in enumerate(members):
             for i in pair["rows"]:
                 slot = n_times if np.isinf(times[i]) else int(np.searchsorted(pair["ts"], times[i]))
@@ -454,21 +453,20 @@ def _setting_arrays(model: sbml.SBMLModel, plan: _Plan, condition: dict, values)
 def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
     """The group's simulations (`jcalib.model.simulate_setting` from ``t = 0``),
     ``(n_pairs * n_slots, n_outputs)`` outputs and ``(n_pairs,)`` statuses, by one
-    ``jax.lax.map`` over the stacked settings (sequential, or vmapped in batches of
-    ``plan["batch_size"]``)."""
+    `jcalib.stacking.map_stacked` over the stacked settings (one after the other, or vmapped
+    in batches of ``plan["batch_size"]``)."""
     settings = [_setting_arrays(model, plan, pair["condition"], values) for pair in group["pairs"]]
     pre = [None if pair["preequilibration"] is None else
            _setting_arrays(model, plan, pair["preequilibration"], values) for pair in group["pairs"]]
-    stack = functools.partial(jax.tree.map, lambda *leaves: jnp.stack(leaves))
-    preequilibration = None if pre[0] is None else stack(*pre)
+    preequilibration = None if pre[0] is None else stack(pre)
     t0 = jnp.asarray(0.0)
 
     def solve(x):
         main, before, ts, t1 = x
         return simulate_setting(model, main, before, t0, t1, ts, steady=group["steady"])
 
-    xs = (stack(*settings), preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]))
-    outputs, status = jax.lax.map(solve, xs, batch_size=plan["batch_size"])
+    xs = (stack(settings), preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]))
+    outputs, status = map_stacked(solve, xs, batch_size=plan["batch_size"] or 1)
     return outputs.reshape((-1, outputs.shape[-1])), status
 
 
@@ -576,6 +574,44 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
     """
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"petab.load: batch_size must be a positive int or None; got {batch_size!r}")
+    problem, sbml_path = _read(yaml_path, validate)
+    sbml_model = problem.model.sbml_model
+    parameters = problem.parameter_df
+    estimated = parameters[parameters[petab.ESTIMATE] == 1]
+    table_ids = set(parameters.index)
+    conditions = _conditions(problem.condition_df, sbml_model, table_ids)
+    formulas, outputs = _formulas(problem.observable_df, sbml_model, table_ids)
+    model = _model(sbml_path, sbml_model, conditions, outputs,
+                   dict(solver=solver, rtol=rtol, atol=atol, max_steps=max_steps))
+    measurements = problem.measurement_df.reset_index(drop=True)
+    pairs, times, row_preeq = _simulation_pairs(measurements, conditions, model, sbml_model)
+    pair_groups, global_index = _pair_groups(pairs, times, len(measurements))
+    groups = _row_groups(measurements, formulas, outputs, global_index, table_ids)
+    plan = _Plan({
+        **_estimated(estimated),
+        "fixed_values": {pid: float(row[petab.NOMINAL_VALUE]) for pid, row in parameters.iterrows()
+                         if row[petab.ESTIMATE] != 1},
+        "sbml_nominal": np.asarray(model.parameters.nominal, dtype=np.float64),
+        "pair_groups": pair_groups,
+        "n_rows": len(measurements),
+        "batch_size": batch_size,
+        "row_preeq": row_preeq,
+        "measurement": measurements[petab.MEASUREMENT].to_numpy(dtype=np.float64),
+        **_noise_model(problem.observable_df, measurements),
+        "groups": groups,
+        "sigma_varies": _sigma_varies(groups, set(estimated.index)),
+        "measurement_df": measurements,
+    })
+    space = _space(estimated)
+    calibration = PetabCalibrationProblem(
+        model=model, prior=_priors(estimated, space), plan=plan, space=space, free_names=space.names,
+        factors=tuple(_internal_factor(s) for s in plan["scales"]))
+    return PetabProblem(problem, calibration, plan)
+
+
+# --- the steps of load ----------------------------------------------------------------------
+def _read(yaml_path, validate: bool):
+    """The ``petab.v1.Problem`` (linted and checked by `_check_tables`) and its SBML file's path."""
     path = os.fspath(yaml_path)
     if not os.path.exists(path):
         raise ValueError(f"petab.load: no such file {path!r}")
@@ -592,34 +628,30 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
     if validate and petab.lint_problem(problem):
         raise ValueError(f"petab.load: {path!r} does not pass petab.v1.lint_problem (see its log messages)")
     _check_tables(problem)
-    sbml_model = problem.model.sbml_model
-    sbml_path = os.path.join(os.path.dirname(path), problems[0]["sbml_files"][0])
+    return problem, os.path.join(os.path.dirname(path), problems[0]["sbml_files"][0])
 
-    parameters = problem.parameter_df
-    estimated = parameters[parameters[petab.ESTIMATE] == 1]
-    fixed_values = {pid: float(row[petab.NOMINAL_VALUE]) for pid, row in parameters.iterrows()
-                    if row[petab.ESTIMATE] != 1}
 
-    def scaled(value, scale):
-        if scale != "lin" and value == 0.0:
-            return -math.inf  # a log-scale value 0 (e.g. a nominal value "switched off")
-        return value if scale == "lin" else math.log(value) if scale == "log" else math.log10(value)
+def _scaled(value: float, scale: str) -> float:
+    """A physical value in a PEtab scale; a log-scale 0 (a nominal value "switched off") is -inf."""
+    if scale != "lin" and value == 0.0:
+        return -math.inf
+    return value if scale == "lin" else math.log(value) if scale == "log" else math.log10(value)
 
+
+def _estimated(estimated: pd.DataFrame) -> dict:
+    """The estimated parameters' ids, scales, and bounds and nominal values in those scales."""
     scales = tuple(estimated[petab.PARAMETER_SCALE])
-    plan: dict = {
-        "parameter_ids": tuple(estimated.index),
-        "scales": scales,
-        "lower": np.array([scaled(float(v), s) for v, s in zip(estimated[petab.LOWER_BOUND], scales, strict=True)]),
-        "upper": np.array([scaled(float(v), s) for v, s in zip(estimated[petab.UPPER_BOUND], scales, strict=True)]),
-        "nominal_internal": np.array([scaled(float(v), s) for v, s in
-                                      zip(estimated[petab.NOMINAL_VALUE], scales, strict=True)]),
-        "fixed_values": fixed_values,
-    }
-    table_ids = set(parameters.index)
 
-    # --- conditions ----------------------------------------------------------------------
-    condition_df = problem.condition_df
-    conditions: dict[str, dict[str, float | str]] = {}
+    def column(name):
+        return np.array([_scaled(float(v), s) for v, s in zip(estimated[name], scales, strict=True)])
+
+    return {"parameter_ids": tuple(estimated.index), "scales": scales, "lower": column(petab.LOWER_BOUND),
+            "upper": column(petab.UPPER_BOUND), "nominal_internal": column(petab.NOMINAL_VALUE)}
+
+
+def _conditions(condition_df: pd.DataFrame, sbml_model, table_ids: set) -> dict[str, dict[str, float | str]]:
+    """``{condition id: {SBML id: number or parameter id}}`` without the missing entries."""
+    conditions = {}
     for cid, row in condition_df.iterrows():
         entries = {}
         for column, value in row.items():
@@ -633,13 +665,15 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
                                  "parameter table")
             entries[column] = source
         conditions[cid] = entries
+    return conditions
 
-    # --- observables: sympy formulas and the symbols they need -----------------------------
-    observable_df = problem.observable_df
+
+def _formulas(observable_df: pd.DataFrame, sbml_model, table_ids: set) -> tuple[dict, list[str]]:
+    """``{observable id: (observable formula, noise formula)}`` as sympy expressions, and the
+    SBML ids they read (the model's outputs)."""
     formulas, outputs = {}, []
     for obs_id, row in observable_df.iterrows():
-        noise = row.get(petab.NOISE_FORMULA, 1.0)
-        pair = (sympify_petab(row[petab.OBSERVABLE_FORMULA]), sympify_petab(noise))
+        pair = (sympify_petab(row[petab.OBSERVABLE_FORMULA]), sympify_petab(row.get(petab.NOISE_FORMULA, 1.0)))
         formulas[obs_id] = pair
         for expr in pair:
             for symbol in sorted(expr.free_symbols, key=str):
@@ -653,31 +687,37 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
                                      "id, a parameter-table id nor an observable/noise placeholder")
                 if name not in outputs:
                     outputs.append(name)
+    return formulas, outputs
 
-    # parameters with a numeric initial assignment that conditions set: conditions of the model
+
+def _model(sbml_path: str, sbml_model, conditions: dict, outputs: list[str], options: dict) -> sbml.SBMLModel:
+    """The SBML model observing ``outputs``; parameters with a numeric initial assignment that
+    conditions set are conditions of the model. Every condition entry must be a parameter,
+    condition or state of it."""
     assigned = {ia.getSymbol() for ia in sbml_model.getListOfInitialAssignments()}
     overridden = sorted({name for entries in conditions.values() for name in entries
                          if name in assigned and sbml_model.getParameter(name) is not None})
-    model = sbml.model_from_sbml(sbml_path, outputs=outputs or None, solver=solver, rtol=rtol, atol=atol,
-                                 max_steps=max_steps, constant_parameters=overridden)
-    plan["sbml_nominal"] = np.asarray(model.parameters.nominal, dtype=np.float64)
+    model = sbml.model_from_sbml(sbml_path, outputs=outputs or None, constant_parameters=overridden, **options)
     for cid, entries in conditions.items():
         for name in entries:
             if not (name in model.parameters.names or name in model.condition_names or name in model.state_names):
                 raise _unsupported(f"condition {cid!r} sets {name!r}, which jcalib.sbml does not expose as a "
                                    "parameter, condition or state")
+    return model
 
-    # --- simulations: one per (preequilibration, simulation condition) pair ----------------
-    measurements = problem.measurement_df.reset_index(drop=True)
+
+def _simulation_pairs(measurements: pd.DataFrame, conditions: dict, model, sbml_model):
+    """One simulation per (pre-equilibration, simulation condition) pair of the measurement
+    table: its conditions, finite time grid, whether it has ``t = inf`` data, and its rows;
+    plus every row's time and pre-equilibration condition id ("" for none)."""
     n_rows = len(measurements)
     preeq_column = measurements.get(petab.PREEQUILIBRATION_CONDITION_ID)
     row_preeq = ["" if preeq_column is None or _is_missing(v) else str(v)
                  for v in (preeq_column if preeq_column is not None else [None] * n_rows)]
     row_sim = [str(v) for v in measurements[petab.SIMULATION_CONDITION_ID]]
     times = measurements[petab.TIME].to_numpy(dtype=np.float64)
-    pair_keys = list(dict.fromkeys(zip(row_preeq, row_sim, strict=True)))
     pairs = []
-    for preeq, sim in pair_keys:
+    for preeq, sim in dict.fromkeys(zip(row_preeq, row_sim, strict=True)):
         rows = [i for i in range(n_rows) if (row_preeq[i], row_sim[i]) == (preeq, sim)]
         if preeq:
             changed = [name for name in model.condition_names
@@ -693,42 +733,53 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
     if model.event_ids and (any(p["steady"] for p in pairs) or any(p["preequilibration"] is not None for p in pairs)):
         raise _unsupported(f"steady states (pre-equilibration or t = inf data) of a model with events "
                            f"{list(model.event_ids)}: the steady-state solve does not apply events")
-    plan["pair_groups"], global_index = _pair_groups(pairs, times, n_rows)
-    plan["n_rows"] = n_rows
-    plan["batch_size"] = batch_size
-    plan["row_preeq"] = row_preeq
-    plan["measurement"] = measurements[petab.MEASUREMENT].to_numpy(dtype=np.float64)
+    return pairs, times, row_preeq
 
-    # --- per-observable groups of rows, with their formulas as JAX functions ----------------
-    transformation_of = {obs_id: ("lin" if _is_missing(v) else v) for obs_id, v in
-                         (observable_df[petab.OBSERVABLE_TRANSFORMATION].items()
-                          if petab.OBSERVABLE_TRANSFORMATION in observable_df else [])}
-    distribution_of = {obs_id: ("normal" if _is_missing(v) else v) for obs_id, v in
-                       (observable_df[petab.NOISE_DISTRIBUTION].items()
-                        if petab.NOISE_DISTRIBUTION in observable_df else [])}
+
+def _noise_model(observable_df: pd.DataFrame, measurements: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per measurement row: the observable ``transform`` (index into ``_TRANSFORMATIONS``)
+    and whether the noise is ``laplace``."""
+    def per_observable(column, default):
+        if column not in observable_df:
+            return {}
+        return {obs_id: default if _is_missing(v) else v for obs_id, v in observable_df[column].items()}
+
+    transformation_of = per_observable(petab.OBSERVABLE_TRANSFORMATION, "lin")
+    distribution_of = per_observable(petab.NOISE_DISTRIBUTION, "normal")
     row_obs = [str(v) for v in measurements[petab.OBSERVABLE_ID]]
-    plan["transform"] = np.array([_TRANSFORMATIONS.index(transformation_of.get(o, "lin")) for o in row_obs],
-                                 dtype=np.int32)
-    plan["laplace"] = np.array([distribution_of.get(o, "normal") == "laplace" for o in row_obs])
-    obs_params = [_split(v) for v in measurements.get(petab.OBSERVABLE_PARAMETERS, [None] * n_rows)]
-    noise_params = [_split(v) for v in measurements.get(petab.NOISE_PARAMETERS, [None] * n_rows)]
+    return {"transform": np.array([_TRANSFORMATIONS.index(transformation_of.get(o, "lin")) for o in row_obs],
+                                  dtype=np.int32),
+            "laplace": np.array([distribution_of.get(o, "normal") == "laplace" for o in row_obs])}
 
-    def placeholder_spec(rows, per_row, index, kind, obs_id):
-        base, refs = np.zeros(len(rows)), {}
-        for k, i in enumerate(rows):
-            if index >= len(per_row[i]):
-                raise ValueError(f"petab.load: measurement row {i} of observable {obs_id!r} gives "
-                                 f"{len(per_row[i])} {kind}s; its formulas use {kind}{index + 1}_{obs_id}")
-            source = per_row[i][index]
-            if isinstance(source, str):
-                if source not in table_ids:
-                    raise ValueError(f"petab.load: measurement row {i} sets {kind}{index + 1}_{obs_id} to {source!r}, "
-                                     "which is not in the parameter table")
-                refs.setdefault(source, np.zeros(len(rows)))[k] = 1.0
-            else:
-                base[k] = source
-        return ("rows", (base, refs))
 
+def _placeholder_spec(rows, per_row, index: int, kind: str, obs_id: str, table_ids: set):
+    """``("rows", (base, {parameter id: mask}))``: a placeholder's value per row, a number
+    or a parameter (`_row_values`)."""
+    base, refs = np.zeros(len(rows)), {}
+    for k, i in enumerate(rows):
+        if index >= len(per_row[i]):
+            raise ValueError(f"petab.load: measurement row {i} of observable {obs_id!r} gives "
+                             f"{len(per_row[i])} {kind}s; its formulas use {kind}{index + 1}_{obs_id}")
+        source = per_row[i][index]
+        if isinstance(source, str):
+            if source not in table_ids:
+                raise ValueError(f"petab.load: measurement row {i} sets {kind}{index + 1}_{obs_id} to {source!r}, "
+                                 "which is not in the parameter table")
+            refs.setdefault(source, np.zeros(len(rows)))[k] = 1.0
+        else:
+            base[k] = source
+    return ("rows", (base, refs))
+
+
+def _row_groups(measurements: pd.DataFrame, formulas: dict, outputs: list[str], global_index: np.ndarray,
+                table_ids: set) -> list[dict]:
+    """The measurement rows per observable, each group with its rows, their index into the
+    simulations' outputs, and its observable and noise formulas as JAX functions with the
+    specs of their arguments (model outputs, placeholders, parameters)."""
+    n_rows = len(measurements)
+    row_obs = [str(v) for v in measurements[petab.OBSERVABLE_ID]]
+    placeholders = {kind: [_split(v) for v in measurements.get(column, [None] * n_rows)] for kind, column in
+                    (("observableParameter", petab.OBSERVABLE_PARAMETERS), ("noiseParameter", petab.NOISE_PARAMETERS))}
     groups = []
     for obs_id in dict.fromkeys(row_obs):
         if obs_id not in formulas:
@@ -740,23 +791,22 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
             specs = []
             for symbol in symbols:
                 name = str(symbol)
-                for kind, per_row in (("observableParameter", obs_params), ("noiseParameter", noise_params)):
+                for kind, per_row in placeholders.items():
                     prefix, suffix = kind, f"_{obs_id}"
                     if name.startswith(prefix) and name.endswith(suffix) and name[len(prefix):-len(suffix)].isdigit():
                         index = int(name[len(prefix):-len(suffix)]) - 1
-                        specs.append(placeholder_spec(rows, per_row, index, kind, obs_id))
+                        specs.append(_placeholder_spec(rows, per_row, index, kind, obs_id, table_ids))
                         break
                 else:
-                    if name in outputs:
-                        specs.append(("output", outputs.index(name)))
-                    else:
-                        specs.append(("parameter", name))
+                    specs.append(("output", outputs.index(name)) if name in outputs else ("parameter", name))
             group[f"{key}_args"] = specs
             group[f"{key}_fn"] = _jax_function(symbols, expr)
         groups.append(group)
-    plan["groups"] = groups
-    estimated_ids = set(plan["parameter_ids"])
+    return groups
 
+
+def _sigma_varies(groups: list[dict], estimated_ids: set) -> bool:
+    """Whether a noise formula depends on the model or on an estimated parameter."""
     def varies(spec) -> bool:
         kind, item = spec
         if kind == "output":
@@ -765,14 +815,7 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
             return any(name in estimated_ids for name in item[1])
         return item in estimated_ids
 
-    plan["sigma_varies"] = any(varies(spec) for group in groups for spec in group["noise_args"])
-    plan["measurement_df"] = measurements
-    plan = _Plan(plan)
-    space = _space(estimated)
-    calibration = PetabCalibrationProblem(
-        model=model, prior=_priors(estimated, space), plan=plan, space=space, free_names=space.names,
-        factors=tuple(_internal_factor(s) for s in scales))
-    return PetabProblem(problem, calibration, plan)
+    return any(varies(spec) for group in groups for spec in group["noise_args"])
 
 
 def _space(estimated: pd.DataFrame) -> ParameterSpace:

@@ -653,27 +653,100 @@ def model_from_sbml(
     document = _read_document(source)
     model = document.getModel()
     convert = _Converter(model)
-
-    # --- refuse what is not supported -------------------------------------------------------
     events = _events(model, convert)
-    event_targets = {variable for event in events for variable, _ in event.assignments}
-    if model.getNumConstraints():
-        pass  # constraints only assert; they do not change the dynamics
+    entities = _entities(model, events, tuple(constant_parameters))
+    symbols = _Symbols()
+    _compartment_symbols(entities, convert, symbols)
+    _parameter_symbols(entities, convert, symbols, tuple(constant_parameters))
+    local_renames = _local_parameters(model, entities, symbols)
+    _species_symbols(entities, convert, symbols)
+    states = symbols.states
+    species = entities.species
+    # species states first (SBML order), then the other rate-rule variables
+    states.sort(key=lambda s: (s not in species, list(species).index(s) if s in species else 0))
+    reaction_ids, rate_exprs, stoichiometry = _reactions(model, entities, convert, local_renames, states)
+    scale_exprs = [sp.Float(1.0) if s in entities.rules or species.get(s) is None
+                   or species[s].getHasOnlySubstanceUnits() else 1 / _symbol(species[s].getCompartment())
+                   for s in states]
+    rate_rule_exprs = [sp.Float(0.0) if entities.rules.get(s) is None
+                       else convert(entities.rules[s], f"rateRule of '{s}'") for s in states]
+    outputs = _output_ids(outputs, entities, states)
+    space = _sbml_space(symbols.theta, bounds, bound_factor)
+    code = _generate(model.getId(), entities, symbols, events, rate_exprs, rate_rule_exprs, scale_exprs, outputs)
+    t_obs = np.asarray(ts, dtype=np.float64) if ts is not None else t0 + np.arange(11.0)
+    t1 = float(t_obs.max()) if t_obs.max() > t0 else t0 + 1.0
+    experiment = Experiment(t_obs, t0=t0, t1=t1, conditions=symbols.conditions, name=model.getId() or "sbml")
+    namespace, events = code["namespace"], code["events"]
+    return SBMLModel(
+        parameters=space,
+        output_names=outputs,
+        state_names=tuple(states),
+        experiment=experiment,
+        solver=stiff_solver(rtol, atol) if solver is None else solver,
+        controller=dfx.PIDController(rtol=rtol, atol=atol),
+        adjoint=dfx.RecursiveCheckpointAdjoint(),
+        dt0=None,
+        max_steps=max_steps,
+        stoichiometry=jnp.asarray(stoichiometry),
+        conservation=jnp.asarray(_conservation_laws(stoichiometry, [e.is_zero is True for e in rate_rule_exprs])),
+        condition_names=tuple(symbols.conditions),
+        reaction_ids=tuple(reaction_ids),
+        source=code["source"],
+        _rhs_fn=namespace["rhs"],
+        _init_fn=namespace["init"],
+        _observe_fn=namespace["observe"],
+        event_ids=tuple(e.id for e in events),
+        _event_triggers_fn=namespace["event_triggers"],
+        _state_events=code["state_events"],
+        _event_fns=tuple(namespace[f"event_{k}"] for k in range(len(events))),
+        _event_fires_at_t0=tuple(not e.initial_value for e in events),
+        switch_conditions=tuple(sorted({re.sub(r"\bt\b", "time", re.sub(r"\b[SC]_", "", str(r)))
+                                        for r in code["switches"]})),
+        _switch_times_fn=namespace["switch_times"] if code["switch_times"] else None,
+    )
+
+
+# --- the steps of model_from_sbml -------------------------------------------------------------
+class _Entities(NamedTuple):
+    """The SBML model's entities by id, and the ids that events assign."""
+
+    rules: dict  # rule variable -> rule
+    initial_assignments: dict  # symbol -> initialAssignment
+    compartments: dict
+    species: dict
+    parameters: dict
+    event_targets: set
+
+
+class _Symbols:
+    """What `model_from_sbml` makes of the entities: ``conditions`` ({id: value}, the
+    experiment's), ``theta`` ([(name, value)], the calibrated parameters), ``states`` (ids),
+    ``definitions`` (symbol -> expression: rules and constants) and ``init_definitions``
+    (the states' values at ``t0`` where they differ from ``definitions``)."""
+
+    def __init__(self):
+        self.conditions: dict[str, float] = {}
+        self.theta: list[tuple[str, float]] = []
+        self.states: list[str] = []
+        self.definitions: dict[sp.Symbol, sp.Expr] = {}
+        self.init_definitions: dict[sp.Symbol, sp.Expr] = {}
+
+
+def _entities(model: libsbml.Model, events: list[_Event], constant_parameters: tuple[str, ...]) -> _Entities:
+    """The model's entities, after refusing what jcalib.sbml does not support (algebraic rules,
+    conversion factors, variable compartments) and checking event targets and
+    ``constant_parameters``."""
     for rule in model.getListOfRules():
         if rule.isAlgebraic():
             raise _unsupported("algebraic rules", f"algebraicRule {rule.getMetaId() or rule.getIdAttribute() or ''}"
                                .strip())
     if model.getLevel() >= 3 and model.isSetConversionFactor():
         raise _unsupported("conversion factors", f"model '{model.getId()}' conversionFactor")
-
-    rule_targets = {r.getVariable(): r for r in model.getListOfRules()}
-    initial_assignments = {ia.getSymbol(): ia for ia in model.getListOfInitialAssignments()}
-
+    rules = {r.getVariable(): r for r in model.getListOfRules()}
     compartments = {c.getId(): c for c in model.getListOfCompartments()}
     for cid, comp in compartments.items():
-        if cid in rule_targets or not comp.getConstant():
+        if cid in rules or not comp.getConstant():
             raise _unsupported("non-constant compartments (variable volume)", f"compartment '{cid}'")
-
     species = {s.getId(): s for s in model.getListOfSpecies()}
     for sid, sp_ in species.items():
         if model.getLevel() >= 3 and sp_.isSetConversionFactor():
@@ -684,64 +757,72 @@ def model_from_sbml(
             if variable not in species and variable not in parameters:
                 raise ValueError(f"model_from_sbml: event '{event.id}' assigns '{variable}', which is not a species "
                                  "or parameter of the model")
-
-    constant_parameters = tuple(constant_parameters)
     for name in constant_parameters:
         if name not in parameters:
             raise ValueError(f"model_from_sbml: constant_parameters names {name!r}, which is not a global parameter of "
                              f"the model; known: {sorted(parameters)}")
+    return _Entities(rules, {ia.getSymbol(): ia for ia in model.getListOfInitialAssignments()}, compartments,
+                     species, parameters, {variable for event in events for variable, _ in event.assignments})
 
-    # --- symbols ----------------------------------------------------------------------------
-    conditions: dict[str, float] = {}
-    theta: list[tuple[str, float]] = []
-    states: list[str] = []
-    definitions: dict[sp.Symbol, sp.Expr] = {}  # time-varying symbols (assignment rules) and constants
-    init_definitions: dict[sp.Symbol, sp.Expr] = {}  # values at t0 that differ from `definitions`
 
-    def initial_expr(sbml_id):
-        ia = initial_assignments.get(sbml_id)
-        return None if ia is None else convert(ia, f"initialAssignment of '{sbml_id}'")
+def _initial_expr(entities: _Entities, convert: _Converter, sbml_id: str):
+    ia = entities.initial_assignments.get(sbml_id)
+    return None if ia is None else convert(ia, f"initialAssignment of '{sbml_id}'")
 
-    for cid, comp in compartments.items():
-        ia = initial_expr(cid)
+
+def _compartment_symbols(entities: _Entities, convert: _Converter, symbols: _Symbols) -> None:
+    """Compartment sizes: conditions, or definitions where an initial assignment sets them."""
+    for cid, comp in entities.compartments.items():
+        ia = _initial_expr(entities, convert, cid)
         if ia is not None:
-            definitions[_symbol(cid)] = ia
-        else:
-            size = comp.getSize() if comp.isSetSize() else (1.0 if comp.getSpatialDimensions() == 0 else math.nan)
-            if math.isnan(size):
-                raise ValueError(f"model_from_sbml: compartment '{cid}' has no size (set size or an initialAssignment)")
-            conditions[cid] = float(size)
-            definitions[_symbol(cid)] = _condition(cid)
-
-    for pid, par in parameters.items():
-        rule = rule_targets.get(pid)
-        if rule is not None and rule.isAssignment():
-            definitions[_symbol(pid)] = convert(rule, f"assignmentRule of '{pid}'")
+            symbols.definitions[_symbol(cid)] = ia
             continue
-        ia = initial_expr(pid)
-        if (rule is not None and rule.isRate()) or pid in event_targets:  # a state
-            states.append(pid)
+        size = comp.getSize() if comp.isSetSize() else (1.0 if comp.getSpatialDimensions() == 0 else math.nan)
+        if math.isnan(size):
+            raise ValueError(f"model_from_sbml: compartment '{cid}' has no size (set size or an initialAssignment)")
+        symbols.conditions[cid] = float(size)
+        symbols.definitions[_symbol(cid)] = _condition(cid)
+
+
+def _parameter_symbols(entities: _Entities, convert: _Converter, symbols: _Symbols,
+                       constant_parameters: tuple[str, ...]) -> None:
+    """Global parameters: assignment-rule variables, states (rate rules, event targets),
+    conditions (``constant_parameters``), definitions (initial assignments) or calibrated."""
+    for pid, par in entities.parameters.items():
+        rule = entities.rules.get(pid)
+        if rule is not None and rule.isAssignment():
+            symbols.definitions[_symbol(pid)] = convert(rule, f"assignmentRule of '{pid}'")
+            continue
+        ia = _initial_expr(entities, convert, pid)
+        if (rule is not None and rule.isRate()) or pid in entities.event_targets:  # a state
+            symbols.states.append(pid)
             if ia is not None:
-                init_definitions[_symbol(pid)] = ia
+                symbols.init_definitions[_symbol(pid)] = ia
             else:
-                conditions[pid] = float(par.getValue()) if par.isSetValue() else math.nan
-                init_definitions[_symbol(pid)] = _condition(pid)
+                symbols.conditions[pid] = float(par.getValue()) if par.isSetValue() else math.nan
+                symbols.init_definitions[_symbol(pid)] = _condition(pid)
             continue
         if pid in constant_parameters:
             if ia is not None and ia.free_symbols:
                 raise _unsupported("a constant parameter (a condition) whose initial assignment is not a number",
                                    f"initialAssignment of '{pid}'")
-            conditions[pid] = float(ia) if ia is not None else float(par.getValue()) if par.isSetValue() else math.nan
-            definitions[_symbol(pid)] = _condition(pid)
+            symbols.conditions[pid] = (float(ia) if ia is not None else float(par.getValue()) if par.isSetValue()
+                                       else math.nan)
+            symbols.definitions[_symbol(pid)] = _condition(pid)
         elif ia is not None:
-            definitions[_symbol(pid)] = ia
+            symbols.definitions[_symbol(pid)] = ia
         else:
             if not par.isSetValue():
                 raise ValueError(f"model_from_sbml: parameter '{pid}' has no value (set value or an initialAssignment)")
-            theta.append((pid, float(par.getValue())))
+            symbols.theta.append((pid, float(par.getValue())))
 
+
+def _local_parameters(model: libsbml.Model, entities: _Entities, symbols: _Symbols) -> dict[str, dict[str, str]]:
+    """Kinetic laws' local parameters as calibrated parameters named ``<reaction>_<id>``
+    (underscores appended until the name is free); returns ``{reaction: {local id: name}}``."""
     local_renames: dict[str, dict[str, str]] = {}
-    taken = set(parameters) | set(species) | set(compartments) | {r.getId() for r in model.getListOfReactions()}
+    taken = (set(entities.parameters) | set(entities.species) | set(entities.compartments)
+             | {r.getId() for r in model.getListOfReactions()})
     for reaction in model.getListOfReactions():
         law = reaction.getKineticLaw()
         if law is None:
@@ -761,41 +842,46 @@ def model_from_sbml(
             if not local.isSetValue():
                 raise ValueError(f"model_from_sbml: local parameter '{local.getId()}' of reaction "
                                  f"'{reaction.getId()}' has no value")
-            theta.append((name, float(local.getValue())))
+            symbols.theta.append((name, float(local.getValue())))
         local_renames[reaction.getId()] = renames
+    return local_renames
 
-    for sid, spec in species.items():
+
+def _species_symbols(entities: _Entities, convert: _Converter, symbols: _Symbols) -> None:
+    """Species: assignment-rule variables, states (with their initial values) or constants;
+    in concentration unless ``hasOnlySubstanceUnits``."""
+    for sid, spec in entities.species.items():
         cid = spec.getCompartment()
         only_amounts = spec.getHasOnlySubstanceUnits()
-        rule = rule_targets.get(sid)
+        rule = entities.rules.get(sid)
         if rule is not None and rule.isAssignment():
-            definitions[_symbol(sid)] = convert(rule, f"assignmentRule of '{sid}'")
+            symbols.definitions[_symbol(sid)] = convert(rule, f"assignmentRule of '{sid}'")
             continue
-        ia = initial_expr(sid)
-        if ia is None:
+        value = _initial_expr(entities, convert, sid)
+        if value is None:
             if spec.isSetInitialAmount():
-                conditions[sid] = float(spec.getInitialAmount())
+                symbols.conditions[sid] = float(spec.getInitialAmount())
                 value = _condition(sid) if only_amounts else _condition(sid) / _symbol(cid)
             elif spec.isSetInitialConcentration():
-                conditions[sid] = float(spec.getInitialConcentration())
+                symbols.conditions[sid] = float(spec.getInitialConcentration())
                 value = _condition(sid) * _symbol(cid) if only_amounts else _condition(sid)
             else:
                 raise ValueError(f"model_from_sbml: species '{sid}' has no initial value (set initialAmount, "
                                  "initialConcentration or an initialAssignment)")
-        else:
-            value = ia
-        dynamic = rule is not None or sid in event_targets or not (spec.getConstant() or spec.getBoundaryCondition())
+        dynamic = (rule is not None or sid in entities.event_targets
+                   or not (spec.getConstant() or spec.getBoundaryCondition()))
         if dynamic:
-            states.append(sid)
-            init_definitions[_symbol(sid)] = value
+            symbols.states.append(sid)
+            symbols.init_definitions[_symbol(sid)] = value
         else:
-            definitions[_symbol(sid)] = value
+            symbols.definitions[_symbol(sid)] = value
 
-    # species states first (SBML order), then the other rate-rule variables
-    states.sort(key=lambda s: (s not in species, list(species).index(s) if s in species else 0))
+
+def _reactions(model: libsbml.Model, entities: _Entities, convert: _Converter,
+               local_renames: dict[str, dict[str, str]], states: list[str]):
+    """(reaction ids, kinetic laws, stoichiometry ``(n_states, n_reactions)``); boundary and
+    rule-driven species get no stoichiometry."""
     state_index = {s: i for i, s in enumerate(states)}
-
-    # --- reactions ----------------------------------------------------------------------------
     reaction_ids, rate_exprs, columns = [], [], []
     for reaction in model.getListOfReactions():
         rid = reaction.getId()
@@ -808,47 +894,46 @@ def model_from_sbml(
         column = np.zeros(len(states))
         for sign, refs in ((-1.0, reaction.getListOfReactants()), (1.0, reaction.getListOfProducts())):
             for ref in refs:
-                where = f"speciesReference to '{ref.getSpecies()}' in reaction '{rid}'"
-                if ref.isSetStoichiometryMath():
-                    raise _unsupported("variable stoichiometry (stoichiometryMath)", where)
-                if ref.isSetId() and (ref.getId() in rule_targets or ref.getId() in initial_assignments):
-                    raise _unsupported("variable stoichiometry (a rule or initial assignment on a species reference)",
-                                       where)
-                if model.getLevel() >= 3 and not ref.isSetStoichiometry():
-                    raise ValueError(f"model_from_sbml: the {where} has no stoichiometry")
-                target = ref.getSpecies()
-                if target not in species:
-                    raise ValueError(f"model_from_sbml: the {where} names an unknown species")
-                if target in state_index and target not in rule_targets and not species[target].getBoundaryCondition():
+                target = _reactant(model, entities, ref, rid)
+                if (target in state_index and target not in entities.rules
+                        and not entities.species[target].getBoundaryCondition()):
                     column[state_index[target]] += sign * ref.getStoichiometry()
         reaction_ids.append(rid)
         columns.append(column)
     stoichiometry = np.stack(columns, axis=1) if columns else np.zeros((len(states), 0))
+    return reaction_ids, rate_exprs, stoichiometry
 
-    scale_exprs = []
-    for s in states:
-        spec = species.get(s)
-        if s in rule_targets or spec is None or spec.getHasOnlySubstanceUnits():
-            scale_exprs.append(sp.Float(1.0))
-        else:
-            scale_exprs.append(1 / _symbol(spec.getCompartment()))
-    rate_rule_exprs = []
-    for s in states:
-        rule = rule_targets.get(s)
-        rate_rule_exprs.append(sp.Float(0.0) if rule is None else convert(rule, f"rateRule of '{s}'"))
 
-    # --- outputs ---------------------------------------------------------------------------
-    known_ids = set(species) | set(parameters) | set(compartments) | set(rule_targets)
+def _reactant(model: libsbml.Model, entities: _Entities, ref, rid: str) -> str:
+    """The species of a species reference, after refusing variable stoichiometry."""
+    where = f"speciesReference to '{ref.getSpecies()}' in reaction '{rid}'"
+    if ref.isSetStoichiometryMath():
+        raise _unsupported("variable stoichiometry (stoichiometryMath)", where)
+    if ref.isSetId() and (ref.getId() in entities.rules or ref.getId() in entities.initial_assignments):
+        raise _unsupported("variable stoichiometry (a rule or initial assignment on a species reference)", where)
+    if model.getLevel() >= 3 and not ref.isSetStoichiometry():
+        raise ValueError(f"model_from_sbml: the {where} has no stoichiometry")
+    if ref.getSpecies() not in entities.species:
+        raise ValueError(f"model_from_sbml: the {where} names an unknown species")
+    return ref.getSpecies()
+
+
+def _output_ids(outputs: Sequence[str] | None, entities: _Entities, states: list[str]) -> tuple[str, ...]:
+    """The observed ids: ``outputs``, checked, or the states."""
+    known_ids = set(entities.species) | set(entities.parameters) | set(entities.compartments) | set(entities.rules)
     if outputs is None:
-        outputs = tuple(states)
-        if not outputs:
+        if not states:
             raise ValueError("model_from_sbml: the model has no states; pass outputs=[ids] to observe something")
-    else:
-        outputs = tuple(outputs)
-        unknown = [o for o in outputs if o not in known_ids]
-        if unknown:
-            raise ValueError(f"model_from_sbml: outputs names unknown ids {unknown}; known: {sorted(known_ids)}")
+        return tuple(states)
+    outputs = tuple(outputs)
+    unknown = [o for o in outputs if o not in known_ids]
+    if unknown:
+        raise ValueError(f"model_from_sbml: outputs names unknown ids {unknown}; known: {sorted(known_ids)}")
+    return outputs
 
+
+def _sbml_space(theta: list[tuple[str, float]], bounds, bound_factor: float) -> ParameterSpace:
+    """The calibrated parameters with their bounds (given, or `_default_bounds`)."""
     theta_names = [name for name, _ in theta]
     for name, value in theta:
         if not math.isfinite(value):
@@ -866,86 +951,131 @@ def model_from_sbml(
         else:
             lower, upper, log_scale = _default_bounds(value, bound_factor)
         space_parameters.append(Parameter(name, value, lower, upper, log_scale=log_scale))
-    space = ParameterSpace(space_parameters)
+    return ParameterSpace(space_parameters)
 
-    # --- code generation ---------------------------------------------------------------------
-    condition_names = tuple(conditions)
-    header = (["    " + ", ".join(f"S_{s}" for s in states) + (", = x" if states else " = ()")] if states else [])
-    header += [f"    S_{n} = p[{i}]" for i, n in enumerate(theta_names)]
-    header += [f"    C_{n} = c[{i}]" for i, n in enumerate(condition_names)]
-    known = ({_symbol(s) for s in states} | {_symbol(n) for n in theta_names}
-             | {_condition(n) for n in condition_names} | {_TIME, _SWITCH} | set(definitions))
 
-    def check_symbols(exprs, where):
+def _check_symbols(symbols: _Symbols, rate_exprs, rate_rule_exprs, events: list[_Event]) -> None:
+    """Refuse an expression that reads an id without a value, and an initial assignment of a
+    constant that depends on a species or time."""
+    theta_names = [name for name, _ in symbols.theta]
+    state_symbols = {_symbol(s) for s in symbols.states}
+    known = (state_symbols | {_symbol(n) for n in theta_names} | {_condition(n) for n in symbols.conditions}
+             | {_TIME, _SWITCH} | set(symbols.definitions))
+    for exprs, where in ((symbols.definitions.values(), "model's rules and initial assignments"),
+                         (rate_exprs + rate_rule_exprs, "model's kinetic laws and rate rules"),
+                         (symbols.init_definitions.values(), "model's initial values"),
+                         ([e.trigger for e in events] + [v for e in events for _, v in e.assignments],
+                          "model's events")):
         for expr in exprs:
             for symbol in expr.free_symbols - known:
                 raise ValueError(f"model_from_sbml: the {where} uses '{str(symbol)[2:]}', which is not a species, "
                                  "compartment, parameter or rule variable of the model")
 
-    check_symbols(definitions.values(), "model's rules and initial assignments")
-    check_symbols(rate_exprs + rate_rule_exprs, "model's kinetic laws and rate rules")
-    check_symbols(init_definitions.values(), "model's initial values")
-    check_symbols([e.trigger for e in events] + [v for e in events for _, v in e.assignments], "model's events")
 
-    printer = _Printer()
-    state_symbols = {_symbol(s) for s in states}
-    for symbol, expr in definitions.items():
-        if str(symbol)[2:] not in rule_targets and expr.free_symbols & (state_symbols | {_TIME}):
+class _Codegen:
+    """Python source of the model's functions ``f(t, x, p, c, t_switch)``: states ``x``,
+    calibrated parameters ``p`` and conditions ``c`` unpacked into their symbols, then the
+    definitions an expression needs, in dependency order."""
+
+    def __init__(self, symbols: _Symbols):
+        self.printer = _Printer()
+        self.definitions = symbols.definitions
+        self.slots = {**{_symbol(s): f"x[{i}]" for i, s in enumerate(symbols.states)},
+                      **{_symbol(n): f"p[{i}]" for i, (n, _) in enumerate(symbols.theta)},
+                      **{_condition(n): f"c[{i}]" for i, n in enumerate(symbols.conditions)}}
+        self.state_symbols = {_symbol(s) for s in symbols.states}
+
+    def stack(self, exprs) -> str:
+        if not exprs:
+            return "jax.numpy.zeros((0,))"
+        return "jax.numpy.stack([" + ", ".join(f"_f({self.printer.doprint(e)})" for e in exprs) + "])"
+
+    def body(self, exprs, defs=None) -> list[str]:
+        """Unpacking of the arguments and the definitions ``exprs`` need, in order."""
+        defs = self.definitions if defs is None else defs
+        order = _ordered(defs, set().union(*(e.free_symbols for e in exprs)) if exprs else set(), "the model")
+        used = set().union(set(), *(e.free_symbols for e in exprs), *(defs[d].free_symbols for d in order))
+        unpacked = [f"    {symbol} = {slot}" for symbol, slot in self.slots.items()
+                    if symbol in used and symbol not in defs]
+        return unpacked + _code_lines(self.printer, defs, order)
+
+    def function(self, name: str, exprs, result: str | None = None, defs=None,
+                 arguments: str = "t, x, p, c, t_switch") -> list[str]:
+        """``def name(arguments)`` returning the stacked ``exprs`` (or ``result``)."""
+        return [f"def {name}({arguments}):", *self.body(exprs, defs),
+                f"    return {self.stack(exprs) if result is None else result}", ""]
+
+    def depends_on_state(self, expr) -> bool:
+        needed = expr.free_symbols.union(
+            *(self.definitions[d].free_symbols for d in _ordered(self.definitions, expr.free_symbols, "the model")))
+        return bool(needed & (self.state_symbols | {_TIME}))
+
+
+def _generate(model_id: str, entities: _Entities, symbols: _Symbols, events: list[_Event], rate_exprs,
+              rate_rule_exprs, scale_exprs, outputs: tuple[str, ...]) -> dict:
+    """The model's functions, compiled from generated source: ``source``, ``namespace``
+    (``rhs``, ``init``, ``observe``, ``event_triggers``, ``switch_times``, ``event_<k>``),
+    the ``events`` (time events whose time depends on the state turned into state events),
+    ``state_events`` (whether they are), and the time ``switches`` and ``switch_times``."""
+    _check_symbols(symbols, rate_exprs, rate_rule_exprs, events)
+    code = _Codegen(symbols)
+    for symbol, expr in symbols.definitions.items():
+        if str(symbol)[2:] not in entities.rules and expr.free_symbols & (code.state_symbols | {_TIME}):
             raise _unsupported("an initial assignment of a constant that depends on a variable (species or time)",
                                f"initialAssignment of '{str(symbol)[2:]}'")
-
-    def depends_on_state(expr):
-        needed = expr.free_symbols.union(
-            *(definitions[d].free_symbols for d in _ordered(definitions, expr.free_symbols, "the model")))
-        return bool(needed & (state_symbols | {_TIME}))
-
     # a time event whose T depends on the state is a state event with h = t - T
     events = [e._replace(trigger=_TIME - e.trigger, is_time_event=False)
-              if e.is_time_event and depends_on_state(e.trigger) else e for e in events]
+              if e.is_time_event and code.depends_on_state(e.trigger) else e for e in events]
     state_events = [e for e in events if not e.is_time_event]
     if state_events and len(state_events) < len(events):
-        raise _unsupported("time events and state-dependent events in one model",
-                           f"event '{state_events[0].id}'")
-
+        raise _unsupported("time events and state-dependent events in one model", f"event '{state_events[0].id}'")
     # piecewise switches in time at thresholds constant in time: the solver restarts there
     switches, switch_times = _time_switches(
-        [*definitions.values(), *init_definitions.values(), *rate_exprs, *rate_rule_exprs],
-        lambda expr: not depends_on_state(expr))
+        [*symbols.definitions.values(), *symbols.init_definitions.values(), *rate_exprs, *rate_rule_exprs],
+        lambda expr: not code.depends_on_state(expr))
     if switch_times and state_events:
         raise _unsupported("piecewise switches in time and state-dependent events in one model",
                            f"event '{state_events[0].id}'")
-    definitions = {k: v.xreplace(switches) for k, v in definitions.items()}
-    init_definitions = {k: v.xreplace(switches) for k, v in init_definitions.items()}
+    symbols.definitions = code.definitions = {k: v.xreplace(switches) for k, v in symbols.definitions.items()}
+    init_definitions = {k: v.xreplace(switches) for k, v in symbols.init_definitions.items()}
     rate_exprs = [e.xreplace(switches) for e in rate_exprs]
     rate_rule_exprs = [e.xreplace(switches) for e in rate_rule_exprs]
 
-    def stack(exprs):
-        if not exprs:
-            return "jax.numpy.zeros((0,))"
-        return "jax.numpy.stack([" + ", ".join(f"_f({printer.doprint(e)})" for e in exprs) + "])"
+    rule_states = [i for i, s in enumerate(symbols.states) if s in entities.rules]
+    lines, constants = _vector_field(code, symbols, rate_exprs, [rate_rule_exprs[i] for i in rule_states],
+                                     rule_states, scale_exprs)
+    state_list = [_symbol(s) for s in symbols.states]
+    lines += code.function("init", state_list, defs={**code.definitions, **init_definitions},
+                           arguments="t, p, c, t_switch")
+    lines += code.function("observe", [_symbol(o) for o in outputs])
+    lines += code.function("event_triggers", [e.trigger for e in events])
+    lines += code.function("switch_times", switch_times)
+    state_index = {s: i for i, s in enumerate(symbols.states)}
+    for k, event in enumerate(events):
+        constants[f"_EVENT{k}"] = np.array([state_index[v] for v, _ in event.assignments], dtype=np.int32)
+        values = [v for _, v in event.assignments]
+        lines += code.function(f"event_{k}", values, result=f"x.at[_EVENT{k}].set({code.stack(values)})")
+    source = "\n".join(lines)
+    namespace = {"jax": jax, "_f": _f, "math": math, **constants}
+    exec(compile(source, f"<sbml model {model_id!r}>", "exec"), namespace)  # generated code
+    return {"source": source, "namespace": namespace, "events": events, "state_events": bool(state_events),
+            "switches": switches, "switch_times": switch_times}
 
-    slots = {**{_symbol(s): f"x[{i}]" for i, s in enumerate(states)},
-             **{_symbol(n): f"p[{i}]" for i, n in enumerate(theta_names)},
-             **{_condition(n): f"c[{i}]" for i, n in enumerate(condition_names)}}
 
-    def body(exprs, defs=definitions):
-        """Unpacking of the arguments and the definitions ``exprs`` need, in order."""
-        order = _ordered(defs, set().union(*(e.free_symbols for e in exprs)) if exprs else set(), "the model")
-        used = set().union(set(), *(e.free_symbols for e in exprs), *(defs[d].free_symbols for d in order))
-        return ([f"    {symbol} = {slot}" for symbol, slot in slots.items() if symbol in used and symbol not in defs]
-                + _code_lines(printer, defs, order))
-
-    # the vector field as array operations: polynomial kinetic laws (mass action) become
-    # monomials coef * prod(v[idx]) over one vector v of all values, summed per reaction by
-    # segment_sum; the other kinetic laws are scalar expressions.
-    v_layout = [_symbol(s) for s in states] + [_symbol(n) for n in theta_names] + \
-               [_condition(n) for n in condition_names]
+def _vector_field(code: _Codegen, symbols: _Symbols, rate_exprs, rules, rule_states, scale_exprs):
+    """The source of ``rhs(t, x, p, c, t_switch) -> (rates, 1 / compartment size per state,
+    rate-rule values)`` and its constant arrays. Array operations: polynomial kinetic laws
+    (mass action) become monomials ``coef * prod(v[idx])`` over one vector ``v`` of all
+    values, summed per reaction by ``segment_sum``; the other kinetic laws are scalar
+    expressions."""
+    v_layout = ([_symbol(s) for s in symbols.states] + [_symbol(n) for n, _ in symbols.theta]
+                + [_condition(n) for n in symbols.conditions])
     v_index = {symbol: i for i, symbol in enumerate(v_layout)}
     derived_in_v: list[sp.Symbol] = []
 
     def index_of(symbol):
-        while symbol in definitions and isinstance(definitions[symbol], sp.Symbol):  # aliases (sizes)
-            symbol = definitions[symbol]
+        while symbol in code.definitions and isinstance(code.definitions[symbol], sp.Symbol):  # aliases (sizes)
+            symbol = code.definitions[symbol]
         if symbol not in v_index:
             derived_in_v.append(symbol)
             v_index[symbol] = -1 - len(derived_in_v)  # placed after x, p, c; fixed below
@@ -968,7 +1098,6 @@ def model_from_sbml(
     term_index = np.full((len(poly_terms), width), one, dtype=np.int32)
     for m, (_, _, factors) in enumerate(poly_terms):
         term_index[m, :len(factors)] = [v_index[f] for f in factors]
-    rule_states = [i for i, s in enumerate(states) if s in rule_targets]
     constants = {
         "_COEF": np.array([coef for _, coef, _ in poly_terms], dtype=np.float64),
         "_IDX": term_index,
@@ -979,64 +1108,15 @@ def model_from_sbml(
         "_ONE": np.ones(1),
     }
     scalar_rates = [rate_exprs[j] for j in scalar_reactions]
-    rules = [rate_rule_exprs[i] for i in rule_states]
-    rhs_lines = [
+    lines = [
         "def rhs(t, x, p, c, t_switch):",
-        *body(scalar_rates + rules + derived_in_v),
-        f"    v = jax.numpy.concatenate([x, p, c, {stack(derived_in_v)}, _ONE])",
+        *code.body(scalar_rates + rules + derived_in_v),
+        f"    v = jax.numpy.concatenate([x, p, c, {code.stack(derived_in_v)}, _ONE])",
         "    terms = _COEF * jax.numpy.prod(v[_IDX], axis=1)",
         f"    rates = jax.ops.segment_sum(terms, _TERM, num_segments={len(poly_reactions)})",
-        f"    rates = jax.numpy.concatenate([rates, {stack(scalar_rates)}])[_ORDER]",
-        f"    rate_rules = jax.numpy.zeros({len(states)}).at[_RULES].set({stack(rules)})",
+        f"    rates = jax.numpy.concatenate([rates, {code.stack(scalar_rates)}])[_ORDER]",
+        f"    rate_rules = jax.numpy.zeros({len(symbols.states)}).at[_RULES].set({code.stack(rules)})",
         "    return rates, 1.0 / v[_SCALE], rate_rules",
+        "",
     ]
-    output_symbols = [_symbol(o) for o in outputs]
-    all_init = {**definitions, **init_definitions}
-    state_list = [_symbol(s) for s in states]
-    source = "\n".join(
-        [*rhs_lines,
-         "", "def init(t, p, c, t_switch):", *body(state_list, all_init), f"    return {stack(state_list)}",
-         "", "def observe(t, x, p, c, t_switch):", *body(output_symbols), f"    return {stack(output_symbols)}", ""])
-    triggers = [e.trigger for e in events]
-    source += "\n".join(["", "def event_triggers(t, x, p, c, t_switch):", *body(triggers),
-                         f"    return {stack(triggers)}", ""])
-    source += "\n".join(["", "def switch_times(t, x, p, c, t_switch):", *body(switch_times),
-                         f"    return {stack(switch_times)}", ""])
-    for k, event in enumerate(events):
-        constants[f"_EVENT{k}"] = np.array([state_index[v] for v, _ in event.assignments], dtype=np.int32)
-        values = [v for _, v in event.assignments]
-        source += "\n".join(["", f"def event_{k}(t, x, p, c, t_switch):", *body(values),
-                             f"    return x.at[_EVENT{k}].set({stack(values)})", ""])
-    namespace = {"jax": jax, "_f": _f, "math": math, **constants}
-    exec(compile(source, f"<sbml model {model.getId()!r}>", "exec"), namespace)  # generated code
-
-    t_obs = np.asarray(ts, dtype=np.float64) if ts is not None else t0 + np.arange(11.0)
-    t1 = float(t_obs.max()) if t_obs.max() > t0 else t0 + 1.0
-    experiment = Experiment(t_obs, t0=t0, t1=t1, conditions=conditions, name=model.getId() or "sbml")
-    return SBMLModel(
-        parameters=space,
-        output_names=outputs,
-        state_names=tuple(states),
-        experiment=experiment,
-        solver=stiff_solver(rtol, atol) if solver is None else solver,
-        controller=dfx.PIDController(rtol=rtol, atol=atol),
-        adjoint=dfx.RecursiveCheckpointAdjoint(),
-        dt0=None,
-        max_steps=max_steps,
-        stoichiometry=jnp.asarray(stoichiometry),
-        conservation=jnp.asarray(_conservation_laws(stoichiometry, [e.is_zero is True for e in rate_rule_exprs])),
-        condition_names=condition_names,
-        reaction_ids=tuple(reaction_ids),
-        source=source,
-        _rhs_fn=namespace["rhs"],
-        _init_fn=namespace["init"],
-        _observe_fn=namespace["observe"],
-        event_ids=tuple(e.id for e in events),
-        _event_triggers_fn=namespace["event_triggers"],
-        _state_events=bool(state_events),
-        _event_fns=tuple(namespace[f"event_{k}"] for k in range(len(events))),
-        _event_fires_at_t0=tuple(not e.initial_value for e in events),
-        switch_conditions=tuple(sorted({re.sub(r"\bt\b", "time", re.sub(r"\b[SC]_", "", str(r)))
-                                        for r in switches})),
-        _switch_times_fn=namespace["switch_times"] if switch_times else None,
-    )
+    return lines, constants

@@ -298,14 +298,7 @@ def fit(
             ``fresh_start``), a damaged checkpoint, a non-finite loss at the first epoch.
     """
     start_time = time.perf_counter()
-    data_fn = train if callable(train) else None
-    train = _as_float32(train(1) if data_fn is not None else train, "train")
-    n_train = _n_samples(train, "train")
-    if val is not None:
-        val = _as_float32(val, "val")
-        _n_samples(val, "val")
-        if jax.tree_util.tree_structure(val) != jax.tree_util.tree_structure(train):
-            raise ValueError("fit: val must have the layout (pytree structure) of train")
+    data_fn, train, val, n_train = _fit_data(train, val)
     batch_size = min(config.batch_size, n_train)
     n_batches = n_train // batch_size
     optimizer = make_optimizer(config, n_batches)
@@ -325,30 +318,7 @@ def fit(
         resumed_from = state["epoch"]
 
     rest = distributed.replicate(rest)  # on every device when data-parallel (identity with one device)
-
-    def loss_of(p, batch, key):
-        out = loss_fn(key, nnx.merge(graphdef, p, rest), batch)
-        loss, metrics = out if isinstance(out, tuple) else (out, {})
-        return loss, metrics
-
-    @jax.jit
-    def train_epoch(p, o, data, key):
-        key_perm, key_steps = jax.random.split(key)
-        index = jax.random.permutation(key_perm, n_train)[: n_batches * batch_size].reshape(n_batches, batch_size)
-
-        def step(carry, xs):
-            p, o = carry
-            idx, k = xs
-            batch = distributed.shard_rows(jax.tree_util.tree_map(lambda a: a[idx], data))
-            (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(p, batch, k)
-            with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counters
-                updates, o = optimizer.update(grads, o, p)
-            return (optax.apply_updates(p, updates), o), (loss, metrics)
-
-        (p, o), (losses, metrics) = jax.lax.scan(step, (p, o), (index, jax.random.split(key_steps, n_batches)))
-        return p, o, jnp.mean(losses), jax.tree_util.tree_map(jnp.mean, metrics)
-
-    evaluate = jax.jit(loss_of)
+    train_epoch, evaluate = _compiled_steps(loss_fn, graphdef, rest, optimizer, n_train, batch_size)
     schedule = _schedule(config, n_batches)
     history = state["history"]
     p, o = distributed.replicate((state["params"], state["opt_state"]))
@@ -383,17 +353,7 @@ def fit(
             row |= {"learning_rate": lr, "epoch_time_s": elapsed}
             for k, v in row.items():
                 history.setdefault(k, []).append(v)
-            monitored = row["val_loss" if val is not None else "train_loss"]
-            diverged = not np.isfinite(monitored)
-            if diverged and state["best_epoch"] == 0:
-                raise ValueError(f"fit: the loss is not finite at epoch {epoch} ({monitored}); check the data "
-                                 "scaling and the learning rate")
-            if diverged:  # stop and keep the best weights
-                history.setdefault("diverged_at_epoch", []).append(epoch)
-            elif monitored < state["best_loss"] - config.min_delta:
-                state |= {"best_params": p, "best_epoch": epoch, "best_loss": monitored, "bad_epochs": 0}
-            else:
-                state["bad_epochs"] += 1
+            diverged = _monitor(state, row["val_loss" if val is not None else "train_loss"], p, epoch, config)
             state |= {"params": p, "opt_state": o, "epoch": epoch}
             bar.update(1)
             bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k in ("train_loss", "val_loss")})
@@ -405,19 +365,88 @@ def fit(
                 break
     nnx.update(model, distributed.to_local(state["best_params"]))
     n_epochs_run = int(state["epoch"]) - (resumed_from or 0)
-    if resumed_from is None:
-        _logger.info("fit: trained %d epochs (best epoch %d)", n_epochs_run, int(state["best_epoch"]))
-    else:
-        _logger.info("fit: resumed from epoch %d of the checkpoint %s and trained %d more epochs%s (best epoch %d)",
-                     resumed_from, path, n_epochs_run,
-                     " (the checkpoint held a finished run; fresh_start=True trains again)" if n_epochs_run == 0
-                     else "", int(state["best_epoch"]))
+    _log_end(resumed_from, path, n_epochs_run, int(state["best_epoch"]))
     return TrainingResult(
         model=model, history=history, best_epoch=int(state["best_epoch"]), best_loss=float(state["best_loss"]),
         n_epochs=int(state["epoch"]), stopped_early=stopped_early, resumed_from=resumed_from,
         wall_time_s=time.perf_counter() - start_time,
         samples_per_second=timed_epochs * n_batches * batch_size / timed_s if timed_epochs else float("nan"),
         n_epochs_run=n_epochs_run)
+
+
+def _fit_data(train, val):
+    """(the data function or None, the first epoch's training data, the validation data,
+    the number of training samples), as float32, checked."""
+    data_fn = train if callable(train) else None
+    train = _as_float32(train(1) if data_fn is not None else train, "train")
+    n_train = _n_samples(train, "train")
+    if val is not None:
+        val = _as_float32(val, "val")
+        _n_samples(val, "val")
+        if jax.tree_util.tree_structure(val) != jax.tree_util.tree_structure(train):
+            raise ValueError("fit: val must have the layout (pytree structure) of train")
+    return data_fn, train, val, n_train
+
+
+def _compiled_steps(loss_fn, graphdef, rest, optimizer, n_train: int, batch_size: int):
+    """``train_epoch(params, opt_state, data, key) -> (params, opt_state, mean loss, mean
+    metrics)`` (one shuffled pass in minibatches, a ``lax.scan``) and ``evaluate(params,
+    data, key) -> (loss, metrics)``, both jitted."""
+    n_batches = n_train // batch_size
+
+    def loss_of(p, batch, key):
+        out = loss_fn(key, nnx.merge(graphdef, p, rest), batch)
+        loss, metrics = out if isinstance(out, tuple) else (out, {})
+        return loss, metrics
+
+    @jax.jit
+    def train_epoch(p, o, data, key):
+        key_perm, key_steps = jax.random.split(key)
+        index = jax.random.permutation(key_perm, n_train)[: n_batches * batch_size].reshape(n_batches, batch_size)
+
+        def step(carry, xs):
+            p, o = carry
+            idx, k = xs
+            batch = distributed.shard_rows(jax.tree_util.tree_map(lambda a: a[idx], data))
+            (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(p, batch, k)
+            with jax.numpy_dtype_promotion("standard"):  # optax mixes Python floats and int32 counters
+                updates, o = optimizer.update(grads, o, p)
+            return (optax.apply_updates(p, updates), o), (loss, metrics)
+
+        (p, o), (losses, metrics) = jax.lax.scan(step, (p, o), (index, jax.random.split(key_steps, n_batches)))
+        return p, o, jnp.mean(losses), jax.tree_util.tree_map(jnp.mean, metrics)
+
+    return train_epoch, jax.jit(loss_of)
+
+
+def _monitor(state: dict, monitored: float, params, epoch: int, config: TrainingConfig) -> bool:
+    """Update the best weights and the count of epochs without improvement from the
+    monitored loss; True when it is not finite (the run stops, keeping the best weights).
+
+    Raises:
+        ValueError: the loss is not finite before any epoch improved it.
+    """
+    diverged = not np.isfinite(monitored)
+    if diverged and state["best_epoch"] == 0:
+        raise ValueError(f"fit: the loss is not finite at epoch {epoch} ({monitored}); check the data "
+                         "scaling and the learning rate")
+    if diverged:
+        state["history"].setdefault("diverged_at_epoch", []).append(epoch)
+    elif monitored < state["best_loss"] - config.min_delta:
+        state |= {"best_params": params, "best_epoch": epoch, "best_loss": monitored, "bad_epochs": 0}
+    else:
+        state["bad_epochs"] += 1
+    return diverged
+
+
+def _log_end(resumed_from: int | None, path, n_epochs_run: int, best_epoch: int) -> None:
+    if resumed_from is None:
+        _logger.info("fit: trained %d epochs (best epoch %d)", n_epochs_run, best_epoch)
+    else:
+        _logger.info("fit: resumed from epoch %d of the checkpoint %s and trained %d more epochs%s (best epoch %d)",
+                     resumed_from, path, n_epochs_run,
+                     " (the checkpoint held a finished run; fresh_start=True trains again)" if n_epochs_run == 0
+                     else "", best_epoch)
 
 
 def save_model(path: str | os.PathLike, model: nnx.Module, extra: Mapping | None = None) -> None:
