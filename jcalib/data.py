@@ -228,45 +228,8 @@ class Measurements(eqx.Module):
                 and the offending text.
         """
         where = os.fspath(path)
-        try:
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                reader = csv.reader(f)
-                rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"from_csv: {where!r} is not UTF-8 text (byte {err.object[err.start:err.start + 1]!r} at "
-                f"offset {err.start}); save the file as UTF-8 CSV"
-            ) from None
-        except csv.Error as err:
-            raise ValueError(f"from_csv: line {reader.line_num} of {where!r} is not valid CSV ({err})") from None
-        if not rows:
-            raise ValueError(f"from_csv: {where!r} is empty; expected a header t,<outputs> and one row per time")
-        header_line, header = rows[0][0], [h.strip() for h in rows[0][1]]
-        if header[0] != "t":
-            raise ValueError(
-                f"from_csv: the first column must be 't'; got header {header} (line {header_line} of {where!r})"
-            )
-        for j, h in enumerate(header):
-            if not h:
-                raise ValueError(
-                    f"from_csv: column {j + 1} of the header (line {header_line} of {where!r}) has no name; "
-                    f"got header {header}"
-                )
-        columns = header[1:]
-        half = len(columns) // 2
-        has_sigma = (len(columns) % 2 == 0 and half > 0
-                     and columns[half:] == [f"sigma_{n}" for n in columns[:half]])
-        names = columns[:half] if has_sigma else columns
-        if not names:
-            raise ValueError(f"from_csv: no output columns in {where!r}; expected a header t,<outputs>")
-        if not has_sigma and any(n.startswith("sigma_") for n in names):
-            expected = ",".join(["t", *(n for n in names if not n.startswith("sigma_")),
-                                 *(n for n in names if n.startswith("sigma_"))])
-            raise ValueError(
-                f"from_csv: the header of {where!r} has sigma columns but not one per output after all "
-                f"outputs in the same order; got {','.join(header)}, expected e.g. {expected} with "
-                "sigma_<name> for every output <name>"
-            )
+        rows = _csv_rows(path)
+        header, names, has_sigma = _csv_header(rows, where)
         if len(rows) == 1:
             raise ValueError(f"from_csv: {where!r} has a header but no rows")
         n_out = len(names)
@@ -446,6 +409,56 @@ def _check_sigma(sigma, mask: np.ndarray, output_names) -> np.ndarray:
             f"{where}"
         )
     return sigma
+
+
+def _csv_rows(path) -> list[tuple[int, list[str]]]:
+    """The non-blank rows of a UTF-8 CSV file with their line numbers."""
+    where = os.fspath(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"from_csv: {where!r} is not UTF-8 text (byte {err.object[err.start:err.start + 1]!r} at "
+            f"offset {err.start}); save the file as UTF-8 CSV"
+        ) from None
+    except csv.Error as err:
+        raise ValueError(f"from_csv: line {reader.line_num} of {where!r} is not valid CSV ({err})") from None
+    if not rows:
+        raise ValueError(f"from_csv: {where!r} is empty; expected a header t,<outputs> and one row per time")
+    return rows
+
+
+def _csv_header(rows, where: str) -> tuple[list[str], list[str], bool]:
+    """(header cells, output names, whether sigma columns follow), checked."""
+    header_line, header = rows[0][0], [h.strip() for h in rows[0][1]]
+    if header[0] != "t":
+        raise ValueError(
+            f"from_csv: the first column must be 't'; got header {header} (line {header_line} of {where!r})"
+        )
+    for j, h in enumerate(header):
+        if not h:
+            raise ValueError(
+                f"from_csv: column {j + 1} of the header (line {header_line} of {where!r}) has no name; "
+                f"got header {header}"
+            )
+    columns = header[1:]
+    half = len(columns) // 2
+    has_sigma = (len(columns) % 2 == 0 and half > 0
+                 and columns[half:] == [f"sigma_{n}" for n in columns[:half]])
+    names = columns[:half] if has_sigma else columns
+    if not names:
+        raise ValueError(f"from_csv: no output columns in {where!r}; expected a header t,<outputs>")
+    if not has_sigma and any(n.startswith("sigma_") for n in names):
+        expected = ",".join(["t", *(n for n in names if not n.startswith("sigma_")),
+                             *(n for n in names if n.startswith("sigma_"))])
+        raise ValueError(
+            f"from_csv: the header of {where!r} has sigma columns but not one per output after all "
+            f"outputs in the same order; got {','.join(header)}, expected e.g. {expected} with "
+            "sigma_<name> for every output <name>"
+        )
+    return header, names, has_sigma
 
 
 def _compact_sigma(sigma: np.ndarray) -> np.ndarray:

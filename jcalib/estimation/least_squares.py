@@ -251,15 +251,9 @@ def least_squares_trf(
             if not np.all(np.isfinite(j)):
                 raise _JacobianFailed(z, j)
             record(z)
-            losses = history["loss"]
-            if plateau_window is not None and len(losses) > plateau_window:
-                before, now = losses[-1 - plateau_window], losses[-1]
-                cost_drop = 0.5 * r0.size * (before - now)  # the loss is the mean square
-                if before - now <= plateau_rtol * before or cost_drop <= plateau_atol:
-                    raise _Plateau(z, j, (
-                        f"converged: plateau: the last {plateau_window} accepted steps lowered the loss from "
-                        f"{before:.6g} to {now:.6g} ({(before - now) / before:.3%}, the cost by {cost_drop:.3g}; "
-                        f"plateau_rtol = {plateau_rtol:g}, plateau_atol = {plateau_atol:g})"))
+            plateau = _plateau(history["loss"], r0.size, plateau_window, plateau_rtol, plateau_atol)
+            if plateau:
+                raise _Plateau(z, j, plateau)
             return j
     else:
         jac_fn = jac
@@ -313,6 +307,20 @@ def least_squares_trf(
         extra={"status": status, **extra_scipy, "n_failed_solves": calls.n_failed,
                "max_bound_violation": calls.max_violation, "jac": jac},
     )
+
+
+def _plateau(losses: list[float], n_residuals: int, window: int | None, rtol: float, atol: float) -> str | None:
+    """The stop reason when the last ``window`` accepted steps lowered the loss by at most
+    ``rtol`` (relative) or the cost ``0.5 * sum(r**2)`` by at most ``atol``; else None."""
+    if window is None or len(losses) <= window:
+        return None
+    before, now = losses[-1 - window], losses[-1]
+    cost_drop = 0.5 * n_residuals * (before - now)  # the loss is the mean square
+    if before - now > rtol * before and cost_drop > atol:
+        return None
+    return (f"converged: plateau: the last {window} accepted steps lowered the loss from {before:.6g} to "
+            f"{now:.6g} ({(before - now) / before:.3%}, the cost by {cost_drop:.3g}; plateau_rtol = {rtol:g}, "
+            f"plateau_atol = {atol:g})")
 
 
 def _check_trf_options(jac, plateau_window, plateau_rtol, plateau_atol) -> None:

@@ -550,13 +550,8 @@ def run_ekf(
         raise ValueError(f"run_ekf: measurement times must be >= the experiment's t0 = {t0}; first time is "
                          f"{ts[0]}")
 
-    if x0 is None:
-        x0 = np.asarray(model.initial_state(jnp.asarray(theta0)))
-    x0 = np.asarray(x0, dtype=np.float64)
+    x0 = _initial_state(model, x0, theta0)
     n_x = len(model.state_names)
-    if x0.shape != (n_x,) or not np.all(np.isfinite(x0)):
-        raise ValueError(f"run_ekf: x0 must be {n_x} finite numbers ({', '.join(model.state_names)}); got "
-                         f"shape {x0.shape}")
     n_z = n_x + n_p
     phi0 = np.asarray(coords.to_filter(jnp.asarray(theta0)))
     if P0 is None:
@@ -567,23 +562,7 @@ def run_ekf(
     if Q is None:
         Q = np.zeros((n_z, n_z))
     q = Q if callable(Q) else _check_covariance("Q", Q, n_z, definite=False)
-    if R is None:
-        raise ValueError("run_ekf: R (the measurement noise) is required: a covariance (n_outputs, n_outputs), one "
-                         "per time (n_times, n_outputs, n_outputs), or a callable such as "
-                         "RelativeMeasurementNoise(relative=0.01)")
-    if callable(R):
-        r = R
-    else:
-        r_np = np.asarray(R, dtype=np.float64)
-        if r_np.ndim == 3:
-            if r_np.shape[0] != ts.size:
-                raise ValueError(f"run_ekf: R per time must have shape (n_times={ts.size}, {n_y}, {n_y}); got "
-                                 f"{r_np.shape}")
-            r = np.stack([_check_covariance(f"R[{k}]", rk, n_y, definite=True) for k, rk in enumerate(r_np)])
-        else:
-            r = _check_covariance("R", r_np, n_y, definite=True)
-        r = jnp.asarray(r)
-
+    r = _measurement_noise(R, ts.size, n_y)
     z0 = jnp.asarray(np.concatenate([x0, phi0]))
     ekf = _model_filter(model, coords, q if callable(q) else jnp.asarray(q), r, ts, ys, masks)
     state = ekf.init(z0, jnp.asarray(p0), t0)
@@ -621,6 +600,37 @@ def run_ekf(
             np.asarray(infos.predicted_output)[None], np.array([SolveStatus.NONFINITE]),
         )
     return result
+
+
+def _initial_state(model: AbstractModel, x0, theta0: np.ndarray) -> np.ndarray:
+    """``x0`` (default: the model's initial state at ``theta0``), checked."""
+    if x0 is None:
+        x0 = np.asarray(model.initial_state(jnp.asarray(theta0)))
+    x0 = np.asarray(x0, dtype=np.float64)
+    n_x = len(model.state_names)
+    if x0.shape != (n_x,) or not np.all(np.isfinite(x0)):
+        raise ValueError(f"run_ekf: x0 must be {n_x} finite numbers ({', '.join(model.state_names)}); got "
+                         f"shape {x0.shape}")
+    return x0
+
+
+def _measurement_noise(R, n_times: int, n_y: int):  # noqa: N803 (the filter's textbook name)
+    """``R`` checked: a callable as given, else a covariance ``(n_y, n_y)`` or one per time
+    ``(n_times, n_y, n_y)`` as a JAX array."""
+    if R is None:
+        raise ValueError("run_ekf: R (the measurement noise) is required: a covariance (n_outputs, n_outputs), one "
+                         "per time (n_times, n_outputs, n_outputs), or a callable such as "
+                         "RelativeMeasurementNoise(relative=0.01)")
+    if callable(R):
+        return R
+    r_np = np.asarray(R, dtype=np.float64)
+    if r_np.ndim == 3:
+        if r_np.shape[0] != n_times:
+            raise ValueError(f"run_ekf: R per time must have shape (n_times={n_times}, {n_y}, {n_y}); got "
+                             f"{r_np.shape}")
+        return jnp.asarray(np.stack([_check_covariance(f"R[{k}]", rk, n_y, definite=True)
+                                     for k, rk in enumerate(r_np)]))
+    return jnp.asarray(_check_covariance("R", r_np, n_y, definite=True))
 
 
 def _measurements(model, measurements):

@@ -567,61 +567,21 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
     space = model.parameters
     k_sobol, k_noise, k_trial, k_formal, k_obs, k_val = jax.random.split(key, 6)
     durations = {"sobol_s": 0.0, "generate_s": 0.0, "trial_s": 0.0, "formal_s": 0.0}
-    n_generated = 0
 
-    # Algorithm 2: the step-1 samples with the identified columns set to their estimates
     t0 = time.perf_counter()
-    train_thetas, val_thetas = _fix(space, setup.train_thetas, fixed), _fix(space, setup.val_thetas, fixed)
-    if fixed:
-        train_xs = _generate(generator, train_thetas)
-        val_xs = _generate(generator, val_thetas)
-        n_generated += train_thetas.shape[0] + val_thetas.shape[0]
-    else:
-        train_xs, val_xs = setup.train_xs, setup.val_xs
-    observation = setup.observation
-    if config.regenerate_observation and fixed:
-        observation = _generate(generator, _fix(space, setup.truth[None, :], fixed))[0]
-    if config.noise_sigma is not None:
-        train_xs = _noisy(jax.random.fold_in(k_noise, 0), train_xs, config.noise_sigma)
-        val_xs = _noisy(jax.random.fold_in(k_noise, 1), val_xs, config.noise_sigma)
-    if config.standardize:
-        scaler = Standardizer.fit(train_xs, axis=0, rtol=_CONSTANT_RTOL, dtype=jnp.float64)  # per element
-        train_xs, val_xs, observation = (np.asarray(scaler(jnp.asarray(x)), np.float64)
-                                         for x in (train_xs, val_xs, observation))
+    data = _step_data(k_noise, model, generator, setup, fixed, config)
+    train_thetas, val_thetas, train_xs, val_xs, observation, n_generated = data
     durations["generate_s"] = time.perf_counter() - t0
-
-    # Algorithm 1 on the remaining parameters (the identified ones at their estimates)
-    selection = None
-    if one_shot:
-        reason, candidates = "all", tuple(remaining)
-    elif len(remaining) == 1:
-        reason, candidates = "single", tuple(remaining)
-    elif index >= config.max_steps:
-        reason, candidates = "max_steps", tuple(remaining)
-    else:
-        t0 = time.perf_counter()
-        conditioned = _with_nominal(generator, fixed)
-        sobol = sobol_indices(k_sobol, conditioned, space.subset(remaining), config.n_sobol, progress=False)
-        n_generated += sobol.n_simulations
-        selection = sobol.select(config.delta)
-        reason = "sobol"
-        # Algorithm 1 keeps nothing when even the largest index is below delta: the top one
-        candidates = selection.selected or selection.sorted_names[:1]
-        durations["sobol_s"] = time.perf_counter() - t0
-
-    # trial inference: keep the candidates the network starts to learn
+    t0 = time.perf_counter()
+    reason, candidates, selection, n_sobol = _candidates(k_sobol, index, model, generator, fixed, remaining, config,
+                                                         one_shot)
+    n_generated += n_sobol
+    durations["sobol_s"] = time.perf_counter() - t0 if reason == "sobol" else 0.0
+    t0 = time.perf_counter()
     trial_r2: dict[str, float] = {}
     kept, fallback = candidates, False
     if len(candidates) > 1 and not one_shot and reason != "max_steps":
-        t0 = time.perf_counter()
-        trial = _train(jax.random.fold_in(k_trial, 1), config.trial, model, candidates, train_thetas, train_xs)
-        cols = [space.index(n) for n in candidates]
-        mean = _trial_means(trial, k_trial, val_xs, config.n_val_samples)
-        r2 = estimate_errors(val_thetas[:, cols], mean)[1]
-        trial_r2 = {n: float(v) for n, v in zip(candidates, r2)}
-        kept = tuple(n for n, v in zip(candidates, r2) if v >= config.r2_threshold)
-        if not kept:
-            kept, fallback = (candidates[int(np.nanargmax(np.where(np.isfinite(r2), r2, -np.inf)))],), True
+        kept, fallback, trial_r2 = _trial(k_trial, model, candidates, data, config)
         durations["trial_s"] = time.perf_counter() - t0
 
     # formal inference on the kept parameters
@@ -657,6 +617,63 @@ def _step(key, index, model, generator, kind, setup: _Setup, fixed, remaining, c
         estimate=estimate, sd=sd, lower=lower, upper=upper, normalized_sd=sd / width, truth=truth,
         relative_error=rel, covered=covered, validation=validation, val_truth=val_truth, val_estimate=val_mean,
         n_generated=int(n_generated), durations=durations)
+
+
+def _step_data(k_noise, model, generator, setup: _Setup, fixed, config):
+    """Algorithm 2: the step-1 samples with the identified parameters set to their
+    estimates, simulated again where any are (noisy and standardized as configured):
+    (train thetas, val thetas, train xs, val xs, observation, number of simulations)."""
+    space = model.parameters
+    train_thetas, val_thetas = _fix(space, setup.train_thetas, fixed), _fix(space, setup.val_thetas, fixed)
+    n_generated = 0
+    if fixed:
+        train_xs = _generate(generator, train_thetas)
+        val_xs = _generate(generator, val_thetas)
+        n_generated += train_thetas.shape[0] + val_thetas.shape[0]
+    else:
+        train_xs, val_xs = setup.train_xs, setup.val_xs
+    observation = setup.observation
+    if config.regenerate_observation and fixed:
+        observation = _generate(generator, _fix(space, setup.truth[None, :], fixed))[0]
+    if config.noise_sigma is not None:
+        train_xs = _noisy(jax.random.fold_in(k_noise, 0), train_xs, config.noise_sigma)
+        val_xs = _noisy(jax.random.fold_in(k_noise, 1), val_xs, config.noise_sigma)
+    if config.standardize:
+        scaler = Standardizer.fit(train_xs, axis=0, rtol=_CONSTANT_RTOL, dtype=jnp.float64)  # per element
+        train_xs, val_xs, observation = (np.asarray(scaler(jnp.asarray(x)), np.float64)
+                                         for x in (train_xs, val_xs, observation))
+    return train_thetas, val_thetas, train_xs, val_xs, observation, n_generated
+
+
+def _candidates(k_sobol, index, model, generator, fixed, remaining, config, one_shot):
+    """Algorithm 1 on the remaining parameters (the identified ones at their estimates):
+    (reason, candidates, the Sobol selection or None, number of simulations)."""
+    if one_shot:
+        return "all", tuple(remaining), None, 0
+    if len(remaining) == 1:
+        return "single", tuple(remaining), None, 0
+    if index >= config.max_steps:
+        return "max_steps", tuple(remaining), None, 0
+    conditioned = _with_nominal(generator, fixed)
+    sobol = sobol_indices(k_sobol, conditioned, model.parameters.subset(remaining), config.n_sobol, progress=False)
+    selection = sobol.select(config.delta)
+    # Algorithm 1 keeps nothing when even the largest index is below delta: the top one
+    return "sobol", selection.selected or selection.sorted_names[:1], selection, sobol.n_simulations
+
+
+def _trial(k_trial, model, candidates, data, config):
+    """Trial inference: the candidates the network starts to learn (validation R² at least
+    ``config.r2_threshold``; else the best one, a fallback): (kept, fallback, R² by name)."""
+    train_thetas, val_thetas, train_xs, val_xs, _, _ = data
+    trial = _train(jax.random.fold_in(k_trial, 1), config.trial, model, candidates, train_thetas, train_xs)
+    cols = [model.parameters.index(n) for n in candidates]
+    mean = _trial_means(trial, k_trial, val_xs, config.n_val_samples)
+    r2 = estimate_errors(val_thetas[:, cols], mean)[1]
+    trial_r2 = {n: float(v) for n, v in zip(candidates, r2)}
+    kept = tuple(n for n, v in zip(candidates, r2) if v >= config.r2_threshold)
+    if kept:
+        return kept, False, trial_r2
+    return (candidates[int(np.nanargmax(np.where(np.isfinite(r2), r2, -np.inf)))],), True, trial_r2
 
 
 def _assemble(method, model, setup: _Setup, steps, config, n_model, n_surrogate, durations, start):
