@@ -12,9 +12,8 @@ which would abort a whole vmapped batch (a multistart, a sampler's chains) for o
 Importing jcalib also sets ``OPENBLAS_NUM_THREADS=1`` unless it is set (it applies where scipy's
 OpenBLAS, which JAX's CPU LU factorisations call, is not loaded yet): the implicit solvers
 factorise small Jacobians (tens to hundreds of states) once per step, where OpenBLAS's threads
-only contend with XLA's and with other processes. On this project's 2-core machine with a
-second process busy, one 500 x 500 LU took 113 ms with OpenBLAS's default threads and 9 ms
-with one.
+only contend with XLA's and with other processes (an order of magnitude slower per LU on a busy
+2-core machine; CHANGELOG 0.1.0).
 """
 
 import os

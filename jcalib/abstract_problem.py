@@ -240,10 +240,9 @@ def compiled_call(method: Callable, problem: AbstractProblem, theta_internal):
     function of the problem's class, e.g. ``type(problem)._residuals_impl``).
 
     What ``eqx.filter_jit`` does, with the problem's partition into arrays and structure made
-    once per problem object (`_prepared`) instead of on every call: flattening a PEtab problem
-    and hashing its static parts took ~3 ms per call (Armistead_CellDeathDis2024, whose
-    residuals take 0.9 ms), which estimators that call the problem hundreds of times (TRF,
-    Gauss-Newton) paid each time.
+    once per problem object (`_prepared`) instead of on every call: flattening a large PEtab
+    problem and hashing its static parts can cost more than evaluating its residuals, and
+    estimators call the problem hundreds of times (TRF, Gauss-Newton).
     """
     leaves, structure = _prepared(problem)
     return _compiled(method, structure, leaves, theta_internal)

@@ -170,10 +170,10 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
 SMALL_SYSTEM = 32
 """Up to this many states a step inverts its matrix explicitly (one LU factorisation and one
 solve against the identity, then eight matrix-vector products); above, the eight stages are
-eight pairs of triangular solves. Per-call overhead dominates small systems: on Boehm 2014
-(8 states) a simulation took 3.4 ms this way against 5.9 ms with triangular solves, and 1,000
-vmapped solves of the 11-state polymerization model ran at 415/s against 323/s; the inverse
-costs 2 n^3 more flops per step, which outweighs the calls from a few dozen states on."""
+eight pairs of triangular solves. Per-call overhead dominates small systems (single solves of
+Boehm 2014, 8 states, and vmapped batches of the 11-state polymerization model were faster with
+the inverse; measurements in the CHANGELOG's 0.1.0 notes); the inverse costs 2 n^3 more flops
+per step, which outweighs the calls from a few dozen states on."""
 
 
 def _lu_solver(matrix: Float[Array, "n n"]):

@@ -37,9 +37,9 @@ The 11 states span 12 decades, so the solver works on scaled states ``x / scale`
 `jcalib.rosenbrock.Rodas5P` and an I controller (rtol 1e-8, atol 1e-10 on the scaled
 states). ``qss=True`` replaces the fast radicals
 (R, mu0, mu1, mu2) by their quasi-steady states; the remaining 7 states are non-stiff and
-are solved explicitly with Tsit5: 1,000 real-model solves take 0.2 s instead of 4 s (2-core
-CPU), and the outputs deviate from the full model by < 2e-4 relative on the measured
-entries (the radicals need ~1 s to reach quasi-steady state, so Mw at t = 1 s is off ~8 %).
+are solved explicitly with Tsit5 (an order of magnitude faster in batches), and the outputs
+deviate from the full model by < 2e-4 relative on the measured entries (the radicals need
+~1 s to reach quasi-steady state, so Mw at t = 1 s is off ~8 %).
 Limit of ``qss`` for the *simple* model: without cage or primary termination its
 quasi-steady R = 2 f kd I/(kp M) makes initiation consume monomer at the rate 2 f kd I
 however small M is, so once the monomer is used up (recipe 2 after about 2000 s) [M] turns

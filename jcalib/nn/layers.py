@@ -41,7 +41,7 @@ class MLP(nnx.Module):
         self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
         self.activation = activation
 
-    def __call__(self, x: Float[Array, "... in_features"]) -> Float[Array, "... out_features"]:
+    def __call__(self, x: Float[ArrayLike, "... in_features"]) -> Float[Array, "... out_features"]:
         x = jnp.asarray(x, jnp.float32)  # networks run in float32 (DESIGN.md), whatever the caller's dtype
         for layer in self.layers[:-1]:
             x = self.activation(layer(x))
@@ -106,13 +106,11 @@ def patch_conv1d(lhs: Array, rhs: Array, window_strides: Sequence[int], padding,
     patches ``(batch, n_out, k * in_features)`` and multiplied by the kernel reshaped to
     ``(k * in_features, out_features)`` ("im2col"). Its gradient is a matrix product and ``k``
     padded slices. Why: on XLA's CPU backend the gradient of `lax.conv_general_dilated` is
-    20-25x slower inside a `jax.lax.scan` than in a jitted call of its own, and
-    `jcalib.nn.training.fit` runs each epoch as one scan over its minibatches. The forward and
-    backward pass of BayesFlow's ``"conv"`` summary network (kernels 5 and 3, stride 2, 64
-    channels, 50 times) inside a scan took 18 ms per batch of 64 (108 ms per batch of 256)
-    through `lax.conv_general_dilated` and 1.1 ms (6.5 ms) through this function on a shared
-    2-core CPU; in separate jitted calls both took 1 ms (4 ms). Padding follows `lax.padtype_to_pads`
-    (``"SAME"``, ``"VALID"`` or explicit pairs), as in `lax.conv_general_dilated`.
+    an order of magnitude slower inside a `jax.lax.scan` than in a jitted call of its own, and
+    `jcalib.nn.training.fit` runs each epoch as one scan over its minibatches (BayesFlow's
+    ``"conv"`` summary network; measured in the CHANGELOG's 0.1.0 notes). Padding follows
+    `lax.padtype_to_pads` (``"SAME"``, ``"VALID"`` or explicit pairs), as in
+    `lax.conv_general_dilated`.
 
     Only the case ``nnx.Conv`` produces for a 1-D layer is computed this way: one spatial axis
     with the ``("NWC", "WIO", "NWC")`` layout, no dilation, one feature group; any other call
@@ -120,7 +118,7 @@ def patch_conv1d(lhs: Array, rhs: Array, window_strides: Sequence[int], padding,
 
     Example:
         >>> conv = nnx.Conv(2, 8, 5, strides=2, conv_general_dilated=patch_conv1d, rngs=nnx.Rngs(0))
-        >>> conv(jnp.ones((4, 50, 2))).shape
+        >>> conv(jnp.ones((4, 50, 2), dtype=jnp.float32)).shape
         (4, 25, 8)
     """
     strides = tuple(window_strides)
