@@ -21,21 +21,26 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m experiments.demo
 
+# make test: the fast tier of tests/ and every docstring example of jcalib, with jcalib's jaxtyping
+# annotations checked at run time (tests/shapecheck.py: the shapes and dtypes of array arguments
+# and return values; the few tests marked `unwrapped` are left to make test-all).
+SHAPE_CHECK := --jaxtyping-packages=jcalib,tests.shapecheck.check
+TEST_ARGS := --doctest-modules $(SHAPE_CHECK) jcalib tests
+
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15 $(TEST_ARGS) $(PYTEST_ARGS)
 
-# Every test: the fast tier above and the tests marked `slow` (notebooks, experiments' --quick
-# runs, the multi-process jobs, long recoveries), then every docstring example of jcalib (2 min 16 s
-# on 2 cores, several train networks or fit models). Run it before submitting a change.
+# Every test and docstring example: the fast tier above and the tests marked `slow` (notebooks,
+# experiments' --quick runs, the multi-process jobs, long recoveries), without the shape check's
+# wrappers (so the `unwrapped` tests run too). Run it before submitting a change.
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadfile --durations=30 -m '' $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -n auto --doctest-modules jcalib --durations=10
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=30 -m '' --doctest-modules jcalib tests $(PYTEST_ARGS)
 
 # `make test` with a report of where the time goes: the 20 slowest tests, totals per file and
 # folder, JAX compile against run (tests/budget.py; PYTEST_ARGS="-m ''" for every tier).
 test-budget: $(STAMP)
-	$(BIN)/python -m tests.budget $(PYTEST_ARGS)
+	$(BIN)/python -m tests.budget $(TEST_ARGS) $(PYTEST_ARGS)
 
 benchmark: $(STAMP)
 	$(BIN)/python -m benchmarks.simulate_batch

@@ -43,17 +43,24 @@ def check(fn):
         return fn
     hints = {name: _array_hints(p.annotation) for name, p in signature.parameters.items()}
     hints = {name: h for name, h in hints.items() if h}
-    if not hints:
+    returned = _array_hints(signature.return_annotation)
+    if not hints and not returned:
         return fn
 
     @functools.wraps(fn)
     def checked(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         for name, value in bound.arguments.items():
-            if name in hints and isinstance(value, (np.ndarray, np.generic, jax.Array)) \
-                    and not any(isinstance(value, h) for h in hints[name]):
-                raise TypeCheckError(f"{fn.__qualname__}: {name} has shape {np.shape(value)} and dtype "
-                                     f"{getattr(value, 'dtype', type(value))}, not {hints[name]}")
-        return fn(*args, **kwargs)
+            _check(fn, name, value, hints.get(name))
+        out = fn(*args, **kwargs)  # jaxtyping's stand-in: returns the real function's output
+        _check(fn, "the return value", out, returned)
+        return out
 
     return checked
+
+
+def _check(fn, what: str, value, hints) -> None:
+    if hints and isinstance(value, (np.ndarray, np.generic, jax.Array)) \
+            and not any(isinstance(value, h) for h in hints):
+        raise TypeCheckError(f"{fn.__qualname__}: {what} has shape {np.shape(value)} and dtype "
+                             f"{getattr(value, 'dtype', type(value))}, not {hints}")

@@ -207,7 +207,7 @@ NOISE_MODELS = ("additive", "multiplicative", "lognormal")
 
 
 def add_noise(key: PRNGKeyArray, values: Float[ArrayLike, "..."], sigma: Float[ArrayLike, "..."] | float,
-              noise: str = "additive") -> Float[Array, "..."]:
+              noise: str = "additive") -> Float[Array, "..."] | Float[np.ndarray, "..."]:
     """Gaussian measurement noise on noise-free ``values``: the one noise-adding function of jcalib.
 
     With ε ~ N(0, 1) i.i.d. per entry, drawn as ``jax.random.normal(key, values.shape)``

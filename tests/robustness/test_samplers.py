@@ -264,6 +264,7 @@ def test_no_truncation_warning_for_small_cuts(prior, parameter):
     assert truncation_fraction(prior, parameter) < 0.01
 
 
+@pytest.mark.unwrapped  # checks the warning's stack level, which the shape check's wrappers change
 def test_noise_prior_cut_by_default_noise_bounds():
     """The issue's case: default noise bounds (1e-3, 1) cut 16 % of a LogNormal(-1, 1) prior
     on σ; the warning comes at problem construction and names σ and the percentage."""
