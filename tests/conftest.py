@@ -149,12 +149,31 @@ LONGEST_FILES_FIRST = (
 )
 
 
+# Docstring examples that train networks or run a global search: each compiles programs no test
+# shares (about 115 of the 180 worker-seconds the examples cost cold), so they run in the second tier.
+SLOW_EXAMPLES = frozenset({
+    "jcalib/nn/pelsvae.py::jcalib.nn.pelsvae.PELSVAE",
+    "jcalib/nn/pelsvae.py::jcalib.nn.pelsvae.PELSVAENetwork",
+    "jcalib/nn/bayesflow.py::jcalib.nn.bayesflow",
+    "jcalib/nn/bayesflow.py::jcalib.nn.bayesflow.PosteriorNetwork",
+    "jcalib/estimation/global_search.py::jcalib.estimation.global_search",
+    "jcalib/estimation/global_search.py::jcalib.estimation.global_search.differential_evolution_algorithm",
+    "jcalib/estimation/bottom_up.py::jcalib.estimation.bottom_up",
+    "jcalib/filters/ekf.py::jcalib.filters.ekf",
+    "jcalib/bayes/hmc.py::jcalib.bayes.hmc",
+})
+
+
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
         config.option.loadscopereorder = False  # keep the order set below
 
 
+@pytest.hookimpl(tryfirst=True)  # the slow examples' mark must be set before `-m 'not slow'` deselects
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid in SLOW_EXAMPLES:
+            item.add_marker(pytest.mark.slow)
     if config.getoption("jaxtyping_packages", None):  # jcalib's functions are wrapped (tests/shapecheck.py)
         skip = pytest.mark.skip(reason="needs jcalib's functions unwrapped; run by make test-all")
         for item in items:
