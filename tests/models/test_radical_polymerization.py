@@ -24,6 +24,11 @@ from jcalib.models.radical_polymerization import (
 from tests.models import harness
 from tests.models.harness import JACOBIAN
 
+# The second tier (make test-all): this model's reference checks compile programs no other fast test
+# shares (~30 worker-seconds cold each); make test's budget went to the docstring examples and the
+# shape check (issue 34).
+pytestmark = pytest.mark.slow
+
 TIMES = np.union1d(np.asarray(OBSERVATION_TIMES, dtype=np.float64), [250.0, 2500.0])
 PAPER_ROWS = np.isin(TIMES, OBSERVATION_TIMES)
 POLYMER_ROWS = np.isin(TIMES, POLYMER_TIMES)

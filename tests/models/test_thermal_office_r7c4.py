@@ -20,6 +20,11 @@ from tests.helpers import central_differences
 from tests.models.harness import JACOBIAN
 from tests.models.harness import solve_states as STATES
 
+# The second tier (make test-all): this model's reference checks compile programs no other fast test
+# shares (~30 worker-seconds cold each); make test's budget went to the docstring examples and the
+# shape check (issue 34).
+pytestmark = pytest.mark.slow
+
 NAME = "thermal_office_r7c4"
 TIGHT = 1e-11
 P = {name: k for k, name in enumerate(("C_W", "C_Air", "C_Int", "C_TAC", "R_TAC1", "R_TAC2",

@@ -21,6 +21,11 @@ from jcalib.models import winding_process as mod
 from tests.helpers import central_differences
 from tests.models.harness import JACOBIAN, run, with_field
 
+# The second tier (make test-all): this model's reference checks compile programs no other fast test
+# shares (~30 worker-seconds cold each); make test's budget went to the docstring examples and the
+# shape check (issue 34).
+pytestmark = pytest.mark.slow
+
 NAMES = ("gamma1", "gamma3", "Jp", "Js", "kW1", "kW3", "G1", "G3", "Tfs1", "Tfs3", "cv1", "cv3",
          "BP1", "BP3", "beta1", "beta3")
 # A point inside the box, away from the nominal one in every coordinate.
