@@ -29,7 +29,7 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    method with jcalib's autodiff Jacobian, one start after another; ``--max-steps`` caps the
    iterations; ``--stop fides``, the default, stops a start as the reference's Fides does by
    default, when an accepted step changed -llh by less than 1e-8 (1 + |llh|), with llh at the
-   published optimum (`experiments.petab_multistart.stop_options`); ``--stop scipy`` by
+   published optimum (`jcalib.estimation.trf_stop_options`); ``--stop scipy`` by
    scipy's own tests, ftol = xtol = gtol = 1e-8, ftol relative to the cost); then the batch and
    the multistart again on ``--processes`` local processes (default: the CPU count, as AMICI's
    OpenMP batch and pyPESTO's pool use every core; `benchmarks.petab_tools_jcalib_worker` over
@@ -86,8 +86,8 @@ from experiments.petab_collection import (  # noqa: E402
     problem_names,
     settings_of,
 )
-from experiments.petab_multistart import LLH_TOLERANCE, STOPS, run_problem, stop_options  # noqa: E402
-from jcalib.estimation import sample_starts  # noqa: E402
+from experiments.petab_multistart import LLH_TOLERANCE, run_problem  # noqa: E402
+from jcalib.estimation import STOP_RULES, sample_starts, trf_stop_options  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKER = ROOT / "benchmarks" / "petab_tools_reference.py"
@@ -260,7 +260,7 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
         "multistart": row | {"optimizer": f"{row['method']} (experiments.petab_multistart.run_problem's default: "
                                           "scipy's trust-region reflective with jcalib's autodiff Jacobian), "
                                           f"max_steps {s['max_steps']}, stop {s['stop']!r}: "
-                                          f"{stop_options(s['stop'], row['llh_nominal']) or 'scipy tests'}",
+                                          f"{trf_stop_options(s['stop'], row['llh_nominal']) or 'scipy tests'}",
                              "timing": "wall time of the whole batch, compilation included"},
     }
 
@@ -410,7 +410,7 @@ def main(argv=None):
     parser.add_argument("--max-steps", type=int, default=None,
                         help="jcalib's multistart iterations per start (default: the method's own)")
     parser.add_argument("--repeats", type=int, default=None, help="warm timed calls of a simulation and a gradient")
-    parser.add_argument("--stop", choices=STOPS, default=None,
+    parser.add_argument("--stop", choices=STOP_RULES, default=None,
                         help="when jcalib's TRF starts stop (default fides: as the reference's optimiser by "
                              "default, an accepted step changed -llh by less than 1e-8 (1 + |llh|); scipy: "
                              "scipy's own tests)")

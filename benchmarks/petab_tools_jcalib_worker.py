@@ -58,17 +58,16 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
 def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float) -> dict:
     """TRF from this process's block of ``starts`` (PEtab scale, ``(n, n_estimated)``); every
     start's final log-likelihood (``-inf`` where the start could not be used) and the wall
-    time (s) of the whole multistart. ``stop``: one of `experiments.petab_multistart.STOPS`, scaled by
+    time (s) of the whole multistart. ``stop``: one of `jcalib.estimation.STOP_RULES`, scaled by
     ``llh_nominal`` (the parent's log-likelihood at the nominal parameters)."""
     import jax
 
-    from experiments.petab_multistart import stop_options
-    from jcalib.estimation import least_squares_trf
+    from jcalib.estimation import least_squares_trf, trf_stop_options
     from jcalib.estimation.failures import FailedStartError
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
-    options = stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
+    options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()
     llh = []
@@ -96,7 +95,7 @@ def main(argv=None) -> None:
     parser.add_argument("num_processes", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument("--stop", default="scipy", help="one of experiments.petab_multistart.STOPS")
+    parser.add_argument("--stop", default="scipy", help="one of jcalib.estimation.STOP_RULES")
     parser.add_argument("--llh-nominal", type=float, required=True,
                         help="the log-likelihood at the nominal parameters (scales the fides stop)")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ batch (compilation included, and without it from a second, warm run where asked)
 time per converged start (wall time / converged starts).
 
 Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--stop scipy|fides]
-[--problems A B]`` (``--stop fides``: stop a TRF start as Fides does, `stop_options`);
+[--problems A B]`` (``--stop fides``: stop a TRF start as Fides does, `jcalib.estimation.trf_stop_options`);
 writes ``results/petab_multistart/metrics.json``, ``table.md`` and one waterfall plot per
 problem. The collection is found beside the checkout (``../shared/petab``) or in
 ``/work/shared/petab``; ``--root`` overrides.
@@ -40,7 +40,7 @@ from experiments import common
 from experiments.petab_collection import collection_root, problem_files
 from jcalib import petab as jpetab
 from jcalib import plotting
-from jcalib.estimation import multistart
+from jcalib.estimation import STOP_RULES, multistart, trf_stop_options
 
 jax.config.update("jax_enable_x64", True)
 
@@ -50,29 +50,15 @@ LLH_TOLERANCE = 0.1  # a start "reaches the published optimum" within this much 
 PROBLEMS = ("Bertozzi_PNAS2020", "Armistead_CellDeathDis2024", "Zhao_QuantBiol2020", "Fiedler_BMCSystBiol2016",
             "Rahman_MBS2016", "Boehm_JProteomeRes2014")
 QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
-# when a TRF start stops: "scipy", scipy's own tests (ftol = xtol = gtol = 1e-8: ftol relative to
-# the cost), or "fides", the default test of Fides (pyPESTO's optimiser): an accepted step changed
-# f = -llh by less than FIDES_FATOL + FIDES_FRTOL |f|, here `least_squares_trf`'s one-step plateau
-# on the cost 0.5 sum(r^2) = f - const with |f| taken at the published optimum (`stop_options`)
-STOPS = ("scipy", "fides")
-FIDES_FATOL = FIDES_FRTOL = 1e-8  # fides.constants.DEFAULT_OPTIONS (fides 0.8.0)
-
-
-def stop_options(stop: str, llh_nominal: float) -> dict:
-    """`least_squares_trf` options of the stop rule ``stop`` (one of `STOPS`)."""
-    if stop not in STOPS:
-        raise ValueError(f"petab_multistart: stop must be one of {STOPS}; got {stop!r}")
-    if stop == "scipy":
-        return {}
-    return {"plateau_window": 1, "plateau_rtol": 0.0, "plateau_atol": FIDES_FATOL + FIDES_FRTOL * abs(llh_nominal)}
 
 
 def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int | None = None,
                 method: str = "trf", stop: str = "scipy") -> dict:
     """Import, evaluate at the nominal parameters, multistart; the metrics of one problem.
-    ``stop``: one of `STOPS` (TRF only)."""
-    if stop not in STOPS:
-        raise ValueError(f"petab_multistart: stop must be one of {STOPS}; got {stop!r}")
+    ``stop``: one of `jcalib.estimation.STOP_RULES` (TRF only); the Fides rule takes |f| at the
+    published optimum (`jcalib.estimation.trf_stop_options`)."""
+    if stop not in STOP_RULES:
+        raise ValueError(f"petab_multistart: stop must be one of {STOP_RULES}; got {stop!r}")
     if stop != "scipy" and method != "trf":
         raise ValueError(f"petab_multistart: stop={stop!r} is a rule of the TRF method; got method={method!r}")
     name = folder.name
@@ -85,7 +71,7 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
     import_s = time.perf_counter() - t0
-    options = stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
+    options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", **options)
     llh = np.array([float(problem.log_likelihood(r.theta_internal)) if np.isfinite(r.loss) else -np.inf
                     for r in starts.results])
@@ -154,7 +140,7 @@ def main(argv=None):
     parser.add_argument("--method", choices=("lm", "trf"), default="trf",
                         help="lm: vmapped Levenberg-Marquardt (all starts at once); trf: scipy's trust-region "
                              "reflective, one start after another (bounds handled as active constraints)")
-    parser.add_argument("--stop", choices=STOPS, default="scipy",
+    parser.add_argument("--stop", choices=STOP_RULES, default="scipy",
                         help="when a TRF start stops: scipy's tests (default) or Fides's (pyPESTO's default "
                              "optimiser: an accepted step changed -llh by less than 1e-8 (1 + |llh|))")
     parser.add_argument("--problems", nargs="+", default=None, help="collection problems (default: %(default)s)")

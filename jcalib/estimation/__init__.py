@@ -5,7 +5,12 @@ from jcalib.estimation.bottom_up import BottomUpResult, bottom_up, find_knee
 from jcalib.estimation.failures import FailedStartError
 from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.global_search import differential_evolution, multistart, sample_starts, scipy_minimize
-from jcalib.estimation.least_squares import least_squares_trf, levenberg_marquardt_batch
+from jcalib.estimation.least_squares import (
+    STOP_RULES,
+    least_squares_trf,
+    levenberg_marquardt_batch,
+    trf_stop_options,
+)
 from jcalib.estimation.result import EstimationResult, MultistartResult
 from jcalib.estimation.uncertainty import (
     ParameterCovariance,
@@ -16,8 +21,9 @@ from jcalib.estimation.uncertainty import (
 
 __all__ = [
     "BottomUpResult", "EstimationResult", "FailedStartError", "MultistartResult", "ParameterCovariance",
-    "ProfileLikelihood",
+    "ProfileLikelihood", "STOP_RULES",
     "bottom_up", "find_knee",
     "differential_evolution", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
     "multistart", "parameter_covariance", "profile_likelihood", "sample_starts", "scipy_minimize",
+    "trf_stop_options",
 ]

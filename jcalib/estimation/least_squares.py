@@ -62,8 +62,15 @@ from jcalib.estimation.result import EstimationResult, MultistartResult, multist
 from jcalib.problem import AbstractProblem
 from jcalib.starts import start_internal
 
-__all__ = ["LevenbergMarquardtInfo", "LevenbergMarquardtState", "MultistartResult", "least_squares_trf",
-           "levenberg_marquardt_algorithm", "levenberg_marquardt_batch"]
+__all__ = ["FIDES_FATOL", "FIDES_FRTOL", "LevenbergMarquardtInfo", "LevenbergMarquardtState", "MultistartResult",
+           "STOP_RULES", "least_squares_trf", "levenberg_marquardt_algorithm", "levenberg_marquardt_batch",
+           "trf_stop_options"]
+
+# When a TRF start stops: "scipy", scipy's own tests (ftol = xtol = gtol = 1e-8, ftol relative to the
+# cost), or "fides", the default test of Fides (pyPESTO's optimiser): an accepted step changed the
+# objective f by less than FIDES_FATOL + FIDES_FRTOL |f| (`trf_stop_options`).
+STOP_RULES = ("scipy", "fides")
+FIDES_FATOL = FIDES_FRTOL = 1e-8  # fides.constants.DEFAULT_OPTIONS (fides 0.8.0)
 
 _TRF_JACOBIANS = ("autodiff", "2-point", "3-point")
 _BOUND_NUDGE = 1e-10  # fraction of the half-width a start is moved off a bound (LM transform)
@@ -307,6 +314,25 @@ def least_squares_trf(
         extra={"status": status, **extra_scipy, "n_failed_solves": calls.n_failed,
                "max_bound_violation": calls.max_violation, "jac": jac},
     )
+
+
+def trf_stop_options(stop: str, objective_scale: float = 0.0) -> dict:
+    """`least_squares_trf` options of the stop rule ``stop`` (one of `STOP_RULES`).
+
+    ``"scipy"``: none (scipy's own tests). ``"fides"``: stop at the first accepted step that
+    lowered the cost ``0.5 * sum(r**2)`` (= -log-likelihood + const for Gaussian noise) by at most
+    ``FIDES_FATOL + FIDES_FRTOL * |objective_scale|``, a one-step plateau; ``objective_scale`` is
+    the |f| Fides's relative tolerance refers to, e.g. -log-likelihood at a reference point.
+
+    Example:
+        >>> trf_stop_options("fides", -100.0)["plateau_atol"]  # 1e-8 + 1e-8 * 100
+        1.0099999999999999e-06
+    """
+    if stop not in STOP_RULES:
+        raise ValueError(f"trf_stop_options: stop must be one of {STOP_RULES}; got {stop!r}")
+    if stop == "scipy":
+        return {}
+    return {"plateau_window": 1, "plateau_rtol": 0.0, "plateau_atol": FIDES_FATOL + FIDES_FRTOL * abs(objective_scale)}
 
 
 def _plateau(losses: list[float], n_residuals: int, window: int | None, rtol: float, atol: float) -> str | None:

@@ -297,3 +297,16 @@ def test_lm_algorithm_driven_by_run_is_optimistix_least_squares():
         np.testing.assert_allclose(out.state.solver_state.f_info.residual[i], sol.state.f_info.residual, atol=1e-15)
     assert int(out.state.n_steps[0]) != int(out.state.n_steps[1])  # the faster start was frozen
     np.testing.assert_allclose(out.state.u, 1.0, rtol=1e-8)
+
+
+def test_trf_stop_rules_are_the_library_s():
+    """`trf_stop_options`: scipy's tests add nothing; Fides's default is a one-step plateau of
+    the cost at fatol + frtol |f| (fides 0.8.0: 1e-8 each); an unknown rule is refused."""
+    from jcalib.estimation import STOP_RULES, trf_stop_options
+
+    assert STOP_RULES == ("scipy", "fides")
+    assert trf_stop_options("scipy", 123.0) == {}
+    assert trf_stop_options("fides", -250.0) == {"plateau_window": 1, "plateau_rtol": 0.0,
+                                                 "plateau_atol": 1e-8 + 1e-8 * 250.0}
+    with pytest.raises(ValueError, match="stop must be one of"):
+        trf_stop_options("pypesto")
