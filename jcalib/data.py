@@ -79,7 +79,7 @@ class Measurements(eqx.Module):
     output_names: tuple[str, ...] | None = eqx.field(static=True)
 
     def __init__(self, ts: ArrayLike, values: ArrayLike, mask: ArrayLike | None = None,
-                 sigma: ArrayLike | None = None, output_names=None):
+                 sigma: ArrayLike | None = None, output_names=None) -> None:
         if not _x64_enabled():
             raise ValueError(
                 "Measurements need float64: call jax.config.update('jax_enable_x64', True) "

@@ -114,7 +114,7 @@ class Experiment(eqx.Module):
 
     def __init__(self, ts: ArrayLike, t0: float | None = None, t1: float | None = None,
                  conditions: Mapping[str, float] | None = None, mask: ArrayLike | None = None,
-                 name: str = "", preequilibration: Mapping[str, float] | None = None):
+                 name: str = "", preequilibration: Mapping[str, float] | None = None) -> None:
         ts_np = np.asarray(ts, dtype=np.float64)
         if ts_np.ndim != 1 or ts_np.size == 0:
             raise ValueError(f"Experiment: ts must be a non-empty 1-D array; got shape {ts_np.shape}")
@@ -201,7 +201,7 @@ class FunctionSimulator(AbstractSimulator):
     ts: Float[Array, " n_times"]
 
     def __init__(self, fn: Callable, parameters: ParameterSpace, output_names: tuple[str, ...] | None = None,
-                 ts: ArrayLike | None = None):
+                 ts: ArrayLike | None = None) -> None:
         """Check ``fn`` on the nominal parameters (traced, not run) and record its output shape.
 
         Raises:

@@ -254,7 +254,7 @@ class PosteriorNetwork(nnx.Module):
     """
 
     def __init__(self, n_params: int, n_times: int, n_outputs: int, config: BayesFlowConfig, *, rngs: nnx.Rngs,
-                 permutation_key: PRNGKeyArray | None = None):
+                 permutation_key: PRNGKeyArray | None = None) -> None:
         self.summary = SummaryNetwork(config.summary, n_times, n_outputs, config.summary_hidden,
                                       config.summary_size, rngs=rngs)
         self.flow = CouplingFlow(n_params, config.summary_size, n_blocks=config.n_blocks,

@@ -90,7 +90,7 @@ class AffineCoupling(nnx.Module):
     the others are scaled and shifted by an MLP of the conditioning entries and the context."""
 
     def __init__(self, mask: np.ndarray, n_context: int, hidden: Sequence[int], clamp: float, *,
-                 activation: Callable[[Array], Array], rngs: nnx.Rngs):
+                 activation: Callable[[Array], Array], rngs: nnx.Rngs) -> None:
         n_params = int(mask.size)
         self.mask = tuple(bool(m) for m in np.asarray(mask))  # static (a tuple), not a traced variable
         self.clamp = float(clamp)
@@ -130,7 +130,7 @@ class CouplingFlow(nnx.Module):
 
     def __init__(self, n_params: int, n_context: int, *, n_blocks: int = 6, hidden: Sequence[int] = (128, 128),
                  clamp: float = 1.9, actnorm: bool = False, permutation_key: PRNGKeyArray | None = None,
-                 activation: Callable[[Array], Array] = nnx.silu, rngs: nnx.Rngs):
+                 activation: Callable[[Array], Array] = nnx.silu, rngs: nnx.Rngs) -> None:
         for name, value, low in (("n_params", n_params, 1), ("n_context", n_context, 1), ("n_blocks", n_blocks, 1)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"CouplingFlow: {name} must be an integer >= {low}; got {value!r}")

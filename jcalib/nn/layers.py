@@ -34,7 +34,7 @@ class MLP(nnx.Module):
     """
 
     def __init__(self, in_features: int, hidden: Sequence[int], out_features: int, *,
-                 activation: Callable[[Array], Array] = nnx.relu, rngs: nnx.Rngs):
+                 activation: Callable[[Array], Array] = nnx.relu, rngs: nnx.Rngs) -> None:
         sizes = [int(in_features), *(int(h) for h in hidden), int(out_features)]
         if min(sizes) < 1:
             raise ValueError(f"MLP: layer sizes must be positive; got {sizes}")

@@ -328,7 +328,7 @@ class DigitalTwin:
     """
 
     def __init__(self, mapping, theta: Float[ArrayLike, " n_params"] | None = None, *, model=None,
-                 policy: str = "keep", chunk_size: int | None = TWIN_CHUNK):
+                 policy: str = "keep", chunk_size: int | None = TWIN_CHUNK) -> None:
         self.mapping = mapping
         self.model = _check_setup(mapping, model, policy, "DigitalTwin")
         self.policy = policy
