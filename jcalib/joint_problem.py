@@ -145,21 +145,7 @@ class JointProblem(AbstractProblem):
                                                          and names[k] not in fixed.get(n, {})]
             if not sub_free:
                 raise ValueError(f"JointProblem: experiment {names[k]!r} has none of the free parameters")
-            sub_fixed = {}
-            for name, value in fixed.items():
-                if name not in own:
-                    continue
-                if isinstance(value, str):
-                    conditions = model.experiment.conditions
-                    if value not in conditions:
-                        raise ValueError(f"JointProblem: fixed[{name!r}] = {value!r}: experiment {names[k]!r} has no "
-                                         f"condition {value!r}; its conditions: {sorted(conditions)}")
-                    sub_fixed[name] = float(conditions[value])
-                elif isinstance(value, Mapping):
-                    if names[k] in value:
-                        sub_fixed[name] = float(value[names[k]])
-                else:
-                    sub_fixed[name] = float(value)
+            sub_fixed = _experiment_fixed(model, names[k], fixed)
             columns_of.append([index[n] if n in free else index[f"{n}[{names[k]}]"] for n in sub_free])
             own_likelihood = likelihood.get(names[k]) if isinstance(likelihood, Mapping) else likelihood
             settings = dict(free=sub_free, fixed=sub_fixed, weighting=weighting, likelihood=own_likelihood)
@@ -383,6 +369,28 @@ def _check_names(pairs, names, free, per_experiment, fixed):
             if not isinstance(v, (int, float, np.floating, np.integer)) or not math.isfinite(float(v)):
                 raise ValueError(f"JointProblem: fixed[{name!r}] must be a finite number or {{experiment: number}}; "
                                  f"got {v!r}")
+
+
+def _experiment_fixed(model: AbstractModel, name: str, fixed: Mapping[str, object]) -> dict[str, float]:
+    """The physical values ``fixed`` holds in the experiment ``name`` (of ``model``): one value
+    for all, this experiment's entry of ``{experiment: value}``, or its condition's value."""
+    own = model.parameters.names
+    sub_fixed = {}
+    for parameter, value in fixed.items():
+        if parameter not in own:
+            continue
+        if isinstance(value, str):
+            conditions = model.experiment.conditions
+            if value not in conditions:
+                raise ValueError(f"JointProblem: fixed[{parameter!r}] = {value!r}: experiment {name!r} has no "
+                                 f"condition {value!r}; its conditions: {sorted(conditions)}")
+            sub_fixed[parameter] = float(conditions[value])
+        elif isinstance(value, Mapping):
+            if name in value:
+                sub_fixed[parameter] = float(value[name])
+        else:
+            sub_fixed[parameter] = float(value)
+    return sub_fixed
 
 
 def _first_parameter(pairs, name) -> Parameter:

@@ -688,6 +688,8 @@ def simulate_batch(
         ValueError: ``model`` is not an `AbstractSimulator`; bad ``thetas`` (shape, NaN/inf,
             outside the bounds while ``check_bounds``) or ``chunk_size``; float32 mode.
         SimulationError: solves failed while ``throw``.
+
+    Long for its documented options; the body is 57 lines.
     """
     check_simulator(model, "simulate_batch", "model")
     space = model.parameters

