@@ -35,9 +35,8 @@ import numpy as np  # noqa: E402
 
 import jcalib  # noqa: E402
 from benchmarks import common  # noqa: E402
-from jcalib.joint_problem import JointProblem  # noqa: E402
 from jcalib.model import Experiment  # noqa: E402
-from jcalib.problem import CalibrationProblem  # noqa: E402
+from jcalib.problems import CalibrationProblem, JointProblem  # noqa: E402
 
 GRID_LENGTHS = (10, 15, 20)
 

@@ -116,7 +116,7 @@ from jcalib.bayes.mala import sample  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.probability.likelihoods import AbsoluteGaussian, RelativeGaussian  # noqa: E402
-from jcalib.problem import CalibrationProblem  # noqa: E402
+from jcalib.problems import CalibrationProblem  # noqa: E402
 from jcalib.sensitivity import identifiability  # noqa: E402
 
 TARGET = 100.0  # issue: jcalib >= 100x the ESS/s of the finite-difference loop

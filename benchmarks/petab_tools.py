@@ -21,7 +21,7 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    and AMICI's OpenMP ``run_simulations``), and a pyPESTO multistart with Fides (one process per
    CPU) from the same starts;
 3. **jcalib**: `experiments.petab_collection.load_problem` (the collection's solver settings:
-   `jcalib.sbml.stiff_solver`, rtol 1e-8, atol 1e-10 unless the problem has its own; the report
+   `jcalib.io.sbml.stiff_solver`, rtol 1e-8, atol 1e-10 unless the problem has its own; the report
    names the solver class), ``jax.jit(pp.log_likelihood)`` and ``jax.grad(pp.log_likelihood)``
    at ``pp.nominal_internal`` (PEtab scale, forward sensitivities), the batch as one jitted
    ``jax.vmap(pp.log_likelihood)``, and the multistart of

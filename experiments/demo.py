@@ -43,7 +43,7 @@ from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.estimation.uncertainty import parameter_covariance  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_simulation, plot_singular_values, plot_trace  # noqa: E402
 from jcalib.probability.likelihoods import RelativeGaussian  # noqa: E402
-from jcalib.problem import CalibrationProblem  # noqa: E402
+from jcalib.problems import CalibrationProblem  # noqa: E402
 
 FLAT_RATIO = 100.0  # s_1/s_k above this: a flat (non-essential) direction (Wulkow 2021 §2.2.1)
 

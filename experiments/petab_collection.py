@@ -1,10 +1,10 @@
-"""The PEtab benchmark collection through jcalib.petab (issue 21 §4 and §6).
+"""The PEtab benchmark collection through jcalib.io.petab (issue 21 §4 and §6).
 
 For every problem folder of the Benchmark-Models-PEtab collection (``shared/petab/
 benchmark_models``, or the ``--problems`` named), in its own subprocess with a wall-clock
 ``--timeout``:
 
-1. import it with `jcalib.petab.load` (a refusal is recorded with its reason);
+1. import it with `jcalib.io.petab.load` (a refusal is recorded with its reason);
 2. simulate at the nominal parameters and compare ``simulation_table(z)["simulation"]`` row by
    row with the collection's reference simulation (``simulatedData_<name>.tsv``, or
    ``simulations.tsv``): a row matches when ``|sim - ref| <= RTOL * max(|ref|, FLOOR)``
@@ -71,9 +71,9 @@ FD_BUDGET_S = 60.0
 only the components with the largest |gradient| (the table says how many)."""
 
 DEFAULT = {"solver": "stiff_solver", "rtol": 1e-8, "atol": 1e-10, "max_steps": 100_000}
-"""jcalib.sbml's default (`jcalib.sbml.stiff_solver`): the Rosenbrock method Rodas5P, L-stable, for
+"""jcalib.io.sbml's default (`jcalib.io.sbml.stiff_solver`): the Rosenbrock method Rodas5P, L-stable, for
 stiff models (``stage_tolerances``: Kvaerno5 instead, its chord stage solves with these
-tolerances, `jcalib.sbml.stiff_solver`); another ``solver`` names a diffrax solver class (used with
+tolerances, `jcalib.io.sbml.stiff_solver`); another ``solver`` names a diffrax solver class (used with
 its defaults)."""
 SETTINGS: dict[str, dict] = {
     "Beer_MolBioSystems2014": {
@@ -125,12 +125,12 @@ def settings_of(name: str) -> dict:
 
 
 def load_problem(yaml: pathlib.Path, name: str):
-    """`jcalib.petab.load` of ``yaml`` with the solver settings of collection problem ``name``
+    """`jcalib.io.petab.load` of ``yaml`` with the solver settings of collection problem ``name``
     (`settings_of`: `DEFAULT` and its `SETTINGS` entry)."""
     import diffrax as dfx
 
-    from jcalib import petab as jpetab
-    from jcalib import sbml
+    from jcalib.io import petab as jpetab
+    from jcalib.io import sbml
 
     settings = settings_of(name)
     if settings["solver"] == "stiff_solver":
@@ -443,7 +443,7 @@ def write_table(out: pathlib.Path, rows: list[dict], scaling: list[dict] | None,
     n_imported = sum(r.get("imported") is True for r in rows)
     n_grad = sum((r.get("gradient_check") or {}).get("passes") is True for r in rows)
     mark = {True: "yes", False: "no", None: "–"}
-    lines = [f"# PEtab benchmark collection through jcalib.petab{' (--quick)' if quick else ''}", "",
+    lines = [f"# PEtab benchmark collection through jcalib.io.petab{' (--quick)' if quick else ''}", "",
              f"**{n_match} of {n_total} problems reproduce their reference simulations** "
              f"({n_with_reference} have a reference table; {n_imported} import; goal >= 21 of 28). "
              f"Gradient matches finite differences: {n_grad}. Wall time {wall:.0f} s, timeout {timeout:.0f} s "
@@ -482,7 +482,7 @@ def write_table(out: pathlib.Path, rows: list[dict], scaling: list[dict] | None,
               "the column shows the largest |ad - fd| / max(|fd|, 1).",
               "- compile s = first call (trace, compile and one solve) minus the warm median; warm sim = median "
               "of 3 simulations of all conditions (1 when the first call took > 20 s).",
-              f"- Solver: jcalib.sbml's default (stiff_solver) is the Rosenbrock method Rodas5P (L-stable, order 5, "
+              f"- Solver: jcalib.io.sbml's default (stiff_solver) is the Rosenbrock method Rodas5P (L-stable, order 5, "
               f"one Jacobian and LU factorisation per step) with "
               f"PIDController(rtol={DEFAULT['rtol']:g}, atol={DEFAULT['atol']:g}), max_steps {DEFAULT['max_steps']}. "
               + ("Per-problem settings: " + "; ".join(f"{k}: {v.get('why', v)}" for k, v in SETTINGS.items())
@@ -556,7 +556,7 @@ def run_scaling(sizes=SCALING_SIZES) -> list[dict]:
     import equinox as eqx
     import jax.numpy as jnp
 
-    from jcalib.sbml import model_from_sbml
+    from jcalib.io.sbml import model_from_sbml
 
     points = []
     for n in sizes:

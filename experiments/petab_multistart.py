@@ -1,6 +1,6 @@
 """Multistart calibration of PEtab benchmark-collection problems (issue 21 §5).
 
-For each problem: `jcalib.petab.load`, then ``--n-starts`` starts drawn uniformly over the
+For each problem: `jcalib.io.petab.load`, then ``--n-starts`` starts drawn uniformly over the
 PEtab bounds (uniform in each parameter's scale: lin, log or log10), each fitted with the
 forward-mode autodiff Jacobian by scipy's trust-region reflective method, one start after the
 other (`jcalib.estimation.multistart`, method ``"trf"``, the default), or by Levenberg-Marquardt
@@ -9,8 +9,8 @@ constraints; the LM's sine box transform reaches a bound only asymptotically and
 flat valleys: with 200 iterations it brought 6 of 24 Armistead_CellDeathDis2024 starts to the
 published optimum (every start still iterating) where TRF brought 23, in 40 s against 66 s. Estimated noise parameters
 enter the least-squares residuals through AMICI's sigma residuals
-(`jcalib.petab.PetabCalibrationProblem`), so minimising the sum of squares maximises PEtab's
-log-likelihood. Solver: jcalib.sbml's default, the Rosenbrock method Rodas5P (rtol 1e-8, atol
+(`jcalib.io.petab.PetabCalibrationProblem`), so minimising the sum of squares maximises PEtab's
+log-likelihood. Solver: jcalib.io.sbml's default, the Rosenbrock method Rodas5P (rtol 1e-8, atol
 1e-10): no stage iterations, so vmapped starts do not wait for each other's Newton solves (the
 earlier choice, Kvaerno5 with full-Newton stages, took 2-10x longer per start).
 
@@ -38,9 +38,9 @@ import numpy as np
 
 from experiments import common
 from experiments.petab_collection import collection_root, problem_files
-from jcalib import petab as jpetab
 from jcalib import plotting
 from jcalib.estimation import STOP_RULES, multistart, trf_stop_options
+from jcalib.io import petab as jpetab
 
 jax.config.update("jax_enable_x64", True)
 

@@ -40,7 +40,7 @@ from experiments import common  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.plotting import plot_simulation  # noqa: E402
-from jcalib.problem import CalibrationProblem  # noqa: E402
+from jcalib.problems import CalibrationProblem  # noqa: E402
 
 OUTPUTS = ("M", "Mw", "EG")
 TESTS = {

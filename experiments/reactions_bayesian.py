@@ -69,7 +69,7 @@ from jcalib.bayes.predictive import output_bands, prediction_bands  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.parameters import Parameter, ParameterSpace  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_trace  # noqa: E402
-from jcalib.problem import CalibrationProblem  # noqa: E402
+from jcalib.problems import CalibrationProblem  # noqa: E402
 
 CASES = (("A", 0.1), ("ABCD", 0.1), ("ABCD", 0.03))  # Figure 6: blue, red, orange
 FRACTION = 1 / 50  # τ_i = range / 50 (§3.1.1)

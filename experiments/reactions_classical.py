@@ -52,7 +52,7 @@ from jcalib.data import Measurements, synthetic_measurements  # noqa: E402
 from jcalib.estimation.gauss_newton import gauss_newton  # noqa: E402
 from jcalib.estimation.uncertainty import parameter_covariance, profile_likelihood  # noqa: E402
 from jcalib.plotting import plot_fit, plot_profile  # noqa: E402
-from jcalib.problem import CalibrationProblem  # noqa: E402
+from jcalib.problems import CalibrationProblem  # noqa: E402
 from jcalib.sensitivity.identifiability import jacobian_analysis  # noqa: E402
 
 TRUTH = {"kab": 1e-4, "kac": 1e-5, "kad": 5e-5}

@@ -23,7 +23,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from jcalib import distributed, models  # noqa: E402
 from jcalib.data import Measurements, synthetic_measurements
-from jcalib.joint_problem import JointProblem
 from jcalib.model import (
     AbstractModel,
     AbstractSimulator,
@@ -34,7 +33,7 @@ from jcalib.model import (
     simulate_batch,
 )
 from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.problem import CalibrationProblem, GaussianPrior
+from jcalib.problems import CalibrationProblem, GaussianPrior, JointProblem
 
 __all__ = [
     "AbstractModel",

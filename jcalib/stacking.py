@@ -1,7 +1,7 @@
 """Experiments of one structure solved together: padded grids, stacked pytrees, one mapped call.
 
-`jcalib.joint_problem.JointProblem` (experiments with their own measurements) and
-`jcalib.petab` (PEtab conditions) both group simulations whose arrays have the same shapes,
+`jcalib.problems.JointProblem` (experiments with their own measurements) and
+`jcalib.io.petab` (PEtab conditions) both group simulations whose arrays have the same shapes,
 pad their time grids to the group's longest by repeating the last time, stack them along a
 new leading axis and evaluate the group in one compiled call: one ``vmap``, or
 ``jax.lax.map`` in batches (stiff lanes of a ``vmap`` run in lockstep until the slowest

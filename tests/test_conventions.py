@@ -108,7 +108,7 @@ def test_the_inspection_sees_the_api():
     names = {q for q, _ in CALLABLES}
     for expected in ("jcalib.sensitivity.sobol.sobol_indices", "jcalib.bayes.mala.sample",
                      "jcalib.estimation.gauss_newton.gauss_newton", "jcalib.algorithm.run",
-                     "jcalib.abstract_problem.AbstractProblem.log_posterior"):
+                     "jcalib.problems.contract.AbstractProblem.log_posterior"):
         assert expected in names
 
 

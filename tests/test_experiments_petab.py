@@ -1,5 +1,5 @@
 """experiments/petab_collection.py (issue 21 §4 and §6): the PEtab benchmark collection through
-jcalib.petab, each problem in its own subprocess. The quick run (two small problems) must
+jcalib.io.petab, each problem in its own subprocess. The quick run (two small problems) must
 reproduce the collection's reference simulations, Boehm's published log-likelihood and the
 gradient's finite differences; the slow test runs the whole collection."""
 
@@ -57,7 +57,7 @@ _DELAYED_EVENT = """<listOfEvents><event id="late" useValuesFromTriggerTime="tru
 
 @pytest.mark.slow
 def test_petab_collection_records_refusals_and_timeouts(tmp_path):
-    """A refused problem keeps its reason (Bertozzi with an event delay, which jcalib.sbml
+    """A refused problem keeps its reason (Bertozzi with an event delay, which jcalib.io.sbml
     refuses); a problem past its timeout is recorded, not waited for; --update reruns one.
     The refusal gets a generous timeout (its worker only imports, but on a loaded machine
     starting Python and JAX alone took over 5 s); Chen's first simulation takes minutes."""

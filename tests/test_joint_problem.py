@@ -14,9 +14,8 @@ import pytest
 import jcalib
 from jcalib import bayes, estimation, sensitivity
 from jcalib.data import Measurements
-from jcalib.joint_problem import JointProblem
 from jcalib.model import Experiment
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem, JointProblem
 
 TRUTH = {"kab": 1.0e-4, "kac": 2.0e-5, "kad": 5.0e-5}
 
@@ -357,7 +356,7 @@ def test_parameter_set_from_each_experiments_condition(ragged):
     """``fixed={"A0": "A0"}``: an initial-state parameter takes each experiment's condition A0,
     so the residuals are those of the experiments' own models."""
     from jcalib.parameters import Parameter
-    from jcalib.problem import with_initial_state_parameters
+    from jcalib.problems import with_initial_state_parameters
 
     pairs = [(with_initial_state_parameters(m, [Parameter("A0", 10.0, 1.0, 30.0)]), d) for m, d in ragged]
     joint = JointProblem(pairs, free=["kab", "kac", "kad"], fixed={"A0": "A0"}, weighting="absolute")

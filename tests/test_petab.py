@@ -1,4 +1,4 @@
-"""jcalib.petab on the PEtab test suite (format 1.0.0, SBML cases 0001-0020): chi2, llh and
+"""jcalib.io.petab on the PEtab test suite (format 1.0.0, SBML cases 0001-0020): chi2, llh and
 simulations against each case's solution, within its tolerances."""
 
 
@@ -11,15 +11,15 @@ import pytest
 import yaml
 from scipy import stats
 
-from jcalib import petab as jpetab
 from jcalib.estimation import multistart
+from jcalib.io import petab as jpetab
 from jcalib.model import SolveStatus
 from tests.helpers import shared_petab
 
 SUITE = shared_petab("test_suite_v1")
 CASES = [f"{i:04d}" for i in range(1, 21)]
 
-# cases jcalib.petab does not support yet, with the PEtab feature that is missing
+# cases jcalib.io.petab does not support yet, with the PEtab feature that is missing
 UNSUPPORTED: dict[str, str] = {}
 
 

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from jcalib.data import Measurements
-from jcalib.joint_problem import JointProblem
 from jcalib.model import AbstractModel, Experiment, SolveStatus
 from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem, JointProblem
 from tests.helpers import central_differences
 
 TS = np.linspace(0.5, 10.0, 12)

@@ -9,7 +9,7 @@ from scipy import stats
 
 from jcalib.data import Measurements, synthetic_measurements
 from jcalib.probability import GaussianPrior
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 from tests.helpers import central_differences
 
 SIGMA = 0.02

@@ -1,4 +1,4 @@
-"""jcalib.sbml: SBML models against analytic solutions and the PEtab test suite's simulations."""
+"""jcalib.io.sbml: SBML models against analytic solutions and the PEtab test suite's simulations."""
 
 import csv
 
@@ -10,7 +10,7 @@ import numpy as np
 import optimistix as optx
 import pytest
 
-from jcalib import sbml
+from jcalib.io import sbml
 from jcalib.rosenbrock import Rodas5P
 from tests.helpers import shared_petab
 

@@ -5,7 +5,7 @@ for any log density) and `sample` for a `CalibrationProblem`, with preconditione
 posterior results, MCMC diagnostics (ArviZ), kernel density estimates of marginals and predictive
 bands; simulation-based calibration and recovery metrics of amortized posteriors.
 
-Priors and likelihoods live in `jcalib.probability` (below `jcalib.problem`) and are re-exported here.
+Priors and likelihoods live in `jcalib.probability` (below `jcalib.problems`) and are re-exported here.
 The log-normal *likelihood* is `jcalib.probability.LogNormalLikelihood` (or ``likelihood="lognormal"``);
 `LogNormal` here is the prior."""
 

@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from jcalib.parameters import ParameterSpace
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
 
 

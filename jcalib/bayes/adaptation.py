@@ -42,7 +42,7 @@ from jcalib._precision import as_float64
 from jcalib.algorithm import Algorithm
 from jcalib.bayes._target import _evaluate_batch, _positive, _resolve_bounds, problem_logdensity
 from jcalib.parameters import ParameterSpace
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem
 
 __all__ = [
     "DualAveragingState",

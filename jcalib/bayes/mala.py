@@ -3,7 +3,7 @@
 
 The target is π(θ) ∝ exp(-S_X(θ)) = exp(logdensity_fn(θ)) in the problem's *internal*
 coordinates θ (log for log-scale parameters, see `jcalib.parameters`); in practice
-``logdensity_fn`` is `jcalib.problem.CalibrationProblem.log_posterior`. One step (eq. A17)
+``logdensity_fn`` is `jcalib.problems.CalibrationProblem.log_posterior`. One step (eq. A17)
 proposes, with P = diag(p) the prescaled step sizes,
 
     θ' = θ + P ∇log π(θ) + √(2P) r,   r ~ N(0, I),
@@ -111,7 +111,7 @@ from jcalib.bayes.preconditioning import (
     as_preconditioner,
 )
 from jcalib.bayes.result import PosteriorResult
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem
 
 __all__ = [
     "BACKENDS",

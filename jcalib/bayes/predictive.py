@@ -35,10 +35,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jcalib.bayes.result import is_internal
-from jcalib.joint_problem import JointProblem
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractModel, Experiment, SolveStatus, simulate_batch
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problems import AbstractProblem, CalibrationProblem, JointProblem
 
 __all__ = ["PredictiveBands", "expand_draws", "output_bands", "prediction_bands"]
 
@@ -151,7 +150,7 @@ def output_bands(
         quantiles: probabilities in (0, 1), increasing (default 5 %, 50 %, 95 %).
         experiment: None (the measurement times), an `Experiment` of the same model, or
             another model with the same parameter names (another recipe); for a
-            `jcalib.joint_problem.JointProblem`, the name (or index) of one of its
+            `jcalib.problems.JointProblem`, the name (or index) of one of its
             experiments: the bands of that experiment at its measurement times.
         chunk_size: passed to `simulate_batch`.
 

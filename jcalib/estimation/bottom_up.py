@@ -69,7 +69,7 @@ from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.least_squares import least_squares_trf
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problems import AbstractProblem, CalibrationProblem
 from jcalib.sensitivity.identifiability import IdentifiabilityReport
 from jcalib.starts import start_internal
 

@@ -45,7 +45,7 @@ Example:
     >>> import jax
     >>> jax.config.update("jax_enable_x64", True)
     >>> import jcalib
-    >>> from jcalib.problem import CalibrationProblem
+    >>> from jcalib.problems import CalibrationProblem
     >>> model = jcalib.models.get("four_substance_reactions")
     >>> data = jcalib.synthetic_measurements(jax.random.key(0), model,
     ...                                      model.parameters.nominal, sigma=0.01)
@@ -68,7 +68,7 @@ from jaxtyping import ArrayLike, Float
 from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem
 from jcalib.sensitivity.identifiability import (
     FLAT_RATIO,
     GAP_RATIO,

@@ -57,7 +57,7 @@ from jcalib.estimation.failures import FailedStartError, honest_outcome, point_f
 from jcalib.estimation.least_squares import _Calls, _inside, least_squares_trf, levenberg_marquardt_batch
 from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
 from jcalib.parameters import unit_samples
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
 
 __all__ = [

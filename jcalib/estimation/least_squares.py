@@ -59,7 +59,7 @@ from jcalib import distributed
 from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
 from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
 
 __all__ = ["FIDES_FATOL", "FIDES_FRTOL", "LevenbergMarquardtInfo", "LevenbergMarquardtState", "MultistartResult",

@@ -41,7 +41,7 @@ from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
 from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
 
 __all__ = ["ParameterCovariance", "ProfileLikelihood", "parameter_covariance",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from jcalib.joint_problem import JointProblem
 from jcalib.plotting._grid import plt
 from jcalib.plotting.simulation import draw_outputs, plot_simulation
+from jcalib.problems import JointProblem
 
 __all__ = ["plot_cost_versus_parameters", "plot_fit", "plot_multistart_waterfall", "plot_profile", "plot_residuals"]
 
@@ -38,7 +38,7 @@ def plot_multistart_waterfall(result, *, title=""):
 def plot_fit(problem, result, *, n_dense=200, title="", units=None, time_unit=""):
     """Fit versus data: the model at ``result``'s estimate (an `EstimationResult` of
     ``problem``) with the measurements, one panel per output (wraps `plot_simulation`); for a
-    `jcalib.joint_problem.JointProblem`, one row of panels per experiment.
+    `jcalib.problems.JointProblem`, one row of panels per experiment.
 
     ``n_dense`` points between the first and last measurement time give smooth curves (one
     extra compile of the re-timed model); None plots at the measurement times only."""
@@ -83,7 +83,7 @@ def _fit_curve(problem, z, n_dense):
 
 def plot_residuals(problem, result, *, title=""):
     """Weighted residuals at ``result``'s estimate over time, one marker series per output;
-    for a `jcalib.joint_problem.JointProblem`, one panel per experiment."""
+    for a `jcalib.problems.JointProblem`, one panel per experiment."""
     import jax.numpy as jnp
 
     z = jnp.asarray(np.asarray(result.theta_internal))

@@ -1,6 +1,6 @@
-"""Probability building blocks below `jcalib.problem`: per-parameter priors, the Gaussian prior
+"""Probability building blocks below `jcalib.problems`: per-parameter priors, the Gaussian prior
 on internal coordinates and measurement-noise likelihoods. Imports only `jcalib.parameters`, so
-`jcalib.problem` imports it at module top and `jcalib.bayes` re-exports it.
+`jcalib.problems` imports it at module top and `jcalib.bayes` re-exports it.
 
 The log-normal *likelihood* is `LogNormalLikelihood` (or ``likelihood="lognormal"``); `LogNormal`
 is the prior."""

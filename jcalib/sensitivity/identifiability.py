@@ -46,9 +46,8 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from jcalib.joint_problem import JointProblem
 from jcalib.jsonable import to_jsonable
-from jcalib.problem import AbstractProblem
+from jcalib.problems import AbstractProblem, JointProblem
 from jcalib.sensitivity.local import (
     J_SCALINGS,
     _check_choice,
@@ -502,7 +501,7 @@ class IdentifiabilityReport(eqx.Module):
             the threshold: a well-conditioned starting subset (Bastogne §3.4).
         j_sensitivity: |dJ/dθ| per parameter, in the coordinates of
             ``j_sensitivity_scaling`` (Bastogne eq. 12: ``"absolute"``); 0 for a problem
-            `~jcalib.problem.CalibrationProblem.from_simulation` at its own ``theta``.
+            `~jcalib.problems.CalibrationProblem.from_simulation` at its own ``theta``.
         j_sensitivity_order: parameter names by decreasing J-sensitivity.
     """
 
@@ -630,7 +629,7 @@ def identifiability(
 
 
 class ExperimentContributions(eqx.Module):
-    """Which experiment of a `jcalib.joint_problem.JointProblem` adds which essential direction.
+    """Which experiment of a `jcalib.problems.JointProblem` adds which essential direction.
 
     Attributes:
         experiment_names: the experiments, in the order they are added.
@@ -678,7 +677,7 @@ def experiment_contributions(
     that makes a flat direction essential).
 
     Args:
-        problem: a `jcalib.joint_problem.JointProblem`.
+        problem: a `jcalib.problems.JointProblem`.
         theta, coordinates, scaling, rank_rtol, flat_ratio, gap_ratio: as in `identifiability`.
 
     Returns:

@@ -48,7 +48,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from jcalib._precision import as_float64
 from jcalib.model import AbstractModel, AbstractSimulator, SolveStatus, check_simulator
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 
 __all__ = [
     "J_SCALINGS",

@@ -62,7 +62,7 @@ from jcalib.estimation.result import EstimationResult
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractSimulator
 from jcalib.nn.pelsvae import PELSVAE
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 
 __all__ = ["SurrogateCalibrationResult", "surrogate_calibration", "surrogate_problem"]
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import jcalib  # noqa: E402
 from jcalib.probability.priors import HalfNormal, LogNormal, Normal  # noqa: E402
-from jcalib.problem import initial_state_from_parameters  # noqa: E402
+from jcalib.problems import initial_state_from_parameters  # noqa: E402
 
 
 class LotkaVolterra(jcalib.AbstractModel):

@@ -8,7 +8,7 @@ import numpy as np
 from jcalib.data import Measurements
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.probability.likelihoods import AbsoluteGaussian
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 from tests.helpers import LinearModel
 
 

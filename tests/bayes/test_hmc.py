@@ -15,7 +15,7 @@ import jcalib
 from jcalib.algorithm import run, vmap_chains
 from jcalib.bayes import DenseMetric, Laplace, Prescaled, SamplingWarning, adaptation, hmc, mala
 from jcalib.bayes.result import PosteriorResult
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 from tests.bayes.problems import CutLinearModel, gaussian_problem
 
 MEAN = np.array([1.0, -2.0])

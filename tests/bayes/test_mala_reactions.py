@@ -8,7 +8,7 @@ import pytest
 
 import jcalib
 from jcalib.bayes import Prescaled, mala
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 
 # The paper: τ_i = 1/50 of the range, 2500 steps of which the first 500 are discarded. Fewer
 # steps here (2 chains x 1000 after 300 burn-in) keep the suite fast; intervals need only a

@@ -18,7 +18,7 @@ from jcalib.bayes.predictive import (
     prediction_bands,
 )
 from jcalib.probability.likelihoods import LogNormalLikelihood
-from jcalib.problem import CalibrationProblem, initial_state_from_parameters
+from jcalib.problems import CalibrationProblem, initial_state_from_parameters
 
 N_DRAWS = 4000
 MEAN, STD = np.array([1.0, 5.0]), np.array([0.2, 0.5])  # of (a, y0)

@@ -12,7 +12,7 @@ import numpy as np
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel, Experiment
 from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 
 TS = np.array([0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0])
 THETA_TRUE = np.array([1.0, -0.5, 0.3])

@@ -10,7 +10,7 @@ from jcalib.data import Measurements
 from jcalib.estimation.bottom_up import BottomUpResult, bottom_up, find_knee
 from jcalib.estimation.result import EstimationResult
 from jcalib.plotting import plot_cost_versus_parameters
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 from jcalib.sensitivity.identifiability import identifiability
 from tests.estimation.linear_case import TS, design, linear_model
 

@@ -12,7 +12,7 @@ import jcalib
 from jcalib.algorithm import Algorithm, run
 from jcalib.data import Measurements
 from jcalib.estimation.gauss_newton import gauss_newton, gauss_newton_algorithm
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 from tests.estimation.linear_case import design, linear_problem
 
 NOMINAL = np.array([1e-4, 1e-5, 5e-5])  # four_substance_reactions: kab, kac, kad

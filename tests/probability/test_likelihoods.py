@@ -14,7 +14,7 @@ import jcalib
 from jcalib.data import Measurements
 from jcalib.probability.likelihoods import AbsoluteGaussian, LogNormalLikelihood, RelativeGaussian
 from jcalib.probability.priors import HalfNormal
-from jcalib.problem import (
+from jcalib.problems import (
     CalibrationProblem,
     initial_state_from_parameters,
     with_initial_state_parameters,

@@ -20,7 +20,7 @@ from jcalib.probability.priors import (
     bind_priors,
     default_prior,
 )
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 
 # (prior, parameter, equivalent untruncated scipy distribution)
 CASES = [

@@ -35,7 +35,7 @@ from jcalib.estimation.global_search import differential_evolution_algorithm
 from jcalib.filters.ekf import propagate_state, run_ekf
 from jcalib.model import AbstractModel, Experiment, SimulationError
 from jcalib.parameters import Parameter, ParameterSpace
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 from jcalib.sensitivity import identifiability, output_sensitivities, sobol_indices
 
 TS = np.linspace(0.25, 3.0, 12)

@@ -29,7 +29,7 @@ from jcalib.probability.priors import (
     bind_priors,
     truncation_fraction,
 )
-from jcalib.problem import CalibrationProblem
+from jcalib.problems import CalibrationProblem
 from tests.bayes.problems import gaussian_problem
 
 SCALES = np.array([1.0, 2.0])  # the healthy target: independent N(0, 1) and N(0, 4)

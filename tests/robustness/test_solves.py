@@ -20,7 +20,7 @@ import jcalib
 from jcalib.data import Measurements
 from jcalib.model import Experiment, SolveStatus, simulate_batch
 from jcalib.parameters import Parameter
-from jcalib.problem import CalibrationProblem, with_initial_state_parameters
+from jcalib.problems import CalibrationProblem, with_initial_state_parameters
 from jcalib.sensitivity.local import output_sensitivities
 
 NOMINAL = np.array([1e-4, 1e-5, 5e-5])  # four_substance_reactions: kab, kac, kad

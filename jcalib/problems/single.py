@@ -46,14 +46,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from jcalib.abstract_problem import AbstractProblem, compiled_call, quoted
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel, check_simulator
 from jcalib.parameters import Parameter, ParameterSpace, check_names
 from jcalib.probability.likelihoods import AbstractLikelihood, get_likelihood, noise_parameter_space
 from jcalib.probability.priors import AbstractPrior, GaussianPrior, ParameterPriors, bind_priors
+from jcalib.problems.contract import AbstractProblem, compiled_call, quoted
 
-__all__ = ["AbstractProblem", "CalibrationProblem", "GaussianPrior", "InitialStateParameters", "WEIGHTINGS",
+__all__ = ["CalibrationProblem", "InitialStateParameters", "WEIGHTINGS",
            "initial_state_from_parameters", "with_initial_state_parameters"]
 
 WEIGHTINGS = ("relative", "absolute", "sigma")

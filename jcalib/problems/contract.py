@@ -3,8 +3,8 @@
 `AbstractProblem` declares what a problem provides (equinox abstract variables and abstract
 methods: a class lacking one cannot be created) and implements what all problems share on top
 of it: coordinate maps, residuals, Jacobian, loss and log densities of ``theta_internal``,
-each compiled once per problem structure (`compiled_call`). `jcalib.problem.CalibrationProblem`,
-`jcalib.joint_problem.JointProblem` and `jcalib.petab.PetabCalibrationProblem` implement it.
+each compiled once per problem structure (`compiled_call`). `jcalib.problems.CalibrationProblem`,
+`jcalib.problems.JointProblem` and `jcalib.io.petab.PetabCalibrationProblem` implement it.
 
 (No ``from __future__ import annotations`` here: equinox reads ``AbstractVar`` from evaluated
 annotations.)
@@ -33,8 +33,8 @@ class AbstractProblem(eqx.Module):
     ``free_names``), and the maps between internal and physical values.
 
     Implemented by `CalibrationProblem` (one model, one experiment),
-    `jcalib.joint_problem.JointProblem` (several experiments) and
-    `jcalib.petab.PetabCalibrationProblem`. What a subclass provides is declared below: the
+    `jcalib.problems.JointProblem` (several experiments) and
+    `jcalib.io.petab.PetabCalibrationProblem`. What a subclass provides is declared below: the
     abstract variables (fields or properties) and the abstract methods; equinox refuses to
     create a problem that lacks one.
     """

@@ -51,7 +51,8 @@ from jcalib.data import Measurements
 from jcalib.model import AbstractModel, Experiment, SolveStatus
 from jcalib.parameters import Parameter, ParameterSpace, check_names
 from jcalib.probability.priors import AbstractPrior, GaussianPrior, bind_priors
-from jcalib.problem import AbstractProblem, CalibrationProblem
+from jcalib.problems.contract import AbstractProblem
+from jcalib.problems.single import CalibrationProblem
 from jcalib.stacking import map_stacked, padded, stack
 
 __all__ = ["JointProblem"]

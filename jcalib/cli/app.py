@@ -1,0 +1,35 @@
+"""The ``jcalib`` command: one typer app, each command a function of its own module.
+
+Importing it switches on float64 (an entry point: simulations run in float64)."""
+
+from __future__ import annotations
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import typer  # noqa: E402
+
+from jcalib.cli.amortize import amortize  # noqa: E402
+from jcalib.cli.calibrate import calibrate  # noqa: E402
+from jcalib.cli.common import _OneLineErrors  # noqa: E402
+from jcalib.cli.identify import identify  # noqa: E402
+from jcalib.cli.models import models_list, models_show, simulate  # noqa: E402
+from jcalib.cli.petab import petab  # noqa: E402
+from jcalib.cli.sample import sample  # noqa: E402
+from jcalib.cli.sensitivity import sensitivity  # noqa: E402
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="Calibrate dynamic simulation models with JAX.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, cls=_OneLineErrors)
+models_app = typer.Typer(help="Built-in models.", invoke_without_command=True)
+models_app.callback()(models_list)
+models_app.command("show")(models_show)
+app.add_typer(models_app, name="models")
+for command in (simulate, sensitivity, calibrate, sample, amortize, identify, petab):
+    app.command()(command)
+
+
+def main():  # pragma: no cover - console entry
+    app()

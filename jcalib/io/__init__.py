@@ -1,0 +1,1 @@
+"""Outside formats: SBML models (`jcalib.io.sbml`) and PEtab problems (`jcalib.io.petab`)."""
