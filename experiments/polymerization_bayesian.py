@@ -67,7 +67,7 @@ from experiments import common  # noqa: E402
 from experiments.polymerization_classical import OUTPUTS, TESTS, real_data  # noqa: E402  (same data and tests)
 from experiments.polymerization_classical import run_test as gauss_newton_test  # noqa: E402
 from experiments.reactions_bayesian import UNUSED_SIGMA, band_misses, sampling_problem  # noqa: E402  (shared)
-from jcalib.bayes import Laplace, Prescaled, Uniform, mala  # noqa: E402
+from jcalib.bayes import Laplace, Prescaled, Uniform, mala, nuts  # noqa: E402
 from jcalib.bayes.predictive import output_bands, prediction_bands  # noqa: E402
 from jcalib.bayes.result import PosteriorResult  # noqa: E402
 from jcalib.data import Measurements  # noqa: E402
@@ -131,7 +131,7 @@ def run_sampler(key, sampler: str, name: str, model, data, sigma: float, start: 
                            preconditioner=Prescaled(FRACTION), progress=progress)
     problem = sampling_problem(log_f_model(model), data, spec["outputs"], sigma, free=spec["free"],
                                fixed=spec["fixed"], prior={"f": Uniform()})
-    result = mala.sample(key, problem, start, n_steps, n_chains=sizes["n_chains"], kernel="nuts", warmup=skip,
+    result = nuts.sample(key, problem, start, n_steps, n_chains=sizes["n_chains"], warmup=skip,
                          preconditioner=Laplace(), progress=progress)
     return paper_coordinates(result, model)
 

@@ -161,6 +161,7 @@ SLOW_EXAMPLES = frozenset({
     "jcalib/estimation/bottom_up.py::jcalib.estimation.bottom_up",
     "jcalib/filters/ekf.py::jcalib.filters.ekf",
     "jcalib/bayes/hmc.py::jcalib.bayes.hmc",
+    "jcalib/bayes/nuts.py::jcalib.bayes.nuts",
 })
 
 

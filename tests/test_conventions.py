@@ -106,7 +106,7 @@ def _violations():
 
 def test_the_inspection_sees_the_api():
     names = {q for q, _ in CALLABLES}
-    for expected in ("jcalib.sensitivity.sobol.sobol_indices", "jcalib.bayes.mala.sample",
+    for expected in ("jcalib.sensitivity.sobol.sobol_indices", "jcalib.bayes.mala.sample", "jcalib.bayes.nuts.sample",
                      "jcalib.estimation.gauss_newton.gauss_newton", "jcalib.algorithm.run",
                      "jcalib.problems.contract.AbstractProblem.log_posterior"):
         assert expected in names
@@ -117,7 +117,14 @@ def test_public_signatures_follow_the_conventions():
     assert not violations, "\n".join(violations)
 
 
+# A name that is the common interface of sibling modules, one per method (as blackjax's
+# ``blackjax.nuts``, ``blackjax.hmc``): the same arguments and result, another algorithm.
+SHARED_INTERFACES = {"sample": ["jcalib.bayes.hmc", "jcalib.bayes.mala", "jcalib.bayes.nuts"]}
+
+
 def test_a_public_name_means_one_thing():
+    """No two public objects share a name, except the per-method interfaces of
+    `SHARED_INTERFACES` (exactly those modules)."""
     owners: dict[str, dict[int, str]] = {}
     for module in _public_modules():
         for name in getattr(module, "__all__", ()):
@@ -126,6 +133,7 @@ def test_a_public_name_means_one_thing():
                 continue  # per-model constants (OBSERVATION_TIMES, CONSTANTS) are data of their module
             owners.setdefault(name, {})[id(obj)] = module.__name__
     clashes = {name: sorted(where.values()) for name, where in owners.items() if len(where) > 1}
+    assert clashes.pop("sample") == SHARED_INTERFACES["sample"]
     assert not clashes, clashes
 
 

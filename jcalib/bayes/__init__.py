@@ -16,6 +16,7 @@ from jcalib.bayes.adaptation import (
     dual_averaging_update,
     prior_prescaling,
 )
+from jcalib.bayes.chains import KERNELS
 from jcalib.bayes.diagnostics import (
     ChainDiagnostics,
     SamplingWarning,
@@ -29,7 +30,7 @@ from jcalib.bayes.diagnostics import (
     summary,
     to_inference_data,
 )
-from jcalib.bayes.hmc import KERNELS, HMCInfo, hmc_algorithm, nuts_algorithm
+from jcalib.bayes.hmc import HMCInfo, hmc_algorithm
 from jcalib.bayes.kde import default_grid, gaussian_kde, kde_1d, kde_2d, kernel_covariance
 from jcalib.bayes.mala import (
     MALAInfo,
@@ -43,6 +44,7 @@ from jcalib.bayes.mala import (
     sample,
     step_sizes,
 )
+from jcalib.bayes.nuts import nuts_algorithm
 from jcalib.bayes.preconditioning import (
     AbstractPreconditioner,
     DenseMetric,

@@ -1,7 +1,7 @@
-"""HMC and NUTS (blackjax's kernels) as `jcalib.algorithm.Algorithm` s: `hmc_algorithm` and
-`nuts_algorithm` for any log density (driven by `jcalib.algorithm.run`), and the ``kernel="hmc"``
-and ``kernel="nuts"`` paths of `jcalib.bayes.mala.sample`, with the same problem, result type,
-diagnostics and warnings as MALA.
+"""HMC (blackjax's kernel): `hmc_algorithm` for any log density (driven by `jcalib.algorithm.run`)
+and `sample` for a problem's posterior, with the same result type, diagnostics and warnings as
+`jcalib.bayes.mala.sample`; and what HMC and NUTS (`jcalib.bayes.nuts`) share: the metric, the
+step size, the treatment of failed solves and the sampling run (`_sample_hamiltonian`).
 
 **Metric.** The inverse mass matrix is a preconditioner strategy
 (`jcalib.bayes.preconditioning`): by default `Laplace()`, the inverse Hessian of the log
@@ -33,28 +33,33 @@ Example:
     >>> import jax, jax.numpy as jnp
     >>> from jcalib.algorithm import run, vmap_chains
     >>> jax.config.update("jax_enable_x64", True)
-    >>> nuts = vmap_chains(nuts_algorithm(lambda x: -0.5 * jnp.sum(x**2), 0.8, jnp.ones(2)))
-    >>> out = run(jax.random.key(0), nuts, nuts.init(jnp.zeros((4, 2))), 100)
+    >>> hmc = vmap_chains(hmc_algorithm(lambda x: -0.5 * jnp.sum(x**2), 0.8, jnp.ones(2)))
+    >>> out = run(jax.random.key(0), hmc, hmc.init(jnp.zeros((4, 2))), 100)
     >>> out.trace.acceptance_rate.shape
     (100, 4)
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Float
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from jcalib.algorithm import Algorithm
+from jcalib.bayes._target import problem_logdensity
+from jcalib.bayes.chains import KernelSetup, _metric, _scaled_step, sample_chains
 from jcalib.bayes.preconditioning import AbstractPreconditioner, Laplace, as_preconditioner
+from jcalib.bayes.result import PosteriorResult
+from jcalib.problems import AbstractProblem
 
-__all__ = ["KERNELS", "HMCInfo", "default_preconditioner", "hmc_algorithm", "nuts_algorithm"]
+__all__ = ["HMCInfo", "default_preconditioner", "hmc_algorithm", "sample", "transition"]
 
-KERNELS = ("mala", "hmc", "nuts")
 _MAX_INTEGRATION_STEPS = 1024  # cap of one HMC trajectory (as NUTS's 2^10)
 
 
@@ -75,34 +80,23 @@ class HMCInfo(NamedTuple):
     num_integration_steps: Array
 
 
-def transition(kind: str, logdensity_fn: Callable, inverse_mass_matrix, max_num_doublings: int = 10):
-    """``kernel(key, state, step_size) -> (state, HMCInfo)`` of one chain (``kind`` is
-    ``"hmc"`` or ``"nuts"``); a non-finite new state is a rejection (module doc). The kernel is
-    a `jax.tree_util.Partial` of module-level functions: with a pytree ``logdensity_fn`` (a
+def transition(step: Callable, logdensity_fn: Callable, inverse_mass_matrix, *step_args):
+    """``kernel(key, state, step_size) -> (state, HMCInfo)`` of one chain, running
+    ``step(logdensity_fn, inverse_mass, *step_args, key, state, eps)`` (`_hmc_step`, NUTS's
+    step); a non-finite new state is a rejection (module doc). The kernel is a
+    `jax.tree_util.Partial` of module-level functions: with a pytree ``logdensity_fn`` (a
     problem's posterior) `jcalib.algorithm.run` compiles it once for later runs."""
-    inv_mass = jnp.asarray(inverse_mass_matrix)
-    if kind == "nuts":
-        step = jax.tree_util.Partial(_nuts_step, logdensity_fn, inv_mass, int(max_num_doublings))
-    else:
-        step = jax.tree_util.Partial(_hmc_step, logdensity_fn, inv_mass)
+    step = jax.tree_util.Partial(step, logdensity_fn, jnp.asarray(inverse_mass_matrix), *step_args)
     return jax.tree_util.Partial(_safe_step, step)
 
 
-def _nuts_step(logdensity_fn, inv_mass, max_num_doublings: int, key, state, eps):
-    import blackjax  # imported on use: blackjax is needed only for these kernels
-
-    with jax.numpy_dtype_promotion("standard"):  # blackjax mixes Python ints and floats
-        new, info = blackjax.mcmc.nuts.build_kernel()(key, state, logdensity_fn, eps, inv_mass, max_num_doublings)
-    return new, info.acceptance_rate, info.acceptance_rate, info.is_divergent, info.num_integration_steps
-
-
 def _hmc_step(logdensity_fn, inv_mass, key, state, eps):
-    import blackjax
+    import blackjax  # imported on use: blackjax is needed only for these kernels
 
     key_length, key_step = jax.random.split(key)
     u = jax.random.uniform(key_length, (), dtype=eps.dtype)
     n_steps = jnp.clip(jnp.ceil(u * math.pi / eps), 1, _MAX_INTEGRATION_STEPS).astype(jnp.int32)
-    with jax.numpy_dtype_promotion("standard"):
+    with jax.numpy_dtype_promotion("standard"):  # blackjax mixes Python ints and floats
         new, info = blackjax.mcmc.hmc.build_kernel()(key_step, state, logdensity_fn, eps, inv_mass, n_steps)
     return (new, info.acceptance_rate, info.is_accepted.astype(eps.dtype), info.is_divergent,
             info.num_integration_steps)
@@ -126,11 +120,14 @@ def init_state(logdensity_fn: Callable, position):
     return blackjax.mcmc.hmc.init(jnp.asarray(position), logdensity_fn)
 
 
-def _algorithm(kind, logdensity_fn, step_size, inverse_mass_matrix, max_num_doublings):
+def _hamiltonian_algorithm(name: str, step: Callable, logdensity_fn, step_size, inverse_mass_matrix,
+                          *step_args) -> Algorithm:
+    """``Algorithm(init, step, stochastic=True)`` of `transition` at a fixed step size (``name``
+    prefixes the error)."""
     eps = float(step_size)
     if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"{kind}_algorithm: step_size must be a positive number; got {step_size!r}")
-    kernel = transition(kind, logdensity_fn, inverse_mass_matrix, max_num_doublings)
+        raise ValueError(f"{name}: step_size must be a positive number; got {step_size!r}")
+    kernel = transition(step, logdensity_fn, inverse_mass_matrix, *step_args)
     return Algorithm(jax.tree_util.Partial(init_state, logdensity_fn),
                      jax.tree_util.Partial(_fixed_step_size, kernel, jnp.asarray(eps)), True)
 
@@ -156,19 +153,7 @@ def hmc_algorithm(logdensity_fn: Callable[[Float[Array, " n"]], Float[Array, ""]
     Raises:
         ValueError: ``step_size`` not a positive number.
     """
-    return _algorithm("hmc", logdensity_fn, step_size, inverse_mass_matrix, 10)
-
-
-def nuts_algorithm(logdensity_fn: Callable[[Float[Array, " n"]], Float[Array, ""]], step_size: float,
-                   inverse_mass_matrix: Float[ArrayLike, " n"] | Float[ArrayLike, "n n"], *,
-                   max_num_doublings: int = 10) -> Algorithm:
-    """NUTS (blackjax's kernel) as ``Algorithm(init, step, stochastic=True)``; as
-    `hmc_algorithm`, with at most 2^``max_num_doublings`` leapfrog steps per transition.
-
-    Raises:
-        ValueError: ``step_size`` not a positive number.
-    """
-    return _algorithm("nuts", logdensity_fn, step_size, inverse_mass_matrix, int(max_num_doublings))
+    return _hamiltonian_algorithm("hmc_algorithm", _hmc_step, logdensity_fn, step_size, inverse_mass_matrix)
 
 
 def default_preconditioner(preconditioner) -> AbstractPreconditioner:
@@ -176,3 +161,97 @@ def default_preconditioner(preconditioner) -> AbstractPreconditioner:
     if preconditioner is None:
         return Laplace()
     return as_preconditioner(preconditioner)
+
+
+def sample(
+    key: PRNGKeyArray,
+    problem: AbstractProblem,
+    theta0: Float[ArrayLike, " n_free"] | Float[ArrayLike, "n_chains n_free"] | Mapping[str, float] | None = None,
+    n_steps: int = 1000,
+    *,
+    coordinates: str = "physical",
+    n_chains: int = 4,
+    burn_in: int = 0,
+    thin: int = 1,
+    preconditioner: AbstractPreconditioner | str | Float[ArrayLike, "n_free n_free"] | None = None,
+    step_sizes: str | float = "prescaled",
+    warmup: int = 0,
+    target_acceptance: float | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> PosteriorResult:
+    """Sample a problem's posterior with HMC (blackjax's kernel, jittered trajectories), several
+    chains at once; the run, the keys and the result as in `jcalib.bayes.mala.sample`.
+
+    Args:
+        key, problem, theta0, n_steps, coordinates, n_chains, burn_in, thin, chunk_size, progress:
+            as in `jcalib.bayes.mala.sample`.
+        preconditioner: the inverse mass matrix: `Laplace()` (default: the Laplace covariance at
+            the chains' mean start), `DenseMetric(cov)` or `Prescaled(fraction)` (the paper's
+            diagonal step sizes P as a diagonal inverse mass matrix).
+        step_sizes: the leapfrog step ε: ``"prescaled"`` (ε = n^(-1/4)) or one positive number.
+        warmup: steps adapting a global factor on ε towards ``target_acceptance`` (dual
+            averaging), discarded.
+        target_acceptance: in (0, 1); default 0.8 (blackjax's and Stan's).
+
+    Returns:
+        `jcalib.bayes.result.PosteriorResult`; ``extra`` also holds the divergences per chain,
+        ε, the inverse mass matrix and the mean number of leapfrog steps per transition.
+
+    Raises:
+        ValueError: as `jcalib.bayes.mala.sample`; ``step_sizes`` not one positive number.
+    """
+    return _sample_hamiltonian("hmc", _hmc_step, (), key, problem, theta0, n_steps, coordinates=coordinates,
+                              n_chains=n_chains, burn_in=burn_in, thin=thin, preconditioner=preconditioner,
+                              step_sizes=step_sizes, warmup=warmup, target_acceptance=target_acceptance,
+                              chunk_size=chunk_size, progress=progress)
+
+
+def _sample_hamiltonian(kind: str, step: Callable, step_args: tuple, key, problem, theta0, n_steps: int, *,
+                       coordinates: str, n_chains: int, burn_in: int, thin: int, preconditioner, step_sizes,
+                       warmup: int, target_acceptance: float | None, chunk_size: int | None,
+                       progress: bool) -> PosteriorResult:
+    """`sample` of HMC (``kind="hmc"``) or NUTS (``"nuts"``, `jcalib.bayes.nuts.sample`) with
+    the transition ``step`` (`transition`)."""
+    build = functools.partial(_setup, kind, step, step_args, default_preconditioner(preconditioner), step_sizes)
+    return sample_chains(key, problem, build, theta0, n_steps, kernel=kind, coordinates=coordinates,
+                         n_chains=n_chains, burn_in=burn_in, thin=thin, warmup=warmup,
+                         target_acceptance=target_acceptance, default_target=0.8, chunk_size=chunk_size,
+                         progress=progress)
+
+
+def _setup(kind: str, step: Callable, step_args: tuple, preconditioner, step_sizes, key, problem,
+           theta0) -> KernelSetup:
+    """The metric as the inverse mass matrix, ε_0 and the transition (`jcalib.bayes.chains`)."""
+    logdensity_fn = problem_logdensity(problem)
+    numbers = _metric(key, problem, theta0, preconditioner, step_sizes, explicit_diagonal=False)
+    eps0 = _leapfrog_step(kind, step_sizes, int(theta0.shape[1]))
+    inverse_mass = numbers.diagonal if numbers.cov is None else np.asarray(numbers.cov)
+    kernel = transition(step, logdensity_fn, inverse_mass, *step_args)
+    extra = {**numbers.extra, "kernel": kind, "inverse_mass_matrix": inverse_mass}
+    diagonal = inverse_mass if inverse_mass.ndim == 1 else np.diagonal(inverse_mass)
+    return KernelSetup(logdensity_fn, theta0, jax.tree_util.Partial(init_state, logdensity_fn),
+                       jax.tree_util.Partial(_scaled_step, kernel, jnp.asarray(eps0)), None,
+                       f"{kind} (blackjax), {type(preconditioner).__name__} metric", extra, numbers.n_evaluations,
+                       functools.partial(_account, eps0, diagonal))
+
+
+def _account(eps0: float, diagonal: np.ndarray, totals, n_counted: int, n_all: int, factor: float):
+    """One log-density evaluation per leapfrog step; ε scaled by the warm-up, and its
+    MALA-equivalent step sizes ε² M⁻¹ / 2 (one leapfrog step is MALA with them)."""
+    del n_counted
+    n_integration = float(sum(np.sum(t.num_integration_steps) for t in totals))
+    eps = eps0 * factor
+    extra = {"step_size": eps, "divergences": totals[-1].is_divergent.astype(int),
+             "mean_integration_steps": n_integration / max(n_all, 1)}
+    return extra, int(n_integration), eps**2 * diagonal / 2.0
+
+
+def _leapfrog_step(kind: str, step_size, n: int) -> float:
+    if isinstance(step_size, str) and step_size == "prescaled":
+        return n ** -0.25
+    if isinstance(step_size, (int, float, np.integer, np.floating)) and not isinstance(step_size, bool) \
+            and 0 < step_size < np.inf:
+        return float(step_size)
+    raise ValueError(f"sample: with {kind}, step_sizes is the leapfrog step ε: 'prescaled' "
+                     f"(n_params^(-1/4), adapted by warmup) or one positive number; got {step_size!r}")

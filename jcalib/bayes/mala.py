@@ -57,8 +57,8 @@ compiled chunks with an optional progress bar) and returns a
 `jcalib.bayes.result.PosteriorResult`. The
 preconditioner is a strategy object (`jcalib.bayes.preconditioning`: `Prescaled`,
 `DenseMetric`, `Laplace`), computed before sampling by `jcalib.bayes.adaptation`, and
-``sample(..., kernel="nuts")`` (or ``"hmc"``) runs blackjax's NUTS/HMC on the same problem
-with the same result type (`jcalib.bayes.hmc`; Laplace whitening by default).
+`jcalib.bayes.hmc.sample` and `jcalib.bayes.nuts.sample` run blackjax's HMC and NUTS on the same
+problem with the same result type (`jcalib.bayes.chains`; Laplace whitening by default).
 
 Example (a raw log density: the algorithm and `jcalib.algorithm.run`; a problem: `sample`):
     >>> import jax, jax.numpy as jnp
@@ -76,8 +76,8 @@ Example (a raw log density: the algorithm and `jcalib.algorithm.run`; a problem:
 
 from __future__ import annotations
 
+import functools
 import math
-import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -87,27 +87,20 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from jcalib.algorithm import Algorithm, run
-from jcalib.bayes import hmc
+from jcalib.algorithm import Algorithm
 from jcalib.bayes._target import (
-    _check_start,
     _evaluate,
-    _evaluate_batch,
     _positive,
     problem_logdensity,
-    problem_starts,
 )
 from jcalib.bayes.adaptation import (
     Prescaling,
-    dual_averaging_algorithm,
     prescaling,
     step_sizes,
 )
+from jcalib.bayes.chains import KernelSetup, _metric, _scaled_step, sample_chains
 from jcalib.bayes.preconditioning import (
     AbstractPreconditioner,
-    DenseMetric,
-    Prescaled,
-    _cholesky_factor,
     as_preconditioner,
 )
 from jcalib.bayes.result import PosteriorResult
@@ -267,11 +260,6 @@ def _fixed_step(kernel: Callable, step_sizes, key: PRNGKeyArray, state: MALAStat
     return kernel(key, state, jnp.broadcast_to(step_sizes, state.position.shape))
 
 
-def _scaled_step(kernel: Callable, base, key: PRNGKeyArray, state, factor):
-    """``kernel(key, state, factor * base)``: a transition whose base step a warm-up scales."""
-    return kernel(key, state, factor * base)
-
-
 def _blackjax_kernel(logdensity_fn: Callable):
     """``kernel(key, state, step_sizes)``: blackjax's MALA with step size 1 on the rescaled
     density u ↦ log π(√p u), states converted to and from θ = √p u."""
@@ -311,7 +299,6 @@ def sample(
     n_chains: int = 4,
     burn_in: int = 0,
     thin: int = 1,
-    kernel: str = "mala",
     preconditioner: AbstractPreconditioner | str | Float[ArrayLike, "n_free n_free"] | None = None,
     step_sizes: str | Prescaling | float | Float[ArrayLike, " n_free"] = "prescaled",
     warmup: int = 0,
@@ -320,7 +307,7 @@ def sample(
     chunk_size: int | None = None,
     progress: bool = False,
 ) -> PosteriorResult:
-    """Sample a problem's posterior with prescaled MALA, HMC or NUTS, several chains at once.
+    """Sample a problem's posterior with prescaled MALA, several chains at once.
 
     Validation, then adaptation (`jcalib.bayes.adaptation`: the preconditioner's scales, then
     ``warmup`` steps of dual averaging of a global step factor), then ``burn_in`` discarded
@@ -329,7 +316,8 @@ def sample(
     `jcalib.algorithm.run` in compiled chunks with an optional progress bar. Step t (counted
     from the first warm-up step) of chain c uses ``split(fold_in(k, t), n_chains)[c]`` of a key k
     derived from ``key``, so the same key gives the same draws and the chunking does not change
-    them. Every kernel returns the same `PosteriorResult`.
+    them. `jcalib.bayes.hmc.sample` and `jcalib.bayes.nuts.sample` run the same way (`jcalib.bayes.chains`)
+    and return the same `PosteriorResult`.
 
     A log density that is not a problem's goes through the algorithm builders
     (`mala_algorithm`, `jcalib.bayes.hmc.hmc_algorithm`, `jcalib.bayes.hmc.nuts_algorithm`) and
@@ -349,24 +337,19 @@ def sample(
         n_chains: chains.
         burn_in: steps discarded before recording (the paper: 500 of 2500).
         thin: keep every ``thin``-th step.
-        kernel: ``"mala"`` (the paper's prescaled MALA, default), ``"hmc"`` or ``"nuts"``
-            (blackjax's kernels, `jcalib.bayes.hmc`).
         preconditioner: `Prescaled(fraction)` (MALA's default: the diagonal P of
             `jcalib.bayes.adaptation.prior_prescaling`, τ_i = 1/50 of each prior range; the paper
             used 1/50 and 1/200), `DenseMetric(cov)`: a symmetric positive definite covariance C
             in internal coordinates (MALA proposes θ + h C ∇log π + √(2h) L r), or `Laplace()`:
-            C = `jcalib.bayes.adaptation.laplace_covariance` at the mean start (the default of
-            HMC and NUTS, where C is the inverse mass matrix). None, a matrix and ``"laplace"``
-            are short forms.
+            C = `jcalib.bayes.adaptation.laplace_covariance` at the mean start. None, a matrix
+            and ``"laplace"`` are short forms.
         step_sizes: MALA with `Prescaled`: ``"prescaled"``, a `Prescaling`, or the diagonal of P
             (scalar or ``(n_free,)``), positive. MALA with a dense metric: the scalar h,
-            ``"prescaled"`` meaning h = 1.65²/(2 n^(1/3)) (Roberts & Rosenthal 1998). HMC/NUTS:
-            the leapfrog step ε, ``"prescaled"`` meaning ε = n^(-1/4).
-        warmup: steps adapting a global factor on P (on ε for HMC/NUTS) towards
+            ``"prescaled"`` meaning h = 1.65²/(2 n^(1/3)) (Roberts & Rosenthal 1998).
+        warmup: steps adapting a global factor on P towards
             ``target_acceptance`` (dual averaging), discarded; 0 keeps P as given (the
             paper's procedure).
-        target_acceptance: in (0, 1); default 0.6 for MALA (the paper calls 50-70 % ideal),
-            0.8 for HMC/NUTS (blackjax's and Stan's default).
+        target_acceptance: in (0, 1); default 0.6 (the paper calls 50-70 % ideal).
         backend: MALA's implementation, ``"jcalib"`` or ``"blackjax"`` (`mala_algorithm`).
         chunk_size: kept draws per compiled chunk (default: all at once, or 20 chunks with
             ``progress``).
@@ -377,14 +360,13 @@ def sample(
         chain, ESS, R-hat, MCSE, mean, sd, quantiles, the best sample, step sizes, and
         ``warnings`` (`jcalib.bayes.diagnostics.sampling_warnings`). ``extra["status"]`` is
         `jcalib.algorithm.run`'s (``"interrupted"``: Ctrl-C while sampling, the finished chunks
-        are kept; during warm-up or burn-in it raises KeyboardInterrupt). For
-        HMC/NUTS, ``extra`` also holds the divergences per chain, ε and the inverse mass matrix.
+        are kept; during warm-up or burn-in it raises KeyboardInterrupt).
 
     Raises:
         ValueError: float64 not enabled; ``problem`` not a `CalibrationProblem`; bad sizes,
             ``theta0`` or ``coordinates``, or a start with a non-finite log density or
             gradient; bad ``step_sizes``, ``preconditioner``, ``target_acceptance``,
-            ``backend``, ``kernel`` or ``chunk_size``.
+            ``backend`` or ``chunk_size``.
 
     Warns:
         SamplingWarning: each of the result's ``warnings`` (a stalled or unmixed run).
@@ -393,237 +375,45 @@ def sample(
         >>> result = sample(jax.random.key(0), problem, n_steps=2000, warmup=500)  # doctest: +SKIP
         >>> result.summary()                                                     # doctest: +SKIP
     """
-    start_time = time.perf_counter()
-    if not jax.config.jax_enable_x64:
-        raise ValueError("sample: MALA runs in float64; call jax.config.update('jax_enable_x64', True) first")
-    if not isinstance(problem, AbstractProblem):
-        raise ValueError(f"sample: problem must be a CalibrationProblem; got {type(problem).__name__} (for a log "
-                         "density function use mala_algorithm, hmc_algorithm or nuts_algorithm with "
-                         "jcalib.algorithm.run)")
-    _check_settings(n_steps=n_steps, n_chains=n_chains, burn_in=burn_in, thin=thin, warmup=warmup)
-    _check_options(kernel, backend, target_acceptance, chunk_size)
-    theta0_internal = problem_starts(problem, theta0, coordinates, int(n_chains), "sample")
-    if kernel == "mala":
-        preconditioner = as_preconditioner(preconditioner)
-        target = 0.6 if target_acceptance is None else float(target_acceptance)
-    else:
-        preconditioner = hmc.default_preconditioner(preconditioner)
-        target = 0.8 if target_acceptance is None else float(target_acceptance)
-    key_pre, _, key_run = jax.random.split(key, 3)  # as in earlier versions: without warm-up, the same draws
-    setup = _adapt(key_pre, kernel, backend, problem, theta0_internal, preconditioner, step_sizes)
-    _, _, start_valid = _evaluate_batch(setup.logdensity_fn, setup.positions)
-    _check_start(start_valid)
-    phases = _run_phases(key_run, setup, kernel, n_steps, burn_in=burn_in, thin=thin, warmup=warmup, target=target,
-                         chunk_size=chunk_size, progress=progress)
-    return _posterior_result(problem, setup, phases, kernel, n_steps, burn_in=burn_in, thin=thin, warmup=warmup,
-                             target=target, start_time=start_time)
+    if backend not in BACKENDS:
+        raise ValueError(f"sample: backend must be one of {BACKENDS}; got {backend!r}")
+    build = functools.partial(_setup, backend, as_preconditioner(preconditioner), step_sizes)
+    return sample_chains(key, problem, build, theta0, n_steps, kernel="mala", coordinates=coordinates,
+                         n_chains=n_chains, burn_in=burn_in, thin=thin, warmup=warmup,
+                         target_acceptance=target_acceptance, default_target=0.6, chunk_size=chunk_size,
+                         progress=progress)
 
 
-class _Phases(NamedTuple):
-    """What the run of warm-up, burn-in and sampling gives `_posterior_result`."""
-
-    positions: np.ndarray  # kept draws, (n_draws, n_chains, n), in the chains' coordinates
-    logdensity: np.ndarray  # (n_draws, n_chains)
-    n_counted: int  # sampling steps taken
-    status: str  # jcalib.algorithm.run's
-    factor: float  # the adapted global step factor (1 without warm-up)
-    warm_mean: float | None  # mean acceptance probability of the warm-up
-    totals: tuple  # per-chain sums of the infos: (warm-up, burn-in, sampling)
-
-
-def _run_phases(key, setup: _Setup, kernel: str, n_steps: int, *, burn_in: int, thin: int, warmup: int,
-                target: float, chunk_size: int | None, progress: bool) -> _Phases:
-    """Warm-up, burn-in and sampling as one `dual_averaging_algorithm` driven by one
-    `jcalib.algorithm.run` (the kernel compiles once). It records every g-th state, g =
-    gcd(thin, warmup + burn_in), and keeps every ``thin``-th after the burn-in; a Ctrl-C
-    before the sampling phase has no draws to return and re-raises."""
-    skip, thin = int(warmup) + int(burn_in), int(thin)
-    every = math.gcd(thin, skip)
-    algorithm = dual_averaging_algorithm(setup.init, setup.kernel, warmup, target, burn_in)
-    steps = None if chunk_size is None and not progress else \
-        (int(chunk_size) * thin if chunk_size is not None else -(-(skip + int(n_steps)) // (20 * thin)) * thin)
-    out = run(key, algorithm, algorithm.init(setup.positions), skip + int(n_steps), thin=every, chunk_size=steps,
-              trace_fn=_positions_and_logdensity, progress=progress,
-              desc=f"{kernel}: {warmup} warm-up, {burn_in} burn-in, {n_steps} sampling steps")
-    if out.n_steps <= skip and out.status == "interrupted":
-        raise KeyboardInterrupt("sample: interrupted during the warm-up or burn-in (no draws yet)")
-    recorded = (np.arange(out.trace[0].shape[0]) + 1) * every  # the step each record follows
-    keep = (recorded > skip) & ((recorded - skip) % thin == 0)
-    state = out.state
-    return _Phases(np.asarray(out.trace[0])[keep], np.asarray(out.trace[1])[keep], out.n_steps - skip, out.status,
-                   float(jnp.exp(state.da.log_x_avg)), float(state.rate_sum) / warmup if warmup else None,
-                   tuple(jax.tree_util.tree_map(lambda t, i=i: np.asarray(t[i]), state.totals) for i in range(3)))
-
-
-def _positions_and_logdensity(state, info):
-    """What `_run_phases` records of each step: the chains' positions and log densities."""
-    del info
-    return state.states.position, state.states.logdensity
-
-
-def _posterior_result(problem, setup: _Setup, phases: _Phases, kernel: str, n_steps: int, *, burn_in: int,
-                      thin: int, warmup: int, target: float, start_time: float) -> PosteriorResult:
-    """The draws and diagnostics of the sampling run as a `PosteriorResult`."""
-    factor, totals, positions, logdensity = phases.factor, phases.totals[-1], phases.positions, phases.logdensity
-    if setup.to_theta is not None:
-        positions = np.asarray(setup.to_theta(jnp.asarray(positions)))
-    samples_internal = np.swapaxes(positions, 0, 1)  # (n_chains, n_draws, n)
-    n_chains = samples_internal.shape[0]
-    n_counted = max(phases.n_counted, 1)
-    n_all = (int(warmup) + int(burn_in) + phases.n_counted) * n_chains  # transitions of all chains
-    extra = dict(setup.extra)
-    extra.update({"status": phases.status, "target_acceptance": target, "step_size_factor": factor,
-                  "mean_acceptance_probability": totals.acceptance_rate / n_counted,
-                  "warmup_acceptance_mean": phases.warm_mean})
-    n_evaluations = setup.n_evaluations + n_chains  # adaptation and the starts
-    if kernel == "mala":
-        extra["invalid_proposal_rate"] = (n_counted - totals.is_valid) / n_counted
-        n_evaluations += n_all
-        step_diag = setup.step_diagonal * factor
-    else:
-        n_integration = float(sum(np.sum(t.num_integration_steps) for t in phases.totals))
-        n_evaluations += int(n_integration)
-        eps = setup.step_size * factor
-        extra.update({"step_size": eps, "divergences": totals.is_divergent.astype(int),
-                      "mean_integration_steps": n_integration / max(n_all, 1)})
-        step_diag = eps**2 * setup.step_diagonal / 2.0  # MALA-equivalent: one leapfrog step is MALA with ε²M⁻¹/2
-    space = problem.space
-    return PosteriorResult.from_chains(
-        samples_internal, np.swapaxes(logdensity, 0, 1), totals.is_accepted / n_counted,
-        samples=np.asarray(space.to_physical(jnp.asarray(samples_internal))), names=space.names,
-        units=space.units, log_scale=tuple(bool(b) for b in space.log_scale), step_sizes=np.asarray(step_diag),
-        n_steps=int(n_steps), method=setup.method, burn_in=int(burn_in), thin=int(thin), warmup=int(warmup),
-        n_logdensity_evaluations=n_evaluations, wall_time_s=time.perf_counter() - start_time, extra=extra,
-    )
-
-
-class _Setup(NamedTuple):
-    """What the adaptation hands to the sampling phase (before the warm-up)."""
-
-    logdensity_fn: Callable  # the density the chains move on (u coordinates for a dense MALA)
-    positions: Array  # the starts in those coordinates
-    init: Callable  # init(position) -> state
-    kernel: Callable  # kernel(key, state, factor) -> (state, info)
-    to_theta: Callable | None  # positions -> internal coordinates (dense MALA)
-    step_diagonal: np.ndarray  # MALA: the diagonal of P (h diag(C)); HMC/NUTS: diag of M^-1
-    step_size: float  # HMC/NUTS: ε_0
-    method: str
-    extra: dict
-    n_evaluations: int
-
-
-def _adapt(key, kernel: str, backend: str, problem, theta0, preconditioner, step_sizes) -> _Setup:
-    """The preconditioner's numbers (`jcalib.bayes.adaptation`) and the kernel built on them."""
+def _setup(backend: str, preconditioner, step_sizes, key, problem, theta0) -> KernelSetup:
+    """MALA on the preconditioner's numbers: prescaled (a diagonal P) or, with a covariance
+    C = L Lᵀ, plain MALA on u = L⁻¹(θ - θ̄) (module doc)."""
     logdensity_fn = problem_logdensity(problem)
     n = int(theta0.shape[1])
-    extra: dict = {"metric": type(preconditioner).__name__}
-    n_evaluations = 0
-    pre = None
-    if isinstance(preconditioner, Prescaled):
-        if isinstance(step_sizes, Prescaling):
-            pre = step_sizes
-        elif kernel == "mala" and not (isinstance(step_sizes, str) and step_sizes == "prescaled"):
-            diagonal = _explicit_step_sizes(step_sizes, n)
-        else:  # the paper's prescaling (HMC/NUTS: as the diagonal inverse mass matrix)
-            pre = preconditioner.prescaling(key, problem)
-            n_evaluations += int(pre.draws.shape[0])
-        if pre is not None:
-            diagonal = np.asarray(pre.step_sizes)
-        if pre is not None:
-            extra.update({"tau": np.asarray(pre.tau), "mean_abs_grad": np.asarray(pre.mean_abs_grad),
-                          "prescaling_n_valid": int(pre.n_valid), "step_sizes_prescaled": np.asarray(pre.step_sizes),
-                          "scale_from": list(pre.scale_from)})
-        if diagonal.shape != (n,):
-            raise ValueError(f"sample: step_sizes must have shape ({n},); got shape {diagonal.shape}")
-        cov = None
+    numbers = _metric(key, problem, theta0, preconditioner, step_sizes, explicit_diagonal=True)
+    extra = {**numbers.extra, "backend": backend}
+    if numbers.cov is None:
+        base = jnp.asarray(numbers.diagonal)
+        fn, positions, to_theta, step_diag, method = logdensity_fn, theta0, None, numbers.diagonal, "prescaled"
     else:
-        if isinstance(preconditioner, DenseMetric):
-            cov = preconditioner.cov
-        else:
-            cov = preconditioner.covariance(logdensity_fn, jnp.mean(theta0, axis=0), bounds=_finite_box(problem))
-            n_evaluations += 2 * n
-        chol = _cholesky_factor(cov, n)
-        cov = chol @ chol.T
-    if kernel == "mala":
-        if cov is None:
-            base = jnp.asarray(diagonal)
-            fn, positions, to_theta, step_diag, method = logdensity_fn, theta0, None, diagonal, "prescaled"
-        else:  # plain MALA on u = L^-1 (θ - θ̄) (module doc)
-            h = _dense_step(step_sizes, n)
-            dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), jnp.asarray(chol))
-            fn, positions, to_theta = dense, dense.to_u(theta0), dense.to_theta
-            base, step_diag, method = jnp.full(n, h), h * np.diagonal(cov), "preconditioned"
-            extra.update({"preconditioner": np.asarray(cov), "step_size_h": h})
-        mala_kernel = _kernel(backend, fn)
-        extra["backend"] = backend
-        return _Setup(fn, positions, jax.tree_util.Partial(_init_state, fn),
-                      jax.tree_util.Partial(_scaled_step, mala_kernel, base), to_theta, np.asarray(step_diag),
-                      float("nan"), f"{method}-mala ({backend})", extra, n_evaluations)
-    eps0 = _leapfrog_step(kernel, step_sizes, n)
-    inverse_mass = np.asarray(diagonal) if cov is None else np.asarray(cov)
-    transition = hmc.transition(kernel, logdensity_fn, jnp.asarray(inverse_mass))
-    extra.update({"kernel": kernel, "inverse_mass_matrix": inverse_mass})
-    return _Setup(logdensity_fn, theta0, jax.tree_util.Partial(hmc.init_state, logdensity_fn),
-                  jax.tree_util.Partial(_scaled_step, transition, jnp.asarray(eps0)), None,
-                  inverse_mass if inverse_mass.ndim == 1 else np.diagonal(inverse_mass), eps0,
-                  f"{kernel} (blackjax), {type(preconditioner).__name__} metric", extra, n_evaluations)
+        h = _dense_step(step_sizes, n)
+        dense = _Preconditioned(logdensity_fn, jnp.mean(theta0, axis=0), jnp.asarray(numbers.chol))
+        fn, positions, to_theta = dense, dense.to_u(theta0), dense.to_theta
+        base, step_diag, method = jnp.full(n, h), h * np.diagonal(numbers.cov), "preconditioned"
+        extra.update({"preconditioner": np.asarray(numbers.cov), "step_size_h": h})
+    return KernelSetup(fn, positions, jax.tree_util.Partial(_init_state, fn),
+                       jax.tree_util.Partial(_scaled_step, _kernel(backend, fn), base), to_theta,
+                       f"{method}-mala ({backend})", extra, numbers.n_evaluations,
+                       functools.partial(_account, np.asarray(step_diag)))
 
 
-def _finite_box(problem):
-    """The problem's internal box if every bound is finite, else None."""
-    lower, upper = np.asarray(problem.space.lower_internal), np.asarray(problem.space.upper_internal)
-    return (lower, upper) if np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) else None
-
-
-def _explicit_step_sizes(step_sizes, n: int) -> np.ndarray:
-    if isinstance(step_sizes, Prescaling):
-        return np.asarray(step_sizes.step_sizes)
-    if isinstance(step_sizes, str):
-        raise ValueError(
-            f"sample: step_sizes must be 'prescaled', a Prescaling or positive numbers; got {step_sizes!r}")
-    return _positive(step_sizes, n, "sample", "step_sizes")
-
-
-def _leapfrog_step(kernel: str, step_size, n: int) -> float:
-    if isinstance(step_size, str) and step_size == "prescaled":
-        return n ** -0.25
-    if isinstance(step_size, (int, float, np.integer, np.floating)) and not isinstance(step_size, bool) \
-            and 0 < step_size < np.inf:
-        return float(step_size)
-    raise ValueError(f"sample: with kernel={kernel!r}, step_sizes is the leapfrog step ε: 'prescaled' "
-                     f"(n_params^(-1/4), adapted by warmup) or one positive number; got {step_size!r}")
+def _account(step_diagonal, totals, n_counted: int, n_all: int, factor: float):
+    """One log-density evaluation per transition; the step sizes P scaled by the warm-up."""
+    invalid = (n_counted - totals[-1].is_valid) / n_counted
+    return {"invalid_proposal_rate": invalid}, n_all, step_diagonal * factor
 
 
 def _kernel(backend: str, logdensity_fn: Callable):
     return build_kernel(logdensity_fn) if backend == "jcalib" else _blackjax_kernel(logdensity_fn)
-
-
-def _check_settings(**counts) -> None:
-    """The step counts of `sample`: integers, positive (``n_steps``, ``n_chains``, ``thin``)
-    or non-negative (``burn_in``, ``warmup``), and at least one kept draw."""
-    for label, value in counts.items():
-        minimum = 0 if label in ("burn_in", "warmup") else 1
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-            kind = "positive" if minimum else "non-negative"
-            raise ValueError(f"sample: {label} must be a {kind} integer; got {value!r}")
-    if counts["n_steps"] < counts["thin"]:
-        raise ValueError(f"sample: n_steps={counts['n_steps']} keeps no draw with thin={counts['thin']}; use "
-                         "n_steps >= thin")
-
-
-def _check_options(kernel, backend, target_acceptance, chunk_size) -> None:
-    if kernel not in hmc.KERNELS:
-        raise ValueError(f"sample: kernel must be one of {hmc.KERNELS}; got {kernel!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"sample: backend must be one of {BACKENDS}; got {backend!r}")
-    if kernel != "mala" and backend != "jcalib":
-        raise ValueError(f"sample: backend={backend!r} selects MALA's implementation; kernel={kernel!r} always "
-                         "runs blackjax's kernel: leave backend at 'jcalib'")
-    if target_acceptance is not None and not (
-            isinstance(target_acceptance, (int, float)) and 0.0 < target_acceptance < 1.0):
-        raise ValueError(f"sample: target_acceptance must lie in (0, 1); got {target_acceptance!r}")
-    if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1):
-        raise ValueError(f"sample: chunk_size must be a positive integer or None; got {chunk_size!r}")
 
 
 def _dense_step(step_sizes, n: int) -> float:

@@ -35,7 +35,7 @@ def petab(
     """Import a PEtab problem (SBML model + tables) and simulate, analyse, fit or sample it; writes
     metrics.json and simulation.tsv (PEtab's simulation table at the nominal or fitted parameters)."""
     from jcalib import estimation, plotting
-    from jcalib.bayes import Laplace, mala
+    from jcalib.bayes import Laplace, nuts
     from jcalib.io import petab as jpetab
     from jcalib.sensitivity import identifiability
 
@@ -74,8 +74,8 @@ def petab(
     elif method == "multistart":
         theta = _petab_multistart(problem, seed, n_starts, llh_nominal, metrics, figures)
     elif method == "sample":
-        result = mala.sample(jax.random.key(seed), problem, nominal, steps, coordinates="internal",
-                             n_chains=chains, kernel="nuts", preconditioner=Laplace(), warmup=min(200, steps))
+        result = nuts.sample(jax.random.key(seed), problem, nominal, steps, coordinates="internal",
+                             n_chains=chains, preconditioner=Laplace(), warmup=min(200, steps))
         result.save(out / "posterior.npz")
         metrics["posterior"] = result.to_dict()
         figures["marginals.png"] = plotting.plot_marginals(result, title=f"{name}: posterior marginals")

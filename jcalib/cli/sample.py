@@ -67,7 +67,7 @@ def sample(
     import jax.numpy as jnp
 
     from jcalib import estimation, plotting
-    from jcalib.bayes import Laplace, Prescaled, mala
+    from jcalib.bayes import Laplace, Prescaled, hmc, mala, nuts
     from jcalib.probability.likelihoods import LIKELIHOODS
 
     if likelihood not in LIKELIHOOD_WEIGHTING:
@@ -101,11 +101,11 @@ def sample(
         z0 = z0.at[:problem.n_model_free].set(jnp.asarray(fit.theta_internal))
     with warnings_module.catch_warnings(record=True) as caught:
         warnings_module.simplefilter("always")
-        result = mala.sample(jax.random.key(seed), problem, z0, steps, coordinates="internal", n_chains=chains,
-                             burn_in=burn,
-                             thin=thin, warmup=warmup,
-                             preconditioner=Prescaled(fraction) if preconditioner == "diagonal" else Laplace(),
-                             target_acceptance=target_acceptance, progress=kernel == "mala", kernel=kernel)
+        sampler = {"mala": mala.sample, "hmc": hmc.sample, "nuts": nuts.sample}[kernel]
+        result = sampler(jax.random.key(seed), problem, z0, steps, coordinates="internal", n_chains=chains,
+                         burn_in=burn, thin=thin, warmup=warmup,
+                         preconditioner=Prescaled(fraction) if preconditioner == "diagonal" else Laplace(),
+                         target_acceptance=target_acceptance, progress=kernel == "mala")
     sampler_warnings = _sampler_warnings(result, caught)
     result.save(out / "posterior.npz")
     draws = result.samples_internal[:, :: max(1, result.n_draws // 250)]

@@ -1,5 +1,5 @@
-"""HMC and NUTS through `sample(kernel=...)`: a correlated 2-D Gaussian with known moments
-(tolerances from the MCSE), Laplace whitening as the default metric, failed solves as
+"""HMC and NUTS through `jcalib.bayes.hmc.sample` and `jcalib.bayes.nuts.sample`: a correlated
+2-D Gaussian with known moments (tolerances from the MCSE), Laplace whitening as the default metric, failed solves as
 divergences never accepted, the strategies and adaptation pieces, a four-substance reaction
 smoke run and bad inputs."""
 
@@ -13,7 +13,7 @@ import pytest
 
 import jcalib
 from jcalib.algorithm import run, vmap_chains
-from jcalib.bayes import DenseMetric, Laplace, Prescaled, SamplingWarning, adaptation, hmc, mala
+from jcalib.bayes import DenseMetric, Laplace, Prescaled, SamplingWarning, adaptation, hmc, nuts
 from jcalib.bayes.result import PosteriorResult
 from jcalib.problems import CalibrationProblem
 from tests.bayes.problems import CutLinearModel, gaussian_problem
@@ -27,6 +27,9 @@ GAUSSIAN = gaussian_problem(MEAN, COV)  # the posterior is N(MEAN, COV)
 HALF_FAILING = gaussian_problem(np.zeros(2), np.eye(2), model_cls=CutLinearModel)  # solves fail for x0 > 0.5
 
 
+SAMPLERS = {"hmc": hmc.sample, "nuts": nuts.sample}
+
+
 def _gaussian(x):
     d = x - jnp.asarray(MEAN)
     return -0.5 * d @ jnp.asarray(np.linalg.inv(COV)) @ d
@@ -34,8 +37,8 @@ def _gaussian(x):
 
 @pytest.fixture(scope="module", params=["hmc", "nuts"])
 def gaussian_run(request):
-    result = mala.sample(jax.random.key(0), GAUSSIAN, np.zeros(2), N_STEPS, n_chains=N_CHAINS, warmup=WARMUP,
-                         kernel=request.param)
+    result = SAMPLERS[request.param](jax.random.key(0), GAUSSIAN, np.zeros(2), N_STEPS, n_chains=N_CHAINS,
+                                     warmup=WARMUP)
     return request.param, result
 
 
@@ -65,12 +68,12 @@ def test_laplace_whitening_is_the_default_metric(gaussian_run):
 
 @pytest.mark.slow
 def test_same_key_same_draws_and_dense_metric_is_laplace_here():
-    kwargs = dict(n_chains=2, warmup=20, kernel="nuts")
-    a = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, **kwargs)
-    b = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, preconditioner=Laplace(), **kwargs)
-    c = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, preconditioner=DenseMetric(COV), **kwargs)
-    d = mala.sample(jax.random.key(5), GAUSSIAN, np.zeros(2), 50, **kwargs)
-    chunked = mala.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, chunk_size=15, **kwargs)
+    kwargs = dict(n_chains=2, warmup=20)
+    a = nuts.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, **kwargs)
+    b = nuts.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, preconditioner=Laplace(), **kwargs)
+    c = nuts.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, preconditioner=DenseMetric(COV), **kwargs)
+    d = nuts.sample(jax.random.key(5), GAUSSIAN, np.zeros(2), 50, **kwargs)
+    chunked = nuts.sample(jax.random.key(4), GAUSSIAN, np.zeros(2), 50, chunk_size=15, **kwargs)
     np.testing.assert_array_equal(a.samples, b.samples)
     np.testing.assert_array_equal(chunked.samples, a.samples)  # chunking does not change the draws
     np.testing.assert_allclose(c.samples, a.samples, atol=1e-4)  # Laplace = COV up to finite differences
@@ -80,8 +83,8 @@ def test_same_key_same_draws_and_dense_metric_is_laplace_here():
 def test_sampling_warnings_as_for_mala():
     """Issue 17's warnings come with every kernel: 2 x 20 draws cannot reach a bulk ESS of 100."""
     with pytest.warns(SamplingWarning, match="bulk ESS below 100"):
-        result = mala.sample(jax.random.key(6), GAUSSIAN, np.zeros(2), 20, n_chains=2, kernel="hmc",
-                             preconditioner=DenseMetric(COV))
+        result = hmc.sample(jax.random.key(6), GAUSSIAN, np.zeros(2), 20, n_chains=2,
+                            preconditioner=DenseMetric(COV))
     assert any("bulk ESS below 100" in message for message in result.warnings)
     assert result.to_dict()["warnings"] == list(result.warnings)
 
@@ -90,8 +93,8 @@ def test_sampling_warnings_as_for_mala():
 @pytest.mark.parametrize("kernel", ["hmc", "nuts"])
 def test_failed_solves_are_divergences_never_accepted(kernel):
     """A standard normal whose 'solve' fails for x0 > 0.5: the target is truncated there."""
-    result = mala.sample(jax.random.key(2), HALF_FAILING, np.zeros(2), 1500, n_chains=2, warmup=200,
-                         kernel=kernel, preconditioner=DenseMetric(np.eye(2)))
+    result = SAMPLERS[kernel](jax.random.key(2), HALF_FAILING, np.zeros(2), 1500, n_chains=2, warmup=200,
+                              preconditioner=DenseMetric(np.eye(2)))
     x = result.flat_samples()
     assert np.all(np.isfinite(result.logdensity)) and np.all(x[:, 0] <= 0.5)
     assert np.sum(result.extra["divergences"]) > 0
@@ -103,15 +106,15 @@ def test_failed_solves_are_divergences_never_accepted(kernel):
 
 @pytest.mark.slow
 def test_prescaled_metric_and_explicit_step():
-    result = mala.sample(jax.random.key(1), GAUSSIAN, np.zeros(2), 200, n_chains=2, kernel="hmc",
-                         preconditioner=Prescaled(0.0001), step_sizes=0.3)
+    result = hmc.sample(jax.random.key(1), GAUSSIAN, np.zeros(2), 200, n_chains=2,
+                        preconditioner=Prescaled(0.0001), step_sizes=0.3)
     assert result.extra["metric"] == "Prescaled" and result.extra["step_size"] == 0.3
     np.testing.assert_allclose(result.extra["inverse_mass_matrix"], result.extra["step_sizes_prescaled"])
     assert np.all(np.isfinite(result.samples))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("build", [hmc.hmc_algorithm, hmc.nuts_algorithm])
+@pytest.mark.parametrize("build", [hmc.hmc_algorithm, nuts.nuts_algorithm])
 def test_algorithms_on_a_raw_log_density(build):
     """The builders are `Algorithm`s for any log density: `run` gives the Gaussian's moments."""
     chains = vmap_chains(build(_gaussian, 0.8, COV))
@@ -145,8 +148,7 @@ def test_nuts_on_the_reaction_posterior(reactions):
     """Smoke run on an ODE posterior: a PosteriorResult with names, ESS and R-hat."""
     model, problem = reactions
     start = problem.to_internal(jnp.asarray(model.parameters.nominal))
-    result = mala.sample(jax.random.key(3), problem, start, 60, coordinates="internal", n_chains=2, warmup=40,
-                         kernel="nuts")
+    result = nuts.sample(jax.random.key(3), problem, start, 60, coordinates="internal", n_chains=2, warmup=40)
     assert result.names == ("kab", "kac", "kad") and result.samples.shape == (2, 60, 3)
     assert np.all(np.isfinite(result.samples)) and np.all(np.isfinite(result.ess_bulk))
     assert np.all(np.isfinite(result.rhat)) and result.extra["kernel"] == "nuts"
@@ -155,23 +157,21 @@ def test_nuts_on_the_reaction_posterior(reactions):
     assert np.all((lo < nominal) & (nominal < hi)), (lo, nominal, hi)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(kernel="gibbs"), "kernel must be one of ('mala', 'hmc', 'nuts'); got 'gibbs'"),
-    (dict(kernel="nuts", backend="blackjax"), "kernel='nuts' always runs blackjax's kernel"),
-    (dict(kernel="hmc", step_sizes=-1.0), "step_sizes is the leapfrog step"),
-    (dict(kernel="hmc", step_sizes=np.ones(2)), "one positive number; got array"),
-    (dict(kernel="nuts", preconditioner="hessian"), "preconditioner must be Prescaled(fraction), DenseMetric"),
-    (dict(kernel="nuts", preconditioner=DenseMetric(np.eye(3))), "preconditioner must have shape (2, 2)"),
-    (dict(kernel="nuts", preconditioner=DenseMetric(-np.eye(2))), "positive definite"),
+@pytest.mark.parametrize("kernel, kwargs, message", [
+    ("hmc", dict(step_sizes=-1.0), "step_sizes is the leapfrog step"),
+    ("hmc", dict(step_sizes=np.ones(2)), "one positive number; got array"),
+    ("nuts", dict(preconditioner="hessian"), "preconditioner must be Prescaled(fraction), DenseMetric"),
+    ("nuts", dict(preconditioner=DenseMetric(np.eye(3))), "preconditioner must have shape (2, 2)"),
+    ("nuts", dict(preconditioner=DenseMetric(-np.eye(2))), "positive definite"),
 ])
-def test_bad_input(kwargs, message):
+def test_bad_input(kernel, kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        mala.sample(jax.random.key(0), GAUSSIAN, np.zeros(2), 10, n_chains=2, **kwargs)
+        SAMPLERS[kernel](jax.random.key(0), GAUSSIAN, np.zeros(2), 10, n_chains=2, **kwargs)
 
 
 def test_bad_start_and_strategies():
     with pytest.raises(ValueError, match="not finite at theta0"):
-        mala.sample(jax.random.key(0), HALF_FAILING, np.array([2.0, 0.0]), 10, n_chains=2, kernel="nuts",
+        nuts.sample(jax.random.key(0), HALF_FAILING, np.array([2.0, 0.0]), 10, n_chains=2,
                     preconditioner=DenseMetric(np.eye(2)))
     with pytest.raises(ValueError, match=re.escape("hmc_algorithm: step_size must be a positive number; got 0.0")):
         hmc.hmc_algorithm(_gaussian, 0.0, np.ones(2))
@@ -208,16 +208,16 @@ def _interrupt_on(monkeypatch, n):
 def test_interrupted_sampling_keeps_the_finished_chunks(monkeypatch):
     """`sample` reports run's status: Ctrl-C in the sampling phase keeps the finished chunks (the
     same draws as the full run); during the burn-in or warm-up there is nothing to keep."""
-    kwargs = dict(n_chains=2, kernel="hmc", preconditioner=DenseMetric(COV), chunk_size=10)
+    kwargs = dict(n_chains=2, preconditioner=DenseMetric(COV), chunk_size=10)
     with pytest.warns(SamplingWarning):  # 2 x 40 draws: bulk ESS below 100
-        full = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
+        full = hmc.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
     _interrupt_on(monkeypatch, 4)  # chunks of 10 steps: burn-in, then 2 of sampling, then Ctrl-C
     with pytest.warns(SamplingWarning):
-        cut = mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
+        cut = hmc.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
     assert full.extra["status"] == "completed" and cut.extra["status"] == "interrupted"
     assert cut.n_draws == 20 and full.n_draws == 40
     np.testing.assert_array_equal(cut.samples, full.samples[:, :20])
     for settings in (dict(burn_in=10), dict(warmup=10)):
         _interrupt_on(monkeypatch, 1)
         with pytest.raises(KeyboardInterrupt, match="interrupted during the warm-up or burn-in"):
-            mala.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **settings, **kwargs)
+            hmc.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **settings, **kwargs)

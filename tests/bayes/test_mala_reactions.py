@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jcalib
-from jcalib.bayes import Prescaled, mala
+from jcalib.bayes import Prescaled, mala, nuts
 from jcalib.problems import CalibrationProblem
 
 # The paper: τ_i = 1/50 of the range, 2500 steps of which the first 500 are discarded. Fewer
@@ -94,7 +94,8 @@ def test_sample_on_an_ode_problem_compiles_its_loop_once(kernel):
                                                                         model.parameters.nominal, sigma=sigma))
                 for seed, sigma in ((3, 0.1), (4, 0.03))]
     before = size()
-    results = [mala.sample(jax.random.key(5), p, None, 12, n_chains=2, warmup=3, kernel=kernel, progress=False)
+    sample = {"mala": mala.sample, "nuts": nuts.sample}[kernel]
+    results = [sample(jax.random.key(5), p, None, 12, n_chains=2, warmup=3, progress=False)
                for p in problems]
     assert size() == before + 1
     assert not np.array_equal(results[0].samples, results[1].samples)
