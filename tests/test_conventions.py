@@ -41,7 +41,7 @@ FORBIDDEN = {
 }
 
 # Modules whose signatures are not jcalib's API: the CLI's (typer options are the command line's
-# flags, checked in tests/test_cli*.py) and the built-in model factories' physical constants.
+# flags, checked in tests/cli/) and the built-in model factories' physical constants.
 SKIP_MODULES = ("jcalib.cli",)
 
 

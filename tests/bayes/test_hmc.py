@@ -143,7 +143,7 @@ def reactions():
     return model, CalibrationProblem(model, data, weighting="relative")
 
 
-@pytest.mark.slow  # ~25 s of compiles; the default run covers NUTS on this posterior through tests/test_cli_kernels.py
+@pytest.mark.slow  # ~25 s of compiles; make test covers NUTS on this posterior in tests/cli/test_cli_kernels.py
 def test_nuts_on_the_reaction_posterior(reactions):
     """Smoke run on an ODE posterior: a PosteriorResult with names, ESS and R-hat."""
     model, problem = reactions
