@@ -40,7 +40,7 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
 5. ratios: gradient time jcalib / AMICI per call (target <= 3), batch speed-up AMICI time /
    jcalib time (warm, and with jcalib's compilation), multistart time per converged start
    pyPESTO / jcalib (one process, and ``--processes``). A start converges when its final
-   log-likelihood is within `experiments.petab_multistart.LLH_TOLERANCE` of that tool's
+   log-likelihood is within `jcalib.estimation.LLH_TOLERANCE` of that tool's
    nominal log-likelihood, or
    higher.
 
@@ -86,8 +86,8 @@ from experiments.petab_collection import (  # noqa: E402
     problem_names,
     settings_of,
 )
-from experiments.petab_multistart import LLH_TOLERANCE, run_problem  # noqa: E402
-from jcalib.estimation import STOP_RULES, sample_starts, trf_stop_options  # noqa: E402
+from experiments.petab_multistart import run_problem  # noqa: E402
+from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, sample_starts, trf_stop_options  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKER = ROOT / "benchmarks" / "petab_tools_reference.py"

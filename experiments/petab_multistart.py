@@ -22,7 +22,7 @@ batch (compilation included, and without it from a second, warm run where asked)
 time per converged start (wall time / converged starts).
 
 Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--stop scipy|fides]
-[--problems A B]`` (``--stop fides``: stop a TRF start as Fides does, `jcalib.estimation.trf_stop_options`);
+[--problems A B]`` (``--stop fides``: stop a TRF start as Fides does, `jcalib.estimation.multistart`);
 writes ``results/petab_multistart/metrics.json``, ``table.md`` and one waterfall plot per
 problem. The collection is found beside the checkout (``../shared/petab``) or in
 ``/work/shared/petab``; ``--root`` overrides.
@@ -39,12 +39,12 @@ import numpy as np
 from experiments import common
 from experiments.petab_collection import collection_root, problem_files
 from jcalib import plotting
-from jcalib.estimation import STOP_RULES, multistart, trf_stop_options
+from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, final_log_likelihoods, multistart
+from jcalib.estimation.multistart import check_method
 from jcalib.io import petab as jpetab
 
 jax.config.update("jax_enable_x64", True)
 
-LLH_TOLERANCE = 0.1  # a start "reaches the published optimum" within this much log-likelihood
 # problems of different sizes (states, estimated parameters) whose reference simulations jcalib
 # reproduces and whose noise model is least squares (normal)
 PROBLEMS = ("Bertozzi_PNAS2020", "Armistead_CellDeathDis2024", "Zhao_QuantBiol2020", "Fiedler_BMCSystBiol2016",
@@ -56,11 +56,8 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
                 method: str = "trf", stop: str = "scipy") -> dict:
     """Import, evaluate at the nominal parameters, multistart; the metrics of one problem.
     ``stop``: one of `jcalib.estimation.STOP_RULES` (TRF only); the Fides rule takes |f| at the
-    published optimum (`jcalib.estimation.trf_stop_options`)."""
-    if stop not in STOP_RULES:
-        raise ValueError(f"petab_multistart: stop must be one of {STOP_RULES}; got {stop!r}")
-    if stop != "scipy" and method != "trf":
-        raise ValueError(f"petab_multistart: stop={stop!r} is a rule of the TRF method; got method={method!r}")
+    published optimum (`jcalib.estimation.multistart.multistart`'s ``objective_scale``)."""
+    check_method(method, stop)  # before the import, which can take minutes
     name = folder.name
     t0 = time.perf_counter()
     yaml, _ = problem_files(folder)
@@ -71,10 +68,10 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
     import_s = time.perf_counter() - t0
-    options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
-    starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", **options)
-    llh = np.array([float(problem.log_likelihood(r.theta_internal)) if np.isfinite(r.loss) else -np.inf
-                    for r in starts.results])
+    options = {} if max_steps is None else {"max_steps": max_steps}
+    starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", stop=stop,
+                        objective_scale=llh_nominal, **options)
+    llh = final_log_likelihoods(problem, starts)
     converged = llh >= llh_nominal - LLH_TOLERANCE
     n_converged = int(converged.sum())
     return {

@@ -4,13 +4,14 @@ global search, bottom-up estimation and uncertainty at the optimum."""
 from jcalib.estimation.bottom_up import BottomUpResult, bottom_up, find_knee
 from jcalib.estimation.failures import FailedStartError
 from jcalib.estimation.gauss_newton import gauss_newton
-from jcalib.estimation.global_search import differential_evolution, multistart, sample_starts, scipy_minimize
+from jcalib.estimation.global_search import differential_evolution, scipy_minimize
 from jcalib.estimation.least_squares import (
     STOP_RULES,
     least_squares_trf,
     levenberg_marquardt_batch,
     trf_stop_options,
 )
+from jcalib.estimation.multistart import LLH_TOLERANCE, final_log_likelihoods, multistart, sample_starts
 from jcalib.estimation.result import EstimationResult, MultistartResult
 from jcalib.estimation.uncertainty import (
     ParameterCovariance,
@@ -20,10 +21,10 @@ from jcalib.estimation.uncertainty import (
 )
 
 __all__ = [
-    "BottomUpResult", "EstimationResult", "FailedStartError", "MultistartResult", "ParameterCovariance",
-    "ProfileLikelihood", "STOP_RULES",
+    "BottomUpResult", "EstimationResult", "FailedStartError", "LLH_TOLERANCE", "MultistartResult",
+    "ParameterCovariance", "ProfileLikelihood", "STOP_RULES",
     "bottom_up", "find_knee",
-    "differential_evolution", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
+    "differential_evolution", "final_log_likelihoods", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
     "multistart", "parameter_covariance", "profile_likelihood", "sample_starts", "scipy_minimize",
     "trf_stop_options",
 ]

@@ -1,16 +1,9 @@
-"""Global search: multistart local least squares, differential evolution in JAX, scipy baselines.
+"""Global search: differential evolution in JAX and scipy baselines.
 
 The global methods of Aka et al. 2023 (§2.4, Tables 2-3) on a `CalibrationProblem`, all in
-the problem's internal coordinates and its internal box:
+the problem's internal coordinates and its internal box (the multistart of local methods is
+`jcalib.estimation.multistart`):
 
-- `multistart`: a local method (`levenberg_marquardt_batch`, vmapped, or
-  `least_squares_trf`, in a loop) from many starts. The ``"aka2023"`` start distribution is
-  the paper's (Table 2): the first start is the initial guess θ_init, the others are drawn
-  from N(θ_init, σ²) and redrawn until they lie within the bounds, i.e. a normal truncated
-  to the box. The paper writes σ² = 0.5 (θ₊ - θ₋), which has the units of θ rather than θ²;
-  we read it as a standard deviation σ = 0.5 (θ₊ - θ₋) per parameter, taken in internal
-  coordinates (so log-uniform parameters spread over their decades). ``"lhs"`` and
-  ``"uniform"`` fill the box instead (no initial guess).
 - `differential_evolution`: DE/rand/1/bin or DE/best/1/bin (Storn & Price 1997) written in
   JAX, the population's losses evaluated by one vmapped loss: a stochastic
   `jcalib.algorithm.Algorithm` (`differential_evolution_algorithm`, for any JAX function of a
@@ -50,12 +43,11 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
-from tqdm.auto import tqdm
 
 from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, point_failure
-from jcalib.estimation.least_squares import _Calls, _inside, least_squares_trf, levenberg_marquardt_batch
-from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
+from jcalib.estimation.least_squares import _Calls, _inside, least_squares_trf
+from jcalib.estimation.result import EstimationResult
 from jcalib.parameters import unit_samples
 from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
@@ -64,135 +56,15 @@ __all__ = [
     "DE_STRATEGIES",
     "DifferentialEvolutionInfo",
     "DifferentialEvolutionState",
-    "MultistartResult",
     "SCIPY_METHODS",
-    "START_DISTRIBUTIONS",
     "differential_evolution",
     "differential_evolution_algorithm",
-    "multistart",
-    "sample_starts",
     "scipy_minimize",
 ]
 
-START_DISTRIBUTIONS = ("aka2023", "lhs", "uniform")
-LOCAL_METHODS = ("lm", "trf")
 DE_STRATEGIES = ("rand1bin", "best1bin")
 SCIPY_METHODS = ("slsqp", "nelder-mead", "powell", "scipy-de")
-_AKA2023_STD = 0.5  # σ = 0.5 (θ₊ - θ₋), Aka et al. 2023, Table 2 (read as a standard deviation)
 _NELDER_MEAD_POWELL_MAX_NFEV = 5000  # the paper's iteration limit (Table 3: 5000 model calls)
-
-
-# --- multistart -------------------------------------------------------------------------------
-def sample_starts(
-    key: PRNGKeyArray,
-    problem: AbstractProblem,
-    n_starts: int,
-    start_distribution: str = "aka2023",
-    theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
-    *,
-    coordinates: str = "physical",
-) -> Float[np.ndarray, "n_starts n_free"]:
-    """Starting points in physical units, inside the bounds.
-
-    Args:
-        key: a ``jax.random`` key; the same key gives the same starts.
-        problem: the calibration problem (its free parameters and box).
-        n_starts: number of starts.
-        start_distribution: ``"aka2023"`` (θ_init first, then a normal around it with
-            σ = 0.5 (θ₊ - θ₋) per parameter in internal coordinates, truncated to the box;
-            see the module docstring), ``"lhs"`` (Latin hypercube) or ``"uniform"`` in the
-            internal box (``theta0`` is not used).
-        theta0: θ_init for ``"aka2023"`` (None: the nominal values; see `jcalib.starts`).
-        coordinates: ``"physical"`` or ``"internal"``, the coordinates of ``theta0`` (the
-            starts are physical either way).
-
-    Raises:
-        ValueError: unknown ``start_distribution``; ``n_starts`` not a positive integer;
-            ``theta0`` invalid or outside the bounds; a free parameter without finite bounds
-            (the starts are drawn from the box).
-    """
-    if start_distribution not in START_DISTRIBUTIONS:
-        raise ValueError(
-            f"multistart: start_distribution must be one of {START_DISTRIBUTIONS}; got "
-            f"{start_distribution!r}"
-        )
-    if not isinstance(n_starts, (int, np.integer)) or n_starts < 1:
-        raise ValueError(f"multistart: n_starts must be a positive integer; got {n_starts!r}")
-    space = problem.space
-    space.check_box("sample_starts")
-    if start_distribution != "aka2023":
-        return np.asarray(space.sample(key, int(n_starts), start_distribution))
-    z0 = start_internal(problem, theta0, coordinates=coordinates, where="multistart")
-    lower, upper = space.lower_internal, space.upper_internal
-    std = _AKA2023_STD * (upper - lower)
-    shape = (int(n_starts) - 1, problem.n_free)
-    t = jax.random.truncated_normal(key, jnp.broadcast_to((lower - z0) / std, shape),
-                                    jnp.broadcast_to((upper - z0) / std, shape), shape, dtype=jnp.float64)
-    z = np.clip(z0 + std * np.asarray(t), lower, upper)
-    z = np.concatenate([z0[None, :], z])
-    return np.clip(np.asarray(space.to_physical(jnp.asarray(z))), space.lower, space.upper)
-
-
-def multistart(
-    key: PRNGKeyArray,
-    problem: AbstractProblem,
-    n_starts: int,
-    method: str = "lm",
-    start_distribution: str = "aka2023",
-    *,
-    theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
-    coordinates: str = "physical",
-    progress: bool = False,
-    **local_options,
-) -> MultistartResult:
-    """A local least-squares method from ``n_starts`` starts (Aka et al. 2023, Table 2).
-
-    Args:
-        key: a ``jax.random`` key for the starts; the same key gives the same result.
-        problem: the calibration problem.
-        n_starts: number of starts.
-        method: ``"lm"`` (`levenberg_marquardt_batch`: all starts in one jitted, vmapped
-            solve) or ``"trf"`` (`least_squares_trf` with the autodiff Jacobian, one start
-            after another).
-        start_distribution: ``"aka2023"``, ``"lhs"`` or ``"uniform"`` (see `sample_starts`).
-        theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values; see
-            `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
-        progress: progress bar over the starts (``"trf"`` only).
-        **local_options: passed to the local method (e.g. ``max_steps`` for ``"lm"``,
-            ``max_steps`` for ``"trf"``).
-
-    Returns:
-        `MultistartResult`: every local result, the best, and ``sorted_losses`` for a
-        waterfall plot (`jcalib.plotting.plot_multistart_waterfall`).
-
-    Raises:
-        ValueError: unknown ``method`` or ``start_distribution``; bad ``n_starts`` or
-            ``theta0``. A start that cannot be used (failed solve, overflowing loss or
-            non-finite Jacobian there) is not an error: it gets ``loss = inf``,
-            ``converged=False`` and the reason; ``extra["n_failed_starts"]`` counts them and,
-            when every start failed, ``extra["failure"]`` says why.
-    """
-    if method not in LOCAL_METHODS:
-        raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")
-    start = time.perf_counter()
-    starts = sample_starts(key, problem, n_starts, start_distribution, theta0, coordinates=coordinates)
-    if method == "lm":
-        result = levenberg_marquardt_batch(problem, starts, start_distribution=start_distribution,
-                                           **local_options)
-        return eqx.tree_at(lambda r: r.wall_time_s, result, time.perf_counter() - start)
-    results = []
-    for i in tqdm(range(starts.shape[0]), desc="multistart trf", unit="start", disable=not progress):
-        try:
-            results.append(least_squares_trf(problem, starts[i], **local_options))
-        except FailedStartError as e:
-            z, theta = _inside(problem, problem.to_internal(jnp.asarray(starts[i])))
-            results.append(EstimationResult(
-                method="trf", names=problem.free_names, theta=theta, theta_internal=z,
-                loss=math.inf, singular_values=np.zeros(0), condition_number=math.nan,
-                n_essential_directions=problem.n_free, n_steps=0, n_simulations=1,
-                n_jacobians=0, wall_time_s=0.0, converged=False, reason=f"failed: {e}"))
-    return multistart_result("trf", start_distribution, problem, starts, results,
-                              time.perf_counter() - start)
 
 
 # --- differential evolution in JAX -----------------------------------------------------------

@@ -403,8 +403,9 @@ class LevenbergMarquardtState(NamedTuple):
     result: optx.RESULTS
 
     @property
-    def done(self) -> Bool[Array, ""]:
-        """The start has stopped: terminated or failed (e.g. a non-finite iterate)."""
+    def done(self) -> Bool[Array, "*starts"]:
+        """The start has stopped: terminated or failed (e.g. a non-finite iterate); one flag per
+        start of a vmapped batch."""
         return self.terminate | (self.result != optx.RESULTS.successful)
 
 

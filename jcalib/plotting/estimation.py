@@ -12,7 +12,7 @@ __all__ = ["plot_cost_versus_parameters", "plot_fit", "plot_multistart_waterfall
 
 
 def plot_multistart_waterfall(result, *, title=""):
-    """Waterfall plot of a multistart (`jcalib.estimation.global_search.multistart`): the
+    """Waterfall plot of a multistart (`jcalib.estimation.multistart.multistart`): the
     final losses of all starts sorted ascending against their rank, on a log axis. A flat
     first step means several starts reached the same (best) minimum; further plateaus are
     other local minima (Aka et al. 2023, §3.3.2). Failed starts (``inf``) are left out and

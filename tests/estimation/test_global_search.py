@@ -10,16 +10,10 @@ import pytest
 
 import jcalib
 from jcalib.algorithm import run
-from jcalib.estimation.global_search import (
-    MultistartResult,
-    differential_evolution,
-    differential_evolution_algorithm,
-    multistart,
-    sample_starts,
-    scipy_minimize,
-)
+from jcalib.estimation.global_search import differential_evolution, differential_evolution_algorithm, scipy_minimize
 from jcalib.estimation.least_squares import least_squares_trf, levenberg_marquardt_batch
-from jcalib.estimation.result import EstimationResult
+from jcalib.estimation.multistart import multistart, sample_starts
+from jcalib.estimation.result import EstimationResult, MultistartResult
 from jcalib.model import AbstractModel, Experiment
 from jcalib.parameters import Parameter, ParameterSpace
 

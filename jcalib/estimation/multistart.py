@@ -1,0 +1,204 @@
+"""Multistart: a local least-squares method from many starts, the standard calibration of the field
+(Raue et al. 2013), with the start distributions of Aka et al. 2023 and the stop rules of scipy and
+Fides.
+
+- starts (`sample_starts`): ``"aka2023"``, the paper's (Table 2): the first start is the initial
+  guess θ_init, the others are drawn from N(θ_init, σ²) and redrawn until they lie within the
+  bounds, i.e. a normal truncated to the box. The paper writes σ² = 0.5 (θ₊ - θ₋), which has the
+  units of θ rather than θ²; we read it as a standard deviation σ = 0.5 (θ₊ - θ₋) per parameter,
+  taken in internal coordinates (so log-uniform parameters spread over their decades). ``"lhs"``
+  and ``"uniform"`` fill the box instead (no initial guess; uniform is the field's usual choice
+  for PEtab problems).
+- the local method: `jcalib.estimation.least_squares.levenberg_marquardt_batch` (all starts in one
+  vmapped solve) or `jcalib.estimation.least_squares.least_squares_trf` (one start after another),
+  stopped by scipy's tests or Fides's default rule (``stop=``).
+- which starts converged: `final_log_likelihoods` against a reference (e.g. a published optimum),
+  within `LLH_TOLERANCE`.
+
+Example:
+    >>> import jax
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> from jcalib import CalibrationProblem, models, synthetic_measurements
+    >>> model = models.get("four_substance_reactions")
+    >>> data = synthetic_measurements(jax.random.key(0), model, model.parameters.nominal, 0.01)
+    >>> problem = CalibrationProblem(model, data)
+    >>> ms = multistart(jax.random.key(1), problem, 2, "trf", "uniform", max_steps=5)
+    >>> final_log_likelihoods(problem, ms).shape
+    (2,)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike, Float, PRNGKeyArray
+from tqdm.auto import tqdm
+
+from jcalib.estimation.failures import FailedStartError
+from jcalib.estimation.least_squares import (
+    STOP_RULES,
+    _inside,
+    least_squares_trf,
+    levenberg_marquardt_batch,
+    trf_stop_options,
+)
+from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
+from jcalib.problems import AbstractProblem
+from jcalib.starts import start_internal
+
+__all__ = ["LLH_TOLERANCE", "LOCAL_METHODS", "START_DISTRIBUTIONS", "check_method", "final_log_likelihoods",
+           "multistart", "sample_starts"]
+
+START_DISTRIBUTIONS = ("aka2023", "lhs", "uniform")
+LOCAL_METHODS = ("lm", "trf")
+LLH_TOLERANCE = 0.1
+"""A start has converged when its log-likelihood is within 0.1 of the reference (or above it)."""
+_AKA2023_STD = 0.5  # σ = 0.5 (θ₊ - θ₋), Aka et al. 2023, Table 2 (read as a standard deviation)
+
+
+def sample_starts(
+    key: PRNGKeyArray,
+    problem: AbstractProblem,
+    n_starts: int,
+    start_distribution: str = "aka2023",
+    theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
+    *,
+    coordinates: str = "physical",
+) -> Float[np.ndarray, "n_starts n_free"]:
+    """Starting points in physical units, inside the bounds.
+
+    Args:
+        key: a ``jax.random`` key; the same key gives the same starts.
+        problem: the calibration problem (its free parameters and box).
+        n_starts: number of starts.
+        start_distribution: ``"aka2023"`` (θ_init first, then a normal around it with
+            σ = 0.5 (θ₊ - θ₋) per parameter in internal coordinates, truncated to the box;
+            see the module docstring), ``"lhs"`` (Latin hypercube) or ``"uniform"`` in the
+            internal box (``theta0`` is not used).
+        theta0: θ_init for ``"aka2023"`` (None: the nominal values; see `jcalib.starts`).
+        coordinates: ``"physical"`` or ``"internal"``, the coordinates of ``theta0`` (the
+            starts are physical either way).
+
+    Raises:
+        ValueError: unknown ``start_distribution``; ``n_starts`` not a positive integer;
+            ``theta0`` invalid or outside the bounds; a free parameter without finite bounds
+            (the starts are drawn from the box).
+    """
+    if start_distribution not in START_DISTRIBUTIONS:
+        raise ValueError(
+            f"multistart: start_distribution must be one of {START_DISTRIBUTIONS}; got "
+            f"{start_distribution!r}"
+        )
+    if not isinstance(n_starts, (int, np.integer)) or n_starts < 1:
+        raise ValueError(f"multistart: n_starts must be a positive integer; got {n_starts!r}")
+    space = problem.space
+    space.check_box("sample_starts")
+    if start_distribution != "aka2023":
+        return np.asarray(space.sample(key, int(n_starts), start_distribution))
+    z0 = start_internal(problem, theta0, coordinates=coordinates, where="multistart")
+    lower, upper = space.lower_internal, space.upper_internal
+    std = _AKA2023_STD * (upper - lower)
+    shape = (int(n_starts) - 1, problem.n_free)
+    t = jax.random.truncated_normal(key, jnp.broadcast_to((lower - z0) / std, shape),
+                                    jnp.broadcast_to((upper - z0) / std, shape), shape, dtype=jnp.float64)
+    z = np.clip(z0 + std * np.asarray(t), lower, upper)
+    z = np.concatenate([z0[None, :], z])
+    return np.clip(np.asarray(space.to_physical(jnp.asarray(z))), space.lower, space.upper)
+
+
+def multistart(
+    key: PRNGKeyArray,
+    problem: AbstractProblem,
+    n_starts: int,
+    method: str = "lm",
+    start_distribution: str = "aka2023",
+    *,
+    theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
+    coordinates: str = "physical",
+    stop: str = "scipy",
+    objective_scale: float | None = None,
+    progress: bool = False,
+    **local_options,
+) -> MultistartResult:
+    """A local least-squares method from ``n_starts`` starts (Aka et al. 2023, Table 2).
+
+    Args:
+        key: a ``jax.random`` key for the starts; the same key gives the same result.
+        problem: the calibration problem.
+        n_starts: number of starts.
+        method: ``"lm"`` (`levenberg_marquardt_batch`: all starts in one jitted, vmapped
+            solve) or ``"trf"`` (`least_squares_trf` with the autodiff Jacobian, one start
+            after another).
+        start_distribution: ``"aka2023"``, ``"lhs"`` or ``"uniform"`` (see `sample_starts`).
+        theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values; see
+            `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
+        stop: ``"trf"``'s stop rule, one of `STOP_RULES`: ``"scipy"`` (scipy's own tests) or
+            ``"fides"`` (Fides's default: a step that lowers the cost by at most
+            ``1e-8 + 1e-8 |f|``; `jcalib.estimation.least_squares.trf_stop_options`).
+        objective_scale: the |f| of the Fides rule (default: -log-likelihood at the nominal
+            values, e.g. a PEtab problem's published optimum).
+        progress: progress bar over the starts (``"trf"`` only).
+        **local_options: passed to the local method (e.g. ``max_steps`` for ``"lm"``,
+            ``max_steps`` for ``"trf"``).
+
+    Returns:
+        `MultistartResult`: every local result, the best, and ``sorted_losses`` for a
+        waterfall plot (`jcalib.plotting.plot_multistart_waterfall`).
+
+    Raises:
+        ValueError: unknown ``method``, ``start_distribution`` or ``stop``; a stop rule other
+            than scipy's with ``"lm"``; bad ``n_starts`` or ``theta0``. A start that cannot be
+            used (failed solve, overflowing loss or non-finite Jacobian there) is not an error: it gets ``loss = inf``,
+            ``converged=False`` and the reason; ``extra["n_failed_starts"]`` counts them and,
+            when every start failed, ``extra["failure"]`` says why.
+    """
+    check_method(method, stop)
+    start = time.perf_counter()
+    starts = sample_starts(key, problem, n_starts, start_distribution, theta0, coordinates=coordinates)
+    if method == "lm":
+        result = levenberg_marquardt_batch(problem, starts, start_distribution=start_distribution,
+                                           **local_options)
+        return eqx.tree_at(lambda r: r.wall_time_s, result, time.perf_counter() - start)
+    if stop != "scipy":
+        scale = objective_scale if objective_scale is not None else \
+            float(problem.log_likelihood(problem.initial_internal()))
+        local_options = trf_stop_options(stop, scale) | local_options
+    results = []
+    for i in tqdm(range(starts.shape[0]), desc="multistart trf", unit="start", disable=not progress):
+        try:
+            results.append(least_squares_trf(problem, starts[i], **local_options))
+        except FailedStartError as e:
+            z, theta = _inside(problem, problem.to_internal(jnp.asarray(starts[i])))
+            results.append(EstimationResult(
+                method="trf", names=problem.free_names, theta=theta, theta_internal=z,
+                loss=math.inf, singular_values=np.zeros(0), condition_number=math.nan,
+                n_essential_directions=problem.n_free, n_steps=0, n_simulations=1,
+                n_jacobians=0, wall_time_s=0.0, converged=False, reason=f"failed: {e}"))
+    return multistart_result("trf", start_distribution, problem, starts, results,
+                              time.perf_counter() - start)
+
+
+def check_method(method: str, stop: str = "scipy") -> None:
+    """Refuse a local method that is not one of `LOCAL_METHODS`, a stop rule that is not one of
+    `STOP_RULES`, and a stop rule other than scipy's for ``"lm"`` (`multistart` checks them
+    first; a script can check them before a long import)."""
+    if method not in LOCAL_METHODS:
+        raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")
+    if stop not in STOP_RULES:
+        raise ValueError(f"multistart: stop must be one of {STOP_RULES}; got {stop!r}")
+    if stop != "scipy" and method != "trf":
+        raise ValueError(f"multistart: stop={stop!r} is a rule of the TRF method; got method={method!r}")
+
+
+def final_log_likelihoods(problem: AbstractProblem, result: MultistartResult) -> Float[np.ndarray, " n_starts"]:
+    """The log-likelihood at each start's end point, in the order of ``result.results``
+    (``-inf`` where the start could not be used), e.g. to count the starts that reach a
+    reference optimum: ``final_log_likelihoods(problem, ms) >= llh_reference - LLH_TOLERANCE``."""
+    return np.array([float(problem.log_likelihood(r.theta_internal)) if math.isfinite(r.loss) else -math.inf
+                     for r in result.results])
