@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import typer
 
-from jcalib.cli.common import _build, _joint_problem, _output_dir, _problem, _write_results
+from jcalib.cli.common import _build, _exit_if_interrupted, _joint_problem, _output_dir, _problem, _write_results
 
 __all__ = ["CALIBRATION_METHODS", "calibrate"]
 
@@ -62,6 +62,7 @@ def calibrate(
         result = estimation.differential_evolution(key, problem, progress=True)
     else:
         starts = estimation.multistart(key, problem, n_starts, theta0=theta0, progress=True)
+        _exit_if_interrupted(starts, out, {"model": name, "method": method, "start": theta0})
         result = starts.best
     if not (math.isfinite(result.loss) and np.all(np.isfinite(np.asarray(result.theta)))):
         why = (starts.extra.get("failure") if method == "multistart" else None) or result.reason

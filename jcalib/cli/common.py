@@ -174,6 +174,18 @@ def _write_results(out: pathlib.Path, metrics: dict, figures: dict, dpi: int = 1
         fileio.save_figure(fig, out / fname, dpi=dpi)
 
 
+def _exit_if_interrupted(starts, out: pathlib.Path, metrics: dict) -> None:
+    """After a multistart that a Ctrl-C stopped: metrics.json with what finished (each start's
+    result and reason, ``status: interrupted``), one line on stderr saying so, exit code 130."""
+    if starts.extra.get("status") != "interrupted":
+        return
+    metrics.update(status="interrupted", multistart=starts.to_dict())
+    _write_results(out, metrics, {})
+    typer.echo(f"interrupted (Ctrl-C): {starts.extra['n_finished_starts']} of {len(starts.results)} starts had "
+               f"finished; their results (and why the others have none) are in {out / 'metrics.json'}", err=True)
+    raise typer.Exit(130)
+
+
 def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, start: list[str] | None,
              **problem_options):
     """CalibrationProblem from the CLI options, and the start {name: value} (default nominal).

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 
 from jcalib import fileio
-from jcalib.cli.common import _output_dir, _write_results
+from jcalib.cli.common import _exit_if_interrupted, _output_dir, _write_results
 
 __all__ = ["PETAB_METHODS", "petab"]
 
@@ -72,7 +72,7 @@ def petab(
         metrics["result"] = fit.to_dict()
         theta = jax.numpy.asarray(fit.theta_internal)
     elif method == "multistart":
-        theta = _petab_multistart(problem, seed, n_starts, llh_nominal, metrics, figures)
+        theta = _petab_multistart(problem, seed, n_starts, llh_nominal, metrics, figures, out)
     elif method == "sample":
         result = nuts.sample(jax.random.key(seed), problem, nominal, steps, coordinates="internal",
                              n_chains=chains, preconditioner=Laplace(), warmup=min(200, steps))
@@ -94,13 +94,15 @@ def petab(
     typer.echo(f"wrote {out}/metrics.json, simulation.tsv" + "".join(f", {f}" for f in figures))
 
 
-def _petab_multistart(problem, seed: int, n_starts: int, llh_nominal: float, metrics: dict, figures: dict):
+def _petab_multistart(problem, seed: int, n_starts: int, llh_nominal: float, metrics: dict, figures: dict,
+                      out: pathlib.Path):
     """`jcalib petab --method multistart`: TRF from uniform starts (the PEtab multistart of
     `experiments.petab_multistart` and `benchmarks.petab_tools`); the best start's internal
     parameters (its metrics and waterfall plot go to ``metrics`` and ``figures``)."""
     from jcalib import estimation, plotting
 
     starts = estimation.multistart(jax.random.key(seed), problem, n_starts, "trf", "uniform", progress=True)
+    _exit_if_interrupted(starts, out, metrics)
     llh = estimation.final_log_likelihoods(problem, starts)
     reached = llh >= llh_nominal - estimation.LLH_TOLERANCE
     metrics["multistart"] = starts.to_dict(include_results=False)

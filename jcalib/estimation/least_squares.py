@@ -58,7 +58,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from jcalib import distributed
 from jcalib.algorithm import Algorithm, run, vmap_chains
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
-from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
+from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
 from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
 
@@ -567,26 +567,21 @@ def levenberg_marquardt_batch(
         raise ValueError(f"levenberg_marquardt_batch: chunk_size must be positive; got {chunk_size}")
     local = distributed.process_rows(u0s)  # several processes: each runs its block of starts
     chunk = min(chunk, local.shape[0])
-    forward = problem.forward_mode()
-    outputs = []
-    for i in range(0, local.shape[0], chunk):
-        block = local[i : i + chunk]
-        n_real = block.shape[0]
-        if n_real < chunk:
-            block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
-        settings = (forward, jnp.asarray(mid), jnp.asarray(half), float(rtol), float(atol))
-        algorithm = Algorithm(functools.partial(_lm_init, *settings), functools.partial(_lm_step, *settings))
-        out = run(None, algorithm, algorithm.init(jnp.asarray(block)), int(max_steps), compiled=False,
-                  stop=lambda s: jnp.all(s.done), trace_fn=lambda s, info: None)
-        outputs.append([np.asarray(o)[:n_real] for o in jax.vmap(_lm_outcome, (0, None, None))(out.state, mid, half)])
-    z_final, losses, success, max_reached, n_steps, n_accepted = distributed.gather_rows(
-        [np.concatenate([o[k] for o in outputs]) for k in range(6)], n)
+    z_final, losses, success, max_reached, n_steps, n_accepted, finished = distributed.gather_rows(
+        _lm_blocks(problem.forward_mode(), local, chunk, mid, half, rtol, atol, max_steps), n)
     wall = time.perf_counter() - start
+    status = "completed" if np.all(finished) else "interrupted"
 
     results = []
     for i in range(n):
         failed = not (np.isfinite(losses[i]) and np.all(np.isfinite(z_final[i])))
-        if failed:
+        if not finished[i]:
+            ran = n_steps[i] > 0 and not failed
+            z, loss, converged = (z_final[i], float(losses[i]), False) if ran else (z0s[i], math.inf, False)
+            reason = (f"{INTERRUPTED} (KeyboardInterrupt) after {int(n_steps[i])} steps: not converged; the loss "
+                      "and estimate are the iterate's then" if ran else
+                      f"{INTERRUPTED} (KeyboardInterrupt) before this start ran")
+        elif failed:
             z, loss, converged = z0s[i], math.inf, False
             reason = "failed: " + _lm_failure(problem, z0s[i], f"theta0[{i}]")
         else:
@@ -605,7 +600,34 @@ def levenberg_marquardt_batch(
             extra={"n_accepted_steps": int(n_accepted[i]), "bounds": "sin transform"},
         ))
     return multistart_result("lm", start_distribution, problem, theta0, results, wall,
-                              extra={"max_steps_taken": int(n_steps.max()), "chunk_size": chunk})
+                              extra={"max_steps_taken": int(n_steps.max()), "chunk_size": chunk}, status=status)
+
+
+def _lm_blocks(forward, local: np.ndarray, chunk: int, mid, half, rtol, atol, max_steps: int) -> list[np.ndarray]:
+    """The outcomes of `_lm_outcome` and a ``finished`` flag for this process's starts ``local``
+    (``u`` coordinates), block by block of ``chunk`` (the last one padded). A Ctrl-C ends the
+    blocks: the running block's starts that had stopped are finished, the others and the later
+    blocks are not (their rows: the iterate then, or NaN and 0 steps)."""
+    outputs, interrupted = [], False
+    settings = (forward, jnp.asarray(mid), jnp.asarray(half), float(rtol), float(atol))
+    algorithm = Algorithm(functools.partial(_lm_init, *settings), functools.partial(_lm_step, *settings))
+    for i in range(0, local.shape[0], chunk):
+        n_real = min(chunk, local.shape[0] - i)
+        if interrupted:
+            flags, counts = np.zeros(n_real, dtype=bool), np.zeros(n_real, dtype=int)
+            outputs.append([np.full((n_real, local.shape[1]), np.nan), np.full(n_real, np.nan), flags, flags,
+                            counts, counts, flags])
+            continue
+        block = local[i : i + chunk]
+        if n_real < chunk:
+            block = np.concatenate([block, np.repeat(block[-1:], chunk - n_real, axis=0)])
+        out = run(None, algorithm, algorithm.init(jnp.asarray(block)), int(max_steps), chunk_size=1,
+                  compiled=False, stop=lambda s: jnp.all(s.done), trace_fn=lambda s, info: None)
+        interrupted = out.status == "interrupted"
+        outcome = jax.vmap(_lm_outcome, (0, None, None))(out.state, mid, half)
+        done = np.ones(chunk, dtype=bool) if not interrupted else np.asarray(out.state.done)
+        outputs.append([np.asarray(o)[:n_real] for o in outcome] + [done[:n_real]])
+    return [np.concatenate([o[k] for o in outputs]) for k in range(7)]
 
 
 def _lm_failure(problem: AbstractProblem, z0: np.ndarray, what: str) -> str:

@@ -48,7 +48,7 @@ from jcalib.estimation.least_squares import (
     levenberg_marquardt_batch,
     trf_stop_options,
 )
-from jcalib.estimation.result import EstimationResult, MultistartResult, multistart_result
+from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
 from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
 
@@ -149,7 +149,11 @@ def multistart(
 
     Returns:
         `MultistartResult`: every local result, the best, and ``sorted_losses`` for a
-        waterfall plot (`jcalib.plotting.plot_multistart_waterfall`).
+        waterfall plot (`jcalib.plotting.plot_multistart_waterfall`). A Ctrl-C ends the
+        multistart with ``extra["status"] == "interrupted"``: the finished starts are kept as
+        they are, the others say so in their ``reason`` (``"trf"``: the start being fitted
+        and the later ones have no estimate; ``"lm"``: the running starts keep their iterate,
+        not converged).
 
     Raises:
         ValueError: unknown ``method``, ``start_distribution`` or ``stop``; a stop rule other
@@ -169,19 +173,31 @@ def multistart(
         scale = objective_scale if objective_scale is not None else \
             float(problem.log_likelihood(problem.initial_internal()))
         local_options = trf_stop_options(stop, scale) | local_options
-    results = []
+    results, status = [], "completed"
     for i in tqdm(range(starts.shape[0]), desc="multistart trf", unit="start", disable=not progress):
+        if status == "interrupted":
+            results.append(_unused_start(problem, starts[i], f"{INTERRUPTED} (KeyboardInterrupt) before this start "
+                                                             "ran", n_simulations=0))
+            continue
         try:
             results.append(least_squares_trf(problem, starts[i], **local_options))
         except FailedStartError as e:
-            z, theta = _inside(problem, problem.to_internal(jnp.asarray(starts[i])))
-            results.append(EstimationResult(
-                method="trf", names=problem.free_names, theta=theta, theta_internal=z,
-                loss=math.inf, singular_values=np.zeros(0), condition_number=math.nan,
-                n_essential_directions=problem.n_free, n_steps=0, n_simulations=1,
-                n_jacobians=0, wall_time_s=0.0, converged=False, reason=f"failed: {e}"))
+            results.append(_unused_start(problem, starts[i], f"failed: {e}"))
+        except KeyboardInterrupt:
+            status = "interrupted"
+            results.append(_unused_start(problem, starts[i], f"{INTERRUPTED} (KeyboardInterrupt) during this start's "
+                                                             "fit: its iterates are lost", n_simulations=0))
     return multistart_result("trf", start_distribution, problem, starts, results,
-                              time.perf_counter() - start)
+                              time.perf_counter() - start, status=status)
+
+
+def _unused_start(problem: AbstractProblem, theta0, reason: str, n_simulations: int = 1) -> EstimationResult:
+    """The result of a start without an estimate (failed or not run): the start, ``loss = inf``."""
+    z, theta = _inside(problem, problem.to_internal(jnp.asarray(theta0)))
+    return EstimationResult(
+        method="trf", names=problem.free_names, theta=theta, theta_internal=z, loss=math.inf,
+        singular_values=np.zeros(0), condition_number=math.nan, n_essential_directions=problem.n_free, n_steps=0,
+        n_simulations=n_simulations, n_jacobians=0, wall_time_s=0.0, converged=False, reason=reason)
 
 
 def check_method(method: str, stop: str = "scipy") -> None:

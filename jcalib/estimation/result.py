@@ -9,7 +9,10 @@ import numpy as np
 
 from jcalib.jsonable import to_jsonable
 
-__all__ = ["EstimationResult", "MultistartResult", "multistart_result"]
+__all__ = ["INTERRUPTED", "EstimationResult", "MultistartResult", "multistart_result"]
+
+INTERRUPTED = "interrupted"
+"""How the ``reason`` of a start that a Ctrl-C stopped before it finished begins."""
 
 
 class EstimationResult(eqx.Module):
@@ -87,9 +90,12 @@ class MultistartResult(eqx.Module):
         n_simulations: simulations of all starts together.
         n_jacobians: Jacobian evaluations of all starts together.
         wall_time_s: wall-clock seconds of the whole batch, compilation included.
-        extra: method-specific numbers (JSON-able); always ``n_failed_starts`` (starts
-            that ended with a non-finite loss), and ``failure`` (in words) when every
-            start failed, in which case ``best.converged`` is False.
+        extra: method-specific numbers (JSON-able); always ``status`` (``"completed"``, or
+            ``"interrupted"``: a Ctrl-C stopped the batch; the starts that had not finished say
+            so in their ``reason``, ``converged=False``, and ``n_finished_starts`` counts the
+            others) and ``n_failed_starts`` (starts that ended with a non-finite loss), and
+            ``failure`` (in words) when every start failed, in which case ``best.converged``
+            is False.
     """
 
     method: str
@@ -133,13 +139,18 @@ class MultistartResult(eqx.Module):
 
 
 def multistart_result(method: str, start_distribution: str, problem, starts, results, wall: float,
-                      extra: dict | None = None) -> MultistartResult:
+                      extra: dict | None = None, status: str = "completed") -> MultistartResult:
     """The `MultistartResult` of local ``results`` from ``starts`` (physical); the best is the
-    smallest finite loss, ``extra`` gains ``n_failed_starts`` (and ``failure`` when all failed)."""
+    smallest finite loss, ``extra`` gains ``status``, ``n_failed_starts`` (and ``failure`` when
+    all failed; ``n_finished_starts`` when interrupted: the results whose reason does not begin
+    with ``INTERRUPTED``)."""
     losses = np.array([r.loss if math.isfinite(r.loss) else math.inf for r in results])
-    n_failed = int(np.sum(~np.isfinite(losses)))
-    extra = {**({} if extra is None else extra), "n_failed_starts": n_failed}
-    if n_failed == len(results):
+    unfinished = np.array([r.reason.startswith(INTERRUPTED) for r in results])
+    n_failed = int(np.sum(~np.isfinite(losses) & ~unfinished))
+    extra = {**({} if extra is None else extra), "status": status, "n_failed_starts": n_failed}
+    if status == "interrupted":
+        extra["n_finished_starts"] = int(np.sum(~unfinished))
+    elif n_failed == len(results):
         extra["failure"] = f"every start failed; first: {results[0].reason}"
     return MultistartResult(
         method=method, start_distribution=start_distribution, names=problem.free_names,

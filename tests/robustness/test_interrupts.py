@@ -1,0 +1,127 @@
+"""A Ctrl-C during a multistart (issue 35 §1.1): the finished starts are kept as they are, the others
+say that they did not finish (never a plausible "stopped: max_steps reached" with loss 0), the
+result says ``status: interrupted``, and ``jcalib`` exits with 130 and a line saying what it kept."""
+
+import importlib
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import jcalib.algorithm as algorithm
+from jcalib.cli import app
+from jcalib.data import Measurements
+from jcalib.estimation import levenberg_marquardt_batch, multistart
+from jcalib.estimation.result import INTERRUPTED
+from jcalib.problems import CalibrationProblem
+from tests.estimation.linear_case import THETA_TRUE, TS, design, linear_model
+from tests.io.test_petab import _case
+
+# the module (`jcalib.estimation.multistart` the attribute is the function of that name)
+multistart_module = importlib.import_module("jcalib.estimation.multistart")
+
+
+@pytest.fixture(scope="module")
+def problem():
+    y = (design() @ THETA_TRUE).reshape(TS.size, 2) + 0.05 * np.random.default_rng(2).standard_normal((TS.size, 2))
+    return CalibrationProblem(linear_model(), Measurements(TS, y, sigma=np.full_like(y, 0.05),
+                                                           output_names=("y1", "y2")), weighting="sigma")
+
+
+def _interrupt_python_chunk(monkeypatch, n):
+    """Ctrl-C at the ``n``-th Python chunk of `jcalib.algorithm.run` (one step each here)."""
+    calls, real = {"n": 0}, algorithm._python_chunk
+
+    def patched(one, thin):
+        chunk = real(one, thin)
+
+        def wrapped(key, carry, length):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt
+            return chunk(key, carry, length)
+
+        return wrapped
+
+    monkeypatch.setattr(algorithm, "_python_chunk", patched)
+
+
+STARTS = np.array([[5.0, 5.0, 5.0], [-5.0, 2.0, 1.0], [9.0, -9.0, 9.0], [-9.0, 9.0, -9.0]])
+
+
+def test_levenberg_marquardt_keeps_the_finished_blocks(problem, monkeypatch):
+    """Blocks of two starts: a Ctrl-C in the second block's third step keeps the first block's
+    results exactly, keeps the second block's iterates as 'interrupted ... not converged'."""
+    full = levenberg_marquardt_batch(problem, STARTS, chunk_size=2)
+    steps_first_block = max(r.n_steps for r in full.results[:2])
+    _interrupt_python_chunk(monkeypatch, steps_first_block + 3)  # the first block ends after its steps
+    cut = levenberg_marquardt_batch(problem, STARTS, chunk_size=2)
+    assert full.extra["status"] == "completed" and cut.extra["status"] == "interrupted"
+    assert cut.extra["n_finished_starts"] == 2 and cut.extra["n_failed_starts"] == 0
+    for k in (0, 1):
+        np.testing.assert_array_equal(cut.results[k].theta_internal, full.results[k].theta_internal)
+        assert cut.results[k].reason == full.results[k].reason and cut.results[k].converged
+    for k in (2, 3):
+        r = cut.results[k]
+        assert r.reason.startswith(INTERRUPTED) and "not converged" in r.reason and not r.converged
+        assert r.n_steps == 2 and math.isfinite(r.loss)
+        assert r.loss == pytest.approx(float(problem.loss(r.theta_internal)), rel=1e-9)  # the iterate's own loss
+
+
+def test_levenberg_marquardt_interrupted_before_any_step(problem, monkeypatch):
+    _interrupt_python_chunk(monkeypatch, 1)
+    cut = levenberg_marquardt_batch(problem, STARTS[:2])
+    assert cut.extra["status"] == "interrupted" and cut.extra["n_finished_starts"] == 0
+    assert "failure" not in cut.extra and cut.extra["n_failed_starts"] == 0
+    for r, start in zip(cut.results, STARTS[:2]):
+        assert r.reason == f"{INTERRUPTED} (KeyboardInterrupt) before this start ran"
+        assert r.loss == math.inf and not r.converged and r.n_steps == 0
+        np.testing.assert_allclose(r.theta, start)
+
+
+def test_trf_multistart_keeps_the_finished_starts(problem, monkeypatch):
+    key = jax.random.key(4)
+    full = multistart(key, problem, 3, "trf", "uniform")
+    calls, real = {"n": 0}, multistart_module.least_squares_trf
+
+    def interrupted_second(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multistart_module, "least_squares_trf", interrupted_second)
+    cut = multistart(key, problem, 3, "trf", "uniform")
+    assert cut.extra["status"] == "interrupted" and cut.extra["n_finished_starts"] == 1
+    np.testing.assert_array_equal(cut.results[0].theta_internal, full.results[0].theta_internal)
+    assert cut.results[1].reason == f"{INTERRUPTED} (KeyboardInterrupt) during this start's fit: its iterates are lost"
+    assert cut.results[2].reason == f"{INTERRUPTED} (KeyboardInterrupt) before this start ran"
+    assert all(r.loss == math.inf and not r.converged for r in cut.results[1:])
+    assert cut.best_index == 0
+
+
+def test_cli_multistart_exits_130_and_keeps_what_finished(tmp_path, monkeypatch):
+    """`jcalib petab --method multistart` interrupted in its second start: exit code 130, a line
+    saying 1 of 2 starts finished, metrics.json with status 'interrupted', no simulation table
+    or plots of a 'fit'."""
+    folder, _ = _case("0001")
+    calls, real = {"n": 0}, multistart_module.least_squares_trf
+
+    def interrupted_second(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multistart_module, "least_squares_trf", interrupted_second)
+    out = tmp_path / "ms"
+    result = CliRunner().invoke(app, ["petab", str(folder / "_0001.yaml"), "--method", "multistart", "--n-starts", "2",
+                                      "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert "interrupted (Ctrl-C): 1 of 2 starts had finished" in result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "interrupted" and metrics["multistart"]["extra"]["n_finished_starts"] == 1
+    assert not (out / "simulation.tsv").exists() and not (out / "waterfall.png").exists()
