@@ -528,8 +528,10 @@ def run_ekf(
             symmetric positive (semi-)definite, non-positive ``theta0`` with log
             coordinates, unknown ``parameters``, missing ``R``.
         SimulationError: a step failed and ``throw`` is True.
+        KeyboardInterrupt: a Ctrl-C during the filter (it names how far it got; a partial
+            trajectory is not returned as an estimate).
 
-    Long for its documented options; the body is 73 lines.
+    Long for its documented options; the body is 75 lines.
     """
     start = time.perf_counter()
     if not jax.config.jax_enable_x64:
@@ -571,6 +573,8 @@ def run_ekf(
     ekf = _model_filter(model, coords, q if callable(q) else jnp.asarray(q), r, ts, ys, masks)
     state = ekf.init(z0, jnp.asarray(p0), t0)
     out = run(None, ekf, state, ts.size, compiled=False, trace_fn=lambda s, info: (info, s.mean, s.covariance))
+    if out.status == "interrupted":  # a filter's estimate is the one after its last measurement
+        raise KeyboardInterrupt(f"run_ekf: interrupted after {out.n_steps} of {ts.size} measurement times")
     final, (infos, means, covs) = out.state, out.trace
     means = np.concatenate([np.asarray(state.mean)[None], np.asarray(means)])
     covs = np.concatenate([np.asarray(state.covariance)[None], np.asarray(covs)])

@@ -125,3 +125,14 @@ def test_cli_multistart_exits_130_and_keeps_what_finished(tmp_path, monkeypatch)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["status"] == "interrupted" and metrics["multistart"]["extra"]["n_finished_starts"] == 1
     assert not (out / "simulation.tsv").exists() and not (out / "waterfall.png").exists()
+
+
+def test_an_interrupted_filter_raises_instead_of_returning_its_start(monkeypatch):
+    """`run_ekf` interrupted: no EKFResult with the start as its 'estimate' and success=True."""
+    from jcalib.filters.ekf import run_ekf
+    from tests.filters.test_ekf import DECAY_TS, decay_model
+
+    ys = 2.0 * np.exp(-1.3 * DECAY_TS)[:, None]
+    _interrupt_python_chunk(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt, match=rf"run_ekf: interrupted after 0 of {DECAY_TS.size} measurement times"):
+        run_ekf(decay_model(), ys, [0.7], R=[[0.02**2]])
