@@ -162,3 +162,36 @@ def test_the_version_is_written_once():
     project = tomllib.loads((pathlib.Path(jcalib.__file__).parents[1] / "pyproject.toml").read_text())["project"]
     assert "version" not in project and "version" in project["dynamic"]
     assert importlib.metadata.version("jcalib") == jcalib.__version__
+
+
+SCREEN = 80  # lines of code a function may have (issue 34 §3)
+
+
+def _function_lengths():
+    """``(where, total lines, code lines after the docstring, docstring)`` of every function in jcalib."""
+    import ast
+
+    for path in sorted(pathlib.Path(jcalib.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node) or ""
+                body = node.body[1:] if doc else node.body
+                code = node.end_lineno - body[0].lineno + 1 if body else 0
+                yield f"{path.name}:{node.lineno} {node.name}", node.end_lineno - node.lineno + 1, code, doc
+
+
+def test_functions_are_a_screen_long():
+    """No function has more than 80 lines of code; one that is longer than 80 lines with its
+    docstring says why and how long its body is ("... the body is N lines"), and N is true."""
+    import re
+
+    bad = []
+    for where, total, code, doc in _function_lengths():
+        claim = re.search(r"the body is (\d+) lines", doc)
+        if code > SCREEN:
+            bad.append(f"{where}: {code} lines of code")
+        elif total > SCREEN and not claim:
+            bad.append(f"{where}: {total} lines with its docstring, which does not say why")
+        if claim and int(claim.group(1)) != code:
+            bad.append(f"{where}: the docstring says the body is {claim.group(1)} lines; it is {code}")
+    assert not bad, "\n".join(bad)

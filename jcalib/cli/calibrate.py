@@ -11,7 +11,15 @@ import jax
 import numpy as np
 import typer
 
-from jcalib.cli.common import _build, _exit_if_interrupted, _joint_problem, _output_dir, _problem, _write_results
+from jcalib.cli.common import (
+    _build,
+    _exit_if_interrupted,
+    _interrupted,
+    _joint_problem,
+    _output_dir,
+    _problem,
+    _write_results,
+)
 
 __all__ = ["CALIBRATION_METHODS", "calibrate"]
 
@@ -82,3 +90,5 @@ def calibrate(
                f"{result.n_essential_directions} of {len(result.names)}; {result.n_steps} steps, "
                f"{result.n_simulations} simulations + {result.n_jacobians} Jacobians; {result.reason}")
     typer.echo(f"wrote {out}/metrics.json and {', '.join(figures)}")
+    if result.interrupted:
+        _interrupted(f"{result.reason}: the estimate above is the last iterate, not converged")

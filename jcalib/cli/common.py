@@ -31,8 +31,9 @@ USER_ERRORS = (ValueError, OSError, SimulationError)
 class _OneLineErrors(TyperGroup):
     """Every user mistake in a command ends in one line ``error: ...`` on stderr and exit
     code 2, without a traceback: click's usage errors (missing or malformed options) and the
-    `USER_ERRORS` jcalib raises for bad values, files and paths. Other exceptions are bugs and
-    keep their traceback; ``JCALIB_DEBUG=1`` keeps the traceback of user errors too."""
+    `USER_ERRORS` jcalib raises for bad values, files and paths. A Ctrl-C ends in one line
+    ``interrupted (Ctrl-C): ...`` and exit code 130. Other exceptions are bugs and keep their
+    traceback; ``JCALIB_DEBUG=1`` keeps the traceback of user errors too."""
 
     def invoke(self, ctx):
         try:
@@ -48,6 +49,8 @@ class _OneLineErrors(TyperGroup):
             if os.environ.get("JCALIB_DEBUG"):
                 raise
             _fail(_error_text(err))
+        except KeyboardInterrupt as err:  # a command that kept something reports it itself (exit 130)
+            _interrupted(f"{err}" if str(err) else "the command stopped before it finished")
 
 
 def _fail(message: str):
@@ -181,8 +184,13 @@ def _exit_if_interrupted(starts, out: pathlib.Path, metrics: dict) -> None:
         return
     metrics.update(status="interrupted", multistart=starts.to_dict())
     _write_results(out, metrics, {})
-    typer.echo(f"interrupted (Ctrl-C): {starts.extra['n_finished_starts']} of {len(starts.results)} starts had "
-               f"finished; their results (and why the others have none) are in {out / 'metrics.json'}", err=True)
+    _interrupted(f"{starts.extra['n_finished_starts']} of {len(starts.results)} starts had finished; their results "
+                 f"(and why the others have none) are in {out / 'metrics.json'}")
+
+
+def _interrupted(line: str) -> None:
+    """A Ctrl-C stopped the run and what it had was written: one line on stderr, exit code 130."""
+    typer.echo(f"interrupted (Ctrl-C): {line}", err=True)
     raise typer.Exit(130)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 
 from jcalib import fileio
-from jcalib.cli.common import _exit_if_interrupted, _output_dir, _write_results
+from jcalib.cli.common import _exit_if_interrupted, _interrupted, _output_dir, _write_results
 
 __all__ = ["PETAB_METHODS", "petab"]
 
@@ -54,7 +54,7 @@ def petab(
                      "n_measurements": len(pp.petab_problem.measurement_df), "llh_nominal": llh_nominal,
                      "rtol": rtol, "atol": atol}
     figures: dict = {}
-    theta = nominal
+    theta, stopped = nominal, None
     if not math.isfinite(llh_nominal):
         code = problem.solve_status(nominal)
         typer.echo(f"warning: the simulation at the nominal parameters failed ({code}); the log-likelihood "
@@ -71,6 +71,7 @@ def petab(
                "gauss-newton" else estimation.least_squares_trf(problem, nominal, coordinates="internal"))
         metrics["result"] = fit.to_dict()
         theta = jax.numpy.asarray(fit.theta_internal)
+        stopped = fit.reason if fit.interrupted else None
     elif method == "multistart":
         theta = _petab_multistart(problem, seed, n_starts, llh_nominal, metrics, figures, out)
     elif method == "sample":
@@ -78,6 +79,9 @@ def petab(
                              n_chains=chains, preconditioner=Laplace(), warmup=min(200, steps))
         result.save(out / "posterior.npz")
         metrics["posterior"] = result.to_dict()
+        if result.extra["status"] == "interrupted":  # the draws so far, without a finished run's figures
+            _write_results(out, metrics | {"status": "interrupted"}, {})
+            _interrupted(f"kept {result.n_draws} draws per chain in {out / 'posterior.npz'}")
         figures["marginals.png"] = plotting.plot_marginals(result, title=f"{name}: posterior marginals")
         typer.echo(f"{'parameter':28s} {'mean':>12s} {'sd':>12s} {'R-hat':>7s}")
         for i, pname in enumerate(result.names):
@@ -92,6 +96,8 @@ def petab(
             typer.echo(f"  {pname:28s} {value:14.6g}")
     typer.echo(f"log-likelihood {llh:.6g} (nominal {llh_nominal:.6g}); chi2 {metrics['chi2']:.6g}")
     typer.echo(f"wrote {out}/metrics.json, simulation.tsv" + "".join(f", {f}" for f in figures))
+    if stopped:
+        _interrupted(f"{stopped}; the results above are those of the unfinished run")
 
 
 def _petab_multistart(problem, seed: int, n_starts: int, llh_nominal: float, metrics: dict, figures: dict,

@@ -10,7 +10,7 @@ from typing import Annotated
 import jax
 import typer
 
-from jcalib.cli.common import _build, _joint_problem, _output_dir, _problem, _write_results
+from jcalib.cli.common import _build, _interrupted, _joint_problem, _output_dir, _problem, _write_results
 
 __all__ = ["LIKELIHOOD_WEIGHTING", "sample"]
 
@@ -63,7 +63,7 @@ def sample(
     metrics.json, KDE marginals, pair, trace and 90 % band plots. Sampler warnings (low
     acceptance, R-hat, ESS) are printed as ``warning: ...`` lines and kept in metrics.json.
     \f
-    (Not shown by --help.) Long for its 22 command-line options; the body is 61 lines."""
+    (Not shown by --help.) Long for its 22 command-line options; the body is 65 lines."""
     import jax.numpy as jnp
 
     from jcalib import estimation, plotting
@@ -108,16 +108,20 @@ def sample(
                          target_acceptance=target_acceptance, progress=kernel == "mala")
     sampler_warnings = _sampler_warnings(result, caught)
     result.save(out / "posterior.npz")
+    metrics = {"model": name, "data": [str(d) for d in data] if joint else str(data[0]), "likelihood": likelihood,
+               "sigma": sigma, "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
+               "gauss_newton": None if fit is None else fit.to_dict(), "posterior": result.to_dict(),
+               "warnings": sampler_warnings}
+    if result.extra["status"] == "interrupted":  # the draws so far, without the figures of a finished run
+        _write_results(out, metrics | {"status": "interrupted"}, {})
+        _interrupted(f"kept the {result.n_draws} draws per chain of the sampling steps that had finished, in "
+                     f"{out / 'posterior.npz'}")
     draws = result.samples_internal[:, :: max(1, result.n_draws // 250)]
     figures = {"marginals.png": plotting.plot_marginals(result, title=f"{name}: KDE marginals"),
                "trace.png": plotting.plot_trace(result)}
     band_metrics, coverage = _posterior_bands(problem, draws, name, joint, figures)
-    metrics = {"model": name, "data": [str(d) for d in data] if joint else str(data[0]), "likelihood": likelihood,
-               "sigma": sigma, "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
-               "gauss_newton": None if fit is None else fit.to_dict(), "posterior": result.to_dict(),
-               "warnings": sampler_warnings,
-               "bands_90": band_metrics if joint else band_metrics[name],
-               "band_coverage_of_data": coverage if joint else coverage[name]}
+    metrics.update(bands_90=band_metrics if joint else band_metrics[name],
+                   band_coverage_of_data=coverage if joint else coverage[name])
     if result.n_params > 1:
         figures["pair.png"] = plotting.plot_pair(result)
     _write_results(out, metrics, figures)

@@ -273,6 +273,8 @@ def bottom_up(
         FailedStartError: (a ``ValueError``) a step cannot start: the simulation fails at
             its start (with the `jcalib.model.SolveStatus`), the loss overflows there or the
             Jacobian there is not finite; the message names the step and the parameter.
+
+    Long for its documented options; the body is 69 lines.
     """
     t_start = time.perf_counter()
     if not isinstance(problem, CalibrationProblem):

@@ -67,7 +67,7 @@ from jaxtyping import ArrayLike, Float
 
 from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, jacobian_failure, point_failure
-from jcalib.estimation.result import EstimationResult
+from jcalib.estimation.result import INTERRUPTED, EstimationResult
 from jcalib.problems import AbstractProblem
 from jcalib.sensitivity.identifiability import (
     FLAT_RATIO,
@@ -194,6 +194,8 @@ def gauss_newton_algorithm(
 
     Raises:
         ValueError: invalid thresholds, ``n_essential`` or damping settings.
+
+    Long for its documented options; the body is 72 lines.
     """
     _check_options(problem, flat_ratio, gap_ratio, n_essential, min_damping, damping_growth)
     names = problem.free_names
@@ -323,6 +325,8 @@ def gauss_newton(
     failure in ``reason``; a trial point whose solve fails (or whose loss overflows) is
     rejected by the damping loop, so the iteration steps around failed regions and never
     returns a point where the simulation fails.
+
+    Long for its documented options; the body is 54 lines.
     """
     t_start = time.perf_counter()
     if int(max_steps) != max_steps or max_steps < 1:
@@ -360,7 +364,7 @@ def gauss_newton(
     }
     outcome = None if out.n_steps == 0 else _outcome(GaussNewtonInfo(*(a[-1] for a in info)), xtol, ftol)
     if out.status == "interrupted":
-        converged, reason = False, f"interrupted (KeyboardInterrupt) after {out.n_steps} steps"
+        converged, reason = False, f"{INTERRUPTED} (KeyboardInterrupt) after {out.n_steps} steps"
     elif outcome is None:
         converged, reason = False, f"max_steps={max_steps} reached"
     else:

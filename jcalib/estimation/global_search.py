@@ -47,7 +47,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from jcalib.algorithm import Algorithm, run
 from jcalib.estimation.failures import FailedStartError, honest_outcome, point_failure
 from jcalib.estimation.least_squares import _Calls, _inside, least_squares_trf
-from jcalib.estimation.result import EstimationResult
+from jcalib.estimation.result import INTERRUPTED, EstimationResult
 from jcalib.parameters import unit_samples
 from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
@@ -344,7 +344,7 @@ def differential_evolution(
     history = _de_history(jax.tree_util.tree_map(np.asarray, out.trace), lower, upper, problem)
     converged = bool(state.converged)
     reason = (f"converged: std(losses) <= {atol} + {tol} |mean(losses)|" if converged
-              else f"stopped: interrupted (KeyboardInterrupt) after {generations} generations"
+              else f"{INTERRUPTED} (KeyboardInterrupt) after {generations} generations"
               if out.status == "interrupted" else f"stopped: max_steps={max_steps} reached")
     n_failed = int(np.sum(~np.isfinite(losses)))
     extra = {"population_size": int(n_pop), "strategy": strategy, "n_failed_final_population": n_failed}

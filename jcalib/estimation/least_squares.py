@@ -538,7 +538,7 @@ def levenberg_marquardt_batch(
             n_free)``, not finite or outside the bounds;
             bad ``max_steps`` or ``chunk_size``.
 
-    Long for its documented options; the body is 66 lines.
+    Long for its documented options; the body is 61 lines.
     """
     start = time.perf_counter()
     space = problem.space

@@ -57,6 +57,11 @@ class EstimationResult(eqx.Module):
     extra: dict = eqx.field(default_factory=dict)
 
     @property
+    def interrupted(self) -> bool:
+        """A Ctrl-C stopped the method before it finished (its ``reason`` begins with `INTERRUPTED`)."""
+        return self.reason.startswith(INTERRUPTED)
+
+    @property
     def estimate(self) -> dict[str, float]:
         """``{name: physical value}``."""
         return {n: float(v) for n, v in zip(self.names, np.asarray(self.theta))}
@@ -145,7 +150,7 @@ def multistart_result(method: str, start_distribution: str, problem, starts, res
     all failed; ``n_finished_starts`` when interrupted: the results whose reason does not begin
     with ``INTERRUPTED``)."""
     losses = np.array([r.loss if math.isfinite(r.loss) else math.inf for r in results])
-    unfinished = np.array([r.reason.startswith(INTERRUPTED) for r in results])
+    unfinished = np.array([r.interrupted for r in results])
     n_failed = int(np.sum(~np.isfinite(losses) & ~unfinished))
     extra = {**({} if extra is None else extra), "status": status, "n_failed_starts": n_failed}
     if status == "interrupted":

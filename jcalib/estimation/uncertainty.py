@@ -158,6 +158,8 @@ def parameter_covariance(
             too few residuals to estimate σ, or no finite residuals and Jacobian at the
             estimate: the message says whether the simulation failed there (with its
             `jcalib.model.SolveStatus`), the loss overflows or only the Jacobian is NaN.
+
+    Long for its documented options; the body is 61 lines.
     """
     z = _estimate_internal(problem, estimate, coordinates, "parameter_covariance")
     d = problem.n_free
@@ -347,6 +349,8 @@ def profile_likelihood(
 
     Raises:
         ValueError: unknown ``name``, a result of another problem, a bad grid.
+
+    Long for its documented options; the body is 78 lines.
     """
     t_start = time.perf_counter()
     names = problem.free_names

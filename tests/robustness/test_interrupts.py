@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import jcalib.algorithm as algorithm
+from jcalib.bayes.result import PosteriorResult
 from jcalib.cli import app
 from jcalib.data import Measurements
 from jcalib.estimation import levenberg_marquardt_batch, multistart
@@ -136,3 +137,60 @@ def test_an_interrupted_filter_raises_instead_of_returning_its_start(monkeypatch
     _interrupt_python_chunk(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt, match=rf"run_ekf: interrupted after 0 of {DECAY_TS.size} measurement times"):
         run_ekf(decay_model(), ys, [0.7], R=[[0.02**2]])
+
+
+def _interrupt_compiled_chunk(monkeypatch, n):
+    """Ctrl-C at the ``n``-th compiled chunk of `jcalib.algorithm.run` (counted over all runs)."""
+    calls, real = {"n": 0}, algorithm._compiled_chunk
+
+    def patched(*args):
+        chunk = real(*args)
+
+        def wrapped(key, carry, length):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt
+            return chunk(key, carry, length)
+
+        return wrapped
+
+    monkeypatch.setattr(algorithm, "_compiled_chunk", patched)
+
+
+@pytest.fixture(scope="module")
+def reactions_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "reactions.csv"
+    assert CliRunner().invoke(app, ["simulate", "four_substance_reactions", "--csv", str(path)]).exit_code == 0
+    return path
+
+
+@pytest.mark.slow  # Gauss-Newton and MALA on an ODE model through the CLI: compiles
+def test_cli_calibrate_and_sample_interrupted_exit_130(tmp_path, reactions_csv, monkeypatch):
+    """Gauss-Newton stopped after one step and MALA after two of its chunks: what they have is
+    written and labelled (the estimate's reason, the posterior's status), the exit code is 130."""
+    runner = CliRunner()
+    _interrupt_python_chunk(monkeypatch, 2)
+    gn = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv), "--free",
+                             "kab,kac", "--start", "kab=2e-5", "--out", str(tmp_path / "gn")])
+    assert gn.exit_code == 130, gn.output
+    assert "interrupted (Ctrl-C): interrupted (KeyboardInterrupt) after 1 steps: the estimate above is the last " \
+           "iterate, not converged" in gn.output
+    result = json.loads((tmp_path / "gn" / "metrics.json").read_text())["result"]
+    assert result["n_steps"] == 1 and not result["converged"]
+    monkeypatch.undo()
+    _interrupt_compiled_chunk(monkeypatch, 3)
+    options = ["sample", "four_substance_reactions", "--data", str(reactions_csv), "--sigma", "0.05", "--steps", "40",
+               "--chains", "2", "--no-gauss-newton"]
+    early = runner.invoke(app, [*options, "--out", str(tmp_path / "early")])  # in the burn-in: no draws
+    assert early.exit_code == 130, early.output
+    assert "interrupted (Ctrl-C): sample: interrupted during the warm-up or burn-in (no draws yet)" in early.output
+    assert not (tmp_path / "early" / "posterior.npz").exists()
+    monkeypatch.undo()
+    _interrupt_compiled_chunk(monkeypatch, 3)
+    sampled = runner.invoke(app, [*options, "--warmup", "0", "--burn", "0", "--out", str(tmp_path / "s")])
+    assert sampled.exit_code == 130, sampled.output
+    assert "interrupted (Ctrl-C): kept the 4 draws per chain of the sampling steps that had finished" in sampled.output
+    metrics = json.loads((tmp_path / "s" / "metrics.json").read_text())
+    assert metrics["status"] == "interrupted" and metrics["posterior"]["extra"]["status"] == "interrupted"
+    assert PosteriorResult.load(tmp_path / "s" / "posterior.npz").samples.shape == (2, 4, 3)
+    assert not (tmp_path / "s" / "marginals.png").exists()
