@@ -37,6 +37,7 @@ __all__ = [
     "SimulationError",
     "Setting",
     "SolveStatus",
+    "check_solver_settings",
     "simulate_batch",
     "simulate_setting",
 ]
@@ -389,8 +390,7 @@ class AbstractModel(AbstractSimulator):
         unknown = sorted(set(settings) - set(allowed))
         if unknown:
             raise ValueError(f"with_solver(): unknown settings {unknown}; allowed: {allowed}")
-        for name, value in settings.items():
-            _check_solver_setting(name, value)
+        check_solver_settings("with_solver()", **settings)
         return dataclasses.replace(self, **settings)
 
     def solve(self, theta: Float[ArrayLike, " n_params"]) -> dfx.Solution:
@@ -528,22 +528,44 @@ _SOLVER_SETTING_TYPES = {"solver": (dfx.AbstractSolver, "a diffrax solver instan
                                      "dfx.RecursiveCheckpointAdjoint()")}
 
 
-def _check_solver_setting(name: str, value) -> None:
-    """ValueError naming the `AbstractModel.with_solver` setting, the value and the fix."""
+def check_solver_settings(where: str, **settings) -> None:
+    """Refuse solver settings (``solver``, ``controller``, ``adjoint``, ``dt0``, ``max_steps``, as
+    `AbstractModel.with_solver` takes them) that diffrax would misread, with a ValueError that
+    names ``where``, the setting, the value and the fix: a controller's tolerances must be
+    positive finite numbers, the step budget a positive integer.
+
+    Example:
+        >>> check_solver_settings("model_from_sbml", controller=dfx.PIDController(rtol=-1.0, atol=1e-10))
+        Traceback (most recent call last):
+        ...
+        ValueError: model_from_sbml: the controller's rtol must be a positive finite number; got -1.0
+    """
+    for name, value in settings.items():
+        _check_solver_setting(where, name, value)
+
+
+def _check_solver_setting(where: str, name: str, value) -> None:
     if name in _SOLVER_SETTING_TYPES:
         kind, example = _SOLVER_SETTING_TYPES[name]
         if not isinstance(value, kind):
             got = f"the class {value.__name__}" if isinstance(value, type) else f"{value!r} ({type(value).__name__})"
-            raise ValueError(f"with_solver(): {name} must be {example}; got {got}")
+            raise ValueError(f"{where}: {name} must be {example}; got {got}")
+        if isinstance(value, dfx.PIDController):
+            for tolerance in ("rtol", "atol"):
+                number = getattr(value, tolerance)
+                if not (isinstance(number, (int, float, np.integer, np.floating)) and math.isfinite(number)
+                        and number > 0):
+                    raise ValueError(f"{where}: the controller's {tolerance} must be a positive finite number; got "
+                                     f"{number!r}")
     elif name == "max_steps":
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"with_solver(): max_steps must be a positive integer (the solver's step budget, e.g. "
+            raise ValueError(f"{where}: max_steps must be a positive integer (the solver's step budget, e.g. "
                              f"10_000); got {value!r}")
     elif name == "dt0":
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
                                                                                     np.integer))
                                   or not math.isfinite(value) or value <= 0):
-            raise ValueError(f"with_solver(): dt0 must be None (the controller chooses the first step) or a "
+            raise ValueError(f"{where}: dt0 must be None (the controller chooses the first step) or a "
                              f"positive finite number; got {value!r}")
 
 

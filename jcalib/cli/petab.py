@@ -56,9 +56,8 @@ def petab(
     figures: dict = {}
     theta, stopped = nominal, None
     if not math.isfinite(llh_nominal):
-        code = problem.solve_status(nominal)
-        typer.echo(f"warning: the simulation at the nominal parameters failed ({code}); the log-likelihood "
-                   "there is -inf", err=True)
+        typer.echo(f"warning: the log-likelihood at the nominal parameters is {llh_nominal}: "
+                   f"{problem.why_not_finite(nominal)}", err=True)
     if method == "identifiability":
         report = identifiability(problem, nominal, coordinates="internal")
         metrics["identifiability"] = report.to_dict()

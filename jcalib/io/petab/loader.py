@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 
 import diffrax as dfx
+import jax.numpy as jnp
 import numpy as np
 import petab.v1 as petab
 
 from jcalib.io.petab.problem import PetabCalibrationProblem, PetabProblem
+from jcalib.io.petab.simulation import _args
 from jcalib.io.petab.tables import (
     _conditions,
     _estimated,
@@ -29,6 +31,40 @@ from jcalib.io.petab.tables import (
 __all__ = ["load"]
 
 
+def _row(measurements, i: int) -> str:
+    """A measurement row in words: its number (1 = the first data row) and what it measures."""
+    row = measurements.iloc[i]
+    return (f"measurement table row {i + 1} (observable {row[petab.OBSERVABLE_ID]!r}, condition "
+            f"{row[petab.SIMULATION_CONDITION_ID]!r}, time {row[petab.TIME]})")
+
+
+def _check_rows(plan: _Plan, measurements) -> None:
+    """Refuse rows that no simulation can match: a non-finite measurement, a time that is NaN or
+    before ``t = 0``, and a noise level fixed by the tables (no model output or estimated
+    parameter in its formula) that is not a positive finite number."""
+    values = plan["measurement"]
+    times = measurements[petab.TIME].to_numpy(dtype=np.float64)
+    for i in range(len(values)):
+        if not np.isfinite(values[i]):
+            raise ValueError(f"petab.load: {_row(measurements, i)}: the measurement {values[i]} is not a finite number")
+        if np.isnan(times[i]) or times[i] < 0:
+            raise ValueError(f"petab.load: {_row(measurements, i)}: the time {times[i]} is before the simulations' "
+                             "start t = 0 (PEtab simulations start at 0; measure from there)")
+    fixed = {name: jnp.asarray(v) for name, v in plan["fixed_values"].items()}
+    for group in plan["groups"]:
+        if any(kind == "output" or (kind == "parameter" and item not in fixed)
+               or (kind == "rows" and set(item[1]) - set(fixed)) for kind, item in group["noise_args"]):
+            continue  # the noise level depends on the model or on estimated parameters: checked where evaluated
+        n_rows = int(group["rows"].size)
+        sigma = np.broadcast_to(np.asarray(group["noise_fn"](*_args(group["noise_args"], jnp.zeros((n_rows, 0)),
+                                                                        fixed)), dtype=np.float64), (n_rows,))
+        bad = np.flatnonzero(~(np.isfinite(sigma) & (sigma > 0)))
+        if bad.size:
+            i = int(group["rows"][bad[0]])
+            raise ValueError(f"petab.load: {_row(measurements, i)}: the noise level (noiseFormula with its "
+                             f"noiseParameters) is {sigma[bad[0]]}; it must be a positive finite number")
+
+
 def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = None, rtol: float = 1e-8,
          atol: float = 1e-10, max_steps: int = 100_000, validate: bool = True,
          batch_size: int | None = None) -> PetabProblem:
@@ -47,7 +83,10 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
 
     Raises:
         ValueError: the problem does not pass PEtab's linter, or uses an unsupported feature
-            (the message names it; see the module docstring).
+            (the message names it; see the module docstring); a measurement that is not a
+            finite number, a time before the simulations' start ``t = 0`` (or NaN), a noise
+            level that does not depend on estimated parameters or the model and is not a
+            positive finite number (each names the measurement table's row).
 
     Example:
         >>> pp = load("path/to/problem.yaml")  # doctest: +SKIP
@@ -83,6 +122,7 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
         "sigma_varies": _sigma_varies(groups, set(estimated.index)),
         "measurement_df": measurements,
     })
+    _check_rows(plan, measurements)
     space = _space(estimated)
     calibration = PetabCalibrationProblem(
         model=model, prior=_priors(estimated, space), plan=plan, space=space, free_names=space.names,

@@ -105,6 +105,35 @@ class PetabCalibrationProblem(AbstractProblem):
         bad = codes[codes != SolveStatus.SUCCESS]
         return int(bad[0]) if bad.size else int(SolveStatus.SUCCESS)
 
+    def why_not_finite(self, theta_internal: Float[ArrayLike, " n_free"]) -> str | None:
+        """Why the log-likelihood at ``theta_internal`` is not finite, in words; None where it
+        is. The first simulation that failed (its condition and `jcalib.model.SolveStatus` by
+        name), else the first measurement row whose log-likelihood is not finite, with its
+        measurement, simulation and noise level (a noise level that is not positive, or a term
+        that overflows)."""
+        z = self._check(theta_internal)
+        measurements, preeq = self.plan["measurement_df"], self.plan["row_preeq"]
+        pairs = [pair for group in self.plan["pair_groups"] for pair in group["pairs"]]
+        for code, pair in zip(np.asarray(_jitted_status(self, z)), pairs):
+            if code != SolveStatus.SUCCESS:
+                first = pair["rows"][0]
+                before = f" after pre-equilibration under {preeq[first]!r}" if preeq[first] else ""
+                return (f"the simulation of condition {measurements.iloc[first][petab.SIMULATION_CONDITION_ID]!r}"
+                        f"{before} failed: {SolveStatus(int(code)).name}")
+        simulation, sigma, llh = (np.asarray(a) for a in _jitted_rows(self, z))
+        bad = np.flatnonzero(~np.isfinite(llh))
+        if not bad.size:
+            return None
+        i = int(bad[0])
+        row = measurements.iloc[i]
+        what = (f"measurement table row {i + 1} (observable {row[petab.OBSERVABLE_ID]!r}, condition "
+                f"{row[petab.SIMULATION_CONDITION_ID]!r}, time {row[petab.TIME]}): measurement "
+                f"{self.plan['measurement'][i]:g}, simulation {simulation[i]:g}, noise level {sigma[i]:g}")
+        cause = ("the noise level must be positive" if not sigma[i] > 0 else
+                 "the simulation is not positive under a log transformation" if not simulation[i] > 0
+                 and self.plan["transform"][i] else "its log-likelihood term overflows")
+        return f"{what}: {cause}"
+
     def simulation_table(self, theta_internal: Float[ArrayLike, " n_free"]) -> pd.DataFrame:
         """PEtab simulation table at ``theta_internal`` (see `PetabProblem.simulation_table`)."""
         simulation = np.asarray(_jitted_outputs(self, self._check(theta_internal))[0])
@@ -199,6 +228,13 @@ def _jitted_outputs(problem: PetabCalibrationProblem, z):
     simulation, sigma, _ = problem._outputs(z)
     residual, _, _ = _likelihood_terms(problem.plan, simulation, sigma)
     return simulation, residual
+
+
+@eqx.filter_jit
+def _jitted_rows(problem: PetabCalibrationProblem, z):
+    """(simulation, sigma, log-likelihood) per measurement row."""
+    simulation, sigma, _ = problem._outputs(z)
+    return simulation, sigma, _likelihood_terms(problem.plan, simulation, sigma)[2]
 
 
 @eqx.filter_jit

@@ -117,7 +117,8 @@ def _evaluate(model: sbml.SBMLModel, plan: _Plan, values):
 
 
 def _likelihood_terms(plan: _Plan, simulation, sigma):
-    """``(h(m) - h(y)) / sigma``, sigma, and the log-likelihood of each measurement row."""
+    """``(h(m) - h(y)) / sigma``, sigma, and the log-likelihood of each measurement row; NaN
+    (no likelihood) where the noise level is not positive, which would otherwise act as |sigma|."""
     m = jnp.asarray(plan["measurement"])
     transform = jnp.asarray(plan["transform"])  # 0 lin, 1 log, 2 log10
     laplace = jnp.asarray(plan["laplace"])
@@ -128,7 +129,7 @@ def _likelihood_terms(plan: _Plan, simulation, sigma):
     h_m = jnp.where(transform == 0, m, jnp.where(transform == 1, jnp.log(m), jnp.log10(m)))
     # the Jacobian of the transformation of the data: 1, 1/m or 1/(m ln 10)
     log_jacobian = jnp.where(transform == 0, 0.0, jnp.where(transform == 1, -jnp.log(m), -jnp.log(m * ln10)))
-    residual = (h_m - h_y) / sigma
+    residual = jnp.where(sigma > 0, (h_m - h_y) / sigma, jnp.nan)
     llh_normal = -0.5 * jnp.log(2.0 * math.pi * sigma ** 2) - 0.5 * residual ** 2
     llh_laplace = -jnp.log(2.0 * sigma) - jnp.abs(residual)
     llh = jnp.where(laplace, llh_laplace, llh_normal) + log_jacobian

@@ -30,7 +30,7 @@ from jcalib.io.sbml.reading import (
     _species_symbols,
     _Symbols,
 )
-from jcalib.model import Experiment
+from jcalib.model import Experiment, check_solver_settings
 from jcalib.rosenbrock import Rodas5P
 
 __all__ = ["STIFF_METHODS", "stiff_solver", "model_from_sbml"]
@@ -121,14 +121,17 @@ def model_from_sbml(
     Raises:
         ValueError: unreadable SBML; an unsupported feature (the message names it and the SBML
             element, see the module docstring); unknown ids in ``outputs``, ``bounds`` or
-            ``constant_parameters``; a symbol without a value.
+            ``constant_parameters``; a symbol without a value; tolerances that are not positive
+            finite numbers, a ``max_steps`` that is not a positive integer.
 
     Example:
         >>> model = model_from_sbml("tests/data/decay.xml")  # doctest: +SKIP
         >>> model.simulate(model.parameters.nominal)  # doctest: +SKIP
 
-    Long for its documented options; the body is 54 lines.
+    Long for its documented options; the body is 56 lines.
     """
+    check_solver_settings("model_from_sbml", controller=dfx.PIDController(rtol=rtol, atol=atol), max_steps=max_steps,
+                          **({} if solver is None else {"solver": solver}))
     document = _read_document(source)
     model = document.getModel()
     convert = _Converter(model)
