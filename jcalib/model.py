@@ -371,9 +371,17 @@ class AbstractModel(AbstractSimulator):
         """The same model for another experiment (recipe, inputs, times).
 
         Raises:
-            ValueError: the experiment ends beyond `input_horizon`.
+            ValueError: the experiment ends beyond `input_horizon`; it lacks a condition of the
+                model's own experiment (the model reads them: a missing one would fail inside the
+                solve).
         """
         self.check_horizon(experiment, "with_experiment")
+        missing = [name for name in self.experiment.conditions if name not in experiment.conditions]
+        if missing:
+            given = ", ".join(f"{name}={float(self.experiment.conditions[name]):g}" for name in missing)
+            raise ValueError(f"with_experiment: experiment {experiment.name!r} lacks the conditions {missing} that "
+                             f"the model reads; give them, e.g. Experiment(..., conditions={{...}}) with {given} "
+                             "(the model's own values)")
         return eqx.tree_at(lambda m: m.experiment, self, experiment, is_leaf=lambda x: x is None)
 
     def with_bounds_check(self, enabled: bool = True) -> AbstractModel:

@@ -76,3 +76,32 @@ def test_an_overflowing_likelihood_is_named(tmp_path):
     assert why.endswith("its log-likelihood term overflows")
     good = jpetab.load(_problem(tmp_path / "good"))
     assert good.problem.why_not_finite(good.to_problem_internal(good.nominal_internal)) is None
+
+
+@pytest.mark.parametrize("formula, message", [
+    ("A / 0", "observable 'obs_a': the observableFormula 'A / 0' is zoo*A, not finite whatever the parameters"),
+    ("0 / 0", "observable 'obs_a': the observableFormula '0 / 0' cannot be read (ZeroDivisionError"),
+])
+def test_formulas_that_are_never_finite(tmp_path, formula, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("*", r"\*")):
+        jpetab.load(_problem(tmp_path, observables={"observableFormula": [formula]}))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("format_version: 2.0.0\nparameter_files: [p.tsv]\n", "is a PEtab 2.0.0 problem; jcalib reads PEtab version 1"),
+    ("just some text\n", "is not a PEtab problem file (no 'problems' list"),
+    ("problems: [\n", "is not a YAML file"),
+])
+def test_yaml_files_that_are_not_petab_v1(tmp_path, text, message):
+    path = tmp_path / "problem.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        jpetab.load(path)
+
+
+def test_a_measurement_table_without_rows(tmp_path):
+    yaml = _problem(tmp_path)
+    table = pd.read_csv(yaml.parent / "_measurements.tsv", sep="\t")
+    table.iloc[:0].to_csv(yaml.parent / "_measurements.tsv", sep="\t", index=False)
+    with pytest.raises(ValueError, match="has no rows; a PEtab problem needs measurements"):
+        jpetab.load(yaml)

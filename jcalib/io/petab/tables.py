@@ -133,13 +133,29 @@ def _read(yaml_path, validate: bool):
     import yaml  # petab's own dependency
 
     with open(path) as stream:
-        config = yaml.safe_load(stream)
-    problems = config.get("problems", [])
+        try:
+            config = yaml.safe_load(stream)
+        except yaml.YAMLError as err:
+            raise ValueError(f"petab.load: {path!r} is not a YAML file ({err})") from None
+    version = str(config.get("format_version", "")) if isinstance(config, dict) else ""
+    if version.startswith("2"):
+        raise ValueError(f"petab.load: {path!r} is a PEtab {version} problem; jcalib reads PEtab version 1 "
+                         "(convert it with petab's tools, or use its v1 files)")
+    problems = config.get("problems") if isinstance(config, dict) else None
+    if not isinstance(problems, list) or not all(isinstance(p, dict) for p in problems):
+        raise ValueError(f"petab.load: {path!r} is not a PEtab problem file (no 'problems' list; see the PEtab v1 "
+                         "YAML format)")
     if len(problems) != 1 or len(problems[0].get("sbml_files", [])) != 1:
         raise _unsupported("more than one problem or SBML model in the YAML file")
     with warnings.catch_warnings():  # petab's pandas deprecation warnings are not the user's concern
         warnings.filterwarnings("ignore", module=r"petab\.")
         problem = petab.Problem.from_yaml(path)
+    for obs_id, row in problem.observable_df.iterrows():  # before the linter, which crashes on some
+        for column in (petab.OBSERVABLE_FORMULA, petab.NOISE_FORMULA):
+            _formula(obs_id, column, row.get(column, 1.0))
+    if len(problem.measurement_df) == 0:
+        raise ValueError(f"petab.load: the measurement table of {path!r} has no rows; a PEtab problem needs "
+                         "measurements")
     if validate and petab.lint_problem(problem):
         raise ValueError(f"petab.load: {path!r} does not pass petab.v1.lint_problem (see its log messages)")
     _check_tables(problem)
@@ -188,7 +204,8 @@ def _formulas(observable_df: pd.DataFrame, sbml_model, table_ids: set) -> tuple[
     SBML ids they read (the model's outputs)."""
     formulas, outputs = {}, []
     for obs_id, row in observable_df.iterrows():
-        pair = (sympify_petab(row[petab.OBSERVABLE_FORMULA]), sympify_petab(row.get(petab.NOISE_FORMULA, 1.0)))
+        pair = tuple(_formula(obs_id, column, row.get(column, 1.0))
+                     for column in (petab.OBSERVABLE_FORMULA, petab.NOISE_FORMULA))
         formulas[obs_id] = pair
         for expr in pair:
             for symbol in sorted(expr.free_symbols, key=str):
@@ -203,6 +220,20 @@ def _formulas(observable_df: pd.DataFrame, sbml_model, table_ids: set) -> tuple[
                 if name not in outputs:
                     outputs.append(name)
     return formulas, outputs
+
+
+def _formula(obs_id: str, column: str, text) -> sp.Expr:
+    """One formula of the observable table as sympy (PEtab's parser), refused when it does not
+    parse or is not finite whatever the parameters (a division by zero)."""
+    try:
+        expr = sympify_petab(text)
+    except Exception as err:  # petab's parser raises whatever sympy does (ZeroDivisionError for 0/0)
+        raise ValueError(f"petab.load: observable {obs_id!r}: the {column} {text!r} cannot be read "
+                         f"({type(err).__name__}: {err}); correct the formula") from None
+    if expr.has(sp.zoo, sp.oo, -sp.oo, sp.nan):
+        raise ValueError(f"petab.load: observable {obs_id!r}: the {column} {text!r} is {expr}, not finite whatever "
+                         "the parameters; correct the formula")
+    return expr
 
 
 def _model(sbml_path: str, sbml_model, conditions: dict, outputs: list[str], options: dict) -> sbml.SBMLModel:

@@ -36,11 +36,7 @@ def _read_document(source: str | os.PathLike) -> libsbml.SBMLDocument:
         document = reader.readSBMLFromFile(text)
     else:
         document = reader.readSBMLFromString(text)
-    errors = [document.getError(i) for i in range(document.getNumErrors())]
-    fatal = [e for e in errors if e.getSeverity() >= libsbml.LIBSBML_SEV_ERROR]
-    if fatal:
-        raise ValueError("model_from_sbml: the SBML could not be read: "
-                         + "; ".join(f"line {e.getLine()}: {e.getMessage().strip()}" for e in fatal[:3]))
+    _refuse_errors(document, "the SBML could not be read")
     if document.getModel() is None:
         raise ValueError("model_from_sbml: the SBML document has no model")
     if document.getLevel() >= 3 and document.isPackageEnabled("comp"):
@@ -53,7 +49,26 @@ def _read_document(source: str | os.PathLike) -> libsbml.SBMLDocument:
         uri, prefix = namespaces.getURI(i), namespaces.getPrefix(i)
         if prefix and document.getPackageRequired(uri):  # a package that changes the model's meaning
             raise _unsupported(f"the required SBML package '{prefix}'", "sbml")
+    for category in _UNCHECKED_CATEGORIES:
+        document.setConsistencyChecks(category, False)
+    if document.checkConsistency():  # identifiers only: e.g. two species with one id (the second would win)
+        _refuse_errors(document, "the SBML's identifiers are not consistent")
     return document
+
+
+_UNCHECKED_CATEGORIES = (libsbml.LIBSBML_CAT_GENERAL_CONSISTENCY, libsbml.LIBSBML_CAT_UNITS_CONSISTENCY,
+                         libsbml.LIBSBML_CAT_MATHML_CONSISTENCY, libsbml.LIBSBML_CAT_SBO_CONSISTENCY,
+                         libsbml.LIBSBML_CAT_OVERDETERMINED_MODEL, libsbml.LIBSBML_CAT_MODELING_PRACTICE)
+"""libsbml's consistency checks left to the import's own refusals (only identifiers are checked)."""
+
+
+def _refuse_errors(document: libsbml.SBMLDocument, what: str) -> None:
+    """ValueError with the first three errors libsbml reports on ``document``, if any."""
+    errors = [document.getError(i) for i in range(document.getNumErrors())]
+    fatal = [e for e in errors if e.getSeverity() >= libsbml.LIBSBML_SEV_ERROR]
+    if fatal:
+        raise ValueError(f"model_from_sbml: {what}: "
+                         + "; ".join(f"line {e.getLine()}: {' '.join(e.getMessage().split())}" for e in fatal[:3]))
 
 
 def _default_bounds(nominal: float, factor: float) -> tuple[float, float, bool]:
