@@ -216,9 +216,7 @@ class ParameterSpace:
     parameters: tuple[Parameter, ...]
 
     def __init__(self, parameters: Iterable[Parameter]):
-        parameters = tuple(parameters)
-        if not parameters:
-            raise ValueError("ParameterSpace needs at least one Parameter")
+        parameters = tuple(parameters)  # none: a model with nothing to calibrate (it still simulates)
         for p in parameters:
             if not isinstance(p, Parameter):
                 raise ValueError(f"ParameterSpace takes Parameter objects; got {p!r}")

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Float
 
-__all__ = ["COORDINATES", "start_internal"]
+__all__ = ["COORDINATES", "check_free", "start_internal"]
 
 COORDINATES = ("physical", "internal")
 
@@ -29,7 +29,8 @@ def start_internal(problem, theta0, *, coordinates: str = "physical", where: str
     caller and the argument in messages.
 
     Raises:
-        ValueError: unknown ``coordinates``; a name that is not a free parameter; a shape other
+        ValueError: unknown ``coordinates``; a problem without free parameters (`check_free`);
+            a name that is not a free parameter; a shape other
             than ``(n_free,)`` (or ``(n_rows, n_free)``); floating values that are not float64;
             NaN or inf; a start outside the bounds (the message names the parameter, its value,
             the bounds and the coordinates).
@@ -37,6 +38,7 @@ def start_internal(problem, theta0, *, coordinates: str = "physical", where: str
     """
     if coordinates not in COORDINATES:
         raise ValueError(f"{where}: coordinates must be one of {COORDINATES}; got {coordinates!r}")
+    check_free(problem, where)
     internal = coordinates == "internal"
     space, names = problem.space, problem.free_names
     nominal = np.asarray(space.nominal, dtype=np.float64)
@@ -56,6 +58,15 @@ def start_internal(problem, theta0, *, coordinates: str = "physical", where: str
                       coordinates)
     z = theta if internal else np.asarray(space.to_internal(jnp.asarray(theta)), dtype=np.float64)
     return np.clip(z, space.lower_internal, space.upper_internal)  # round-off of the maps at a bound
+
+
+def check_free(problem, where: str) -> None:
+    """Refuse a problem without free parameters (every parameter fixed, or a model without any,
+    e.g. an SBML model or a PEtab problem with nothing to estimate): it can be simulated and its
+    log-likelihood evaluated (at ``theta_internal`` of shape ``(0,)``), but not estimated."""
+    if not problem.free_names:
+        raise ValueError(f"{where}: the problem has no free parameter (nothing to estimate); simulate it or "
+                         "evaluate its log-likelihood at an empty theta instead")
 
 
 def _from_mapping(theta0: Mapping, names, nominal: np.ndarray, where: str, what: str) -> np.ndarray:

@@ -50,7 +50,7 @@ from jcalib.estimation.least_squares import (
 )
 from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
 from jcalib.problems import AbstractProblem
-from jcalib.starts import start_internal
+from jcalib.starts import check_free, start_internal
 
 __all__ = ["LLH_TOLERANCE", "LOCAL_METHODS", "START_DISTRIBUTIONS", "check_method", "final_log_likelihoods",
            "multistart", "sample_starts"]
@@ -97,6 +97,7 @@ def sample_starts(
         )
     if not isinstance(n_starts, (int, np.integer)) or n_starts < 1:
         raise ValueError(f"multistart: n_starts must be a positive integer; got {n_starts!r}")
+    check_free(problem, "multistart")
     space = problem.space
     space.check_box("sample_starts")
     if start_distribution != "aka2023":

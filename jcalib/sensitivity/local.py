@@ -49,6 +49,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from jcalib._precision import as_float64
 from jcalib.model import AbstractModel, AbstractSimulator, SolveStatus, check_simulator
 from jcalib.problems import CalibrationProblem
+from jcalib.starts import check_free
 
 __all__ = [
     "J_SCALINGS",
@@ -326,6 +327,7 @@ def loss_gradient(problem, theta_internal, jacobian, residuals, scaling: str = "
 def problem_point(problem, theta, coordinates: str, where: str):
     """Internal coordinates of a problem point ``theta`` given in ``coordinates`` (None: nominal)."""
     _check_choice(coordinates, COORDINATES, where, "coordinates")
+    check_free(problem, where)
     if theta is None:
         return problem.initial_internal()
     theta = as_float64(theta, where, "theta")

@@ -48,3 +48,52 @@ def test_an_experiment_without_a_condition_the_model_reads():
     with pytest.raises(ValueError, match=r"with_experiment: experiment 'batch 2' lacks the conditions \['A0'\] that "
                                          r"the model reads; give them, .* with A0=\d"):
         model.with_experiment(lacking)
+
+
+SECOND = '<species id="{}" compartment="c" initialConcentration="5"'
+NO_PARAMETERS = DUPLICATE_SPECIES.replace(SECOND.format("x"), SECOND.format("y")).replace(
+    '<listOfParameters><parameter id="k" value="0.5" constant="true"/></listOfParameters>', "").replace(
+    "<ci>k</ci>", "<cn>0.5</cn>")
+
+
+def test_a_model_without_parameters_simulates():
+    """Nothing to calibrate (issue 35 §1.12): x' = -0.5 x, y constant; the model simulates at an
+    empty theta; a problem on it has no free parameter and says so."""
+    import jax.numpy as jnp
+
+    model = model_from_sbml(NO_PARAMETERS, ts=[0.0, 1.0, 2.0])
+    assert model.parameters.n_params == 0
+    np.testing.assert_allclose(model.simulate(jnp.zeros(0)), [[1.0, 5.0], [np.exp(-0.5), 5.0], [np.exp(-1.0), 5.0]],
+                               rtol=1e-7)
+    data = jcalib.Measurements(np.asarray(model.ts), np.asarray(model.simulate(jnp.zeros(0))),
+                               output_names=model.output_names)
+    with pytest.raises(ValueError, match="no free parameters"):
+        jcalib.CalibrationProblem(model, data)
+
+
+def test_a_petab_problem_with_nothing_to_estimate(tmp_path):
+    """Every ``estimate`` 0: the problem loads, its log-likelihood is PEtab's at the nominal
+    values (the suite's value for case 0001), and methods say there is nothing to estimate."""
+    import jax
+    import jax.numpy as jnp
+    import pandas as pd
+    import yaml
+
+    from jcalib.bayes import mala
+    from jcalib.estimation import gauss_newton
+    from jcalib.io import petab as jpetab
+    from jcalib.sensitivity import identifiability
+    from tests.robustness.test_petab_input import CASE, _problem
+
+    path = _problem(tmp_path)
+    table = pd.read_csv(path.parent / "_parameters.tsv", sep="\t")
+    table["estimate"] = 0
+    table.to_csv(path.parent / "_parameters.tsv", sep="\t", index=False)
+    pp = jpetab.load(path)
+    assert pp.problem.free_names == ()
+    solution = yaml.safe_load((CASE / "_0001_solution.yaml").read_text())
+    assert abs(float(pp.problem.log_likelihood(jnp.zeros(0))) - solution["llh"]) < solution["tol_llh"]
+    for call in (lambda: gauss_newton(pp.problem), lambda: mala.sample(jax.random.key(0), pp.problem, None, 5),
+                 lambda: identifiability(pp.problem)):
+        with pytest.raises(ValueError, match="the problem has no free parameter \\(nothing to estimate\\)"):
+            call()
