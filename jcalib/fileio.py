@@ -34,13 +34,14 @@ import os
 import pathlib
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["CHECKED_FORMAT", "atomic_write_bytes", "atomic_write_text", "check_figure_path", "check_output_file",
-           "pack_checked", "prepare_output_dir", "read_checked_json", "read_checked_npz", "read_input_bytes",
-           "save_figure", "sha256_hex", "unpack_checked", "write_checked_json", "write_checked_npz", "write_json"]
+__all__ = ["CHECKED_FORMAT", "LOCK_NAME", "atomic_write_bytes", "atomic_write_text", "check_figure_path",
+           "check_output_file", "lock_output_dir", "pack_checked", "prepare_output_dir", "read_checked_json",
+           "read_checked_npz", "read_input_bytes", "save_figure", "sha256_hex", "unpack_checked",
+           "write_checked_json", "write_checked_npz", "write_json"]
 
 CHECKED_FORMAT = "jcalib-checked/1"
 """Format tag of the outer msgpack map of `pack_checked`."""
@@ -75,6 +76,57 @@ def prepare_output_dir(path: str | os.PathLike, what: str = "output folder") -> 
         raise ValueError(f"{what} {os.fspath(path)!r} is not writable ({err.strerror}); choose another "
                          "path") from None
     return path
+
+
+LOCK_NAME = ".jcalib.lock"
+"""The file `lock_output_dir` keeps in a folder while a run writes there (it holds the process id)."""
+
+
+def lock_output_dir(path: str | os.PathLike, what: str = "output folder") -> Callable[[], None]:
+    """Hold the folder ``path`` for this process while it writes there (a `LOCK_NAME` file with
+    the process id; two runs writing one folder would silently replace each other's results).
+    A lock whose process no longer runs is taken over. Returns the function that releases it.
+
+    Raises:
+        ValueError: another running process (or this one, not yet released) holds the folder.
+    """
+    lock = pathlib.Path(path) / LOCK_NAME
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _lock_owner(lock)
+            if owner is not None and _running(owner):
+                raise ValueError(f"{what} {os.fspath(path)!r} is being written by another jcalib run (process "
+                                 f"{owner}); wait for it to finish or choose another folder") from None
+            lock.unlink(missing_ok=True)  # left by a process that has ended
+            continue
+        with os.fdopen(fd, "w") as stream:
+            stream.write(str(os.getpid()))
+        return functools.partial(_release, lock)
+    raise ValueError(f"{what} {os.fspath(path)!r}: could not take its lock {LOCK_NAME}; try again")
+
+
+def _lock_owner(lock: pathlib.Path) -> int | None:
+    try:
+        return int(lock.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _release(lock: pathlib.Path) -> None:
+    if _lock_owner(lock) == os.getpid():
+        lock.unlink(missing_ok=True)
 
 
 def check_figure_path(path: str | os.PathLike, what: str = "figure") -> pathlib.Path:

@@ -45,6 +45,7 @@ __all__ = [
     "ess",
     "mcse",
     "rhat",
+    "sampling_advice",
     "sampling_warnings",
     "summary",
     "to_inference_data",
@@ -59,7 +60,27 @@ MAX_RHAT = 1.05
 1.01 for final results; 1.05 flags only clear failures, so short exploratory runs stay quiet."""
 MIN_ESS_BULK = 100
 """Bulk ESS below this makes means, sds and intervals unreliable (Vehtari et al. 2021, §4)."""
-_HINT = "use warmup=500 (adapts the step sizes), preconditioner='laplace' or more draws (n_steps)"
+WARMUP_ADVICE = 500
+"""The warm-up the advice of `sampling_advice` suggests when a run had less."""
+
+
+def sampling_advice(warmup: int | None = None, metric: str | None = None) -> tuple[str, ...]:
+    """What to try after an unhealthy run, as options of the samplers (``sample``), given the
+    run's ``warmup`` and preconditioner class name ``metric``: only what the run did not do.
+
+    Example:
+        >>> sampling_advice(warmup=500, metric="Laplace")
+        ('a warmup longer than 500', 'more draws (n_steps)')
+    """
+    warm = (f"warmup={WARMUP_ADVICE} (adapts the step sizes)" if not warmup or warmup < WARMUP_ADVICE
+            else f"a warmup longer than {warmup}")
+    whiten = () if metric in ("Laplace", "DenseMetric") else ("preconditioner=Laplace() (whitens a correlated "
+                                                              "posterior)",)
+    return (warm, *whiten, "more draws (n_steps)")
+
+
+def _hint(advice: Sequence[str]) -> str:
+    return "use " + (f"{', '.join(advice[:-1])} or {advice[-1]}" if len(advice) > 1 else advice[0])
 
 
 class SamplingWarning(UserWarning):
@@ -76,6 +97,7 @@ def sampling_warnings(
     acceptance_rate: Float[ArrayLike, " n_chains"],
     rhat: Float[ArrayLike, " n_params"],
     ess_bulk: Float[ArrayLike, " n_params"],
+    advice: Sequence[str] | None = None,
 ) -> tuple[str, ...]:
     """One-line warnings about a sampling run; empty when it looks healthy.
 
@@ -91,6 +113,8 @@ def sampling_warnings(
         acceptance_rate: accepted fraction per chain, ``(n_chains,)``.
         rhat: R-hat per parameter.
         ess_bulk: bulk ESS per parameter.
+        advice: what each message suggests (default `sampling_advice()`); the command line
+            passes its own options.
 
     Returns:
         A tuple of strings (at most three: acceptance, R-hat, ESS).
@@ -103,23 +127,24 @@ def sampling_warnings(
     r = np.asarray(rhat, dtype=np.float64).reshape(-1)
     e = np.asarray(ess_bulk, dtype=np.float64).reshape(-1)
     names = [str(n) for n in names]
+    hint = _hint(sampling_advice() if advice is None else tuple(advice))
     out = []
     low = ~(acc >= MIN_ACCEPTANCE)
     if np.any(low):
         chains = [f"chain {i}" for i in np.flatnonzero(low)]
         listing = ", ".join(f"{c} ({100 * a:.1f} %)" for c, a in zip(chains, acc[low]))
         out.append(f"sampling: acceptance below {100 * MIN_ACCEPTANCE:.0f} % in {listing}; the chains barely "
-                   f"move (step sizes too large for the posterior): {_HINT}")
+                   f"move (step sizes too large for the posterior): {hint}")
     bad = ~(r <= MAX_RHAT)
     if acc.size > 1 and np.any(bad):
         out.append(f"sampling: R-hat above {MAX_RHAT} (or undefined) for "
                    f"{_listing([names[i] for i in np.flatnonzero(bad)], r[bad], '.4g')}; the chains disagree "
-                   f"(not mixed): {_HINT}, or start the chains near an estimate")
+                   f"(not mixed): {hint}, or start the chains near an estimate")
     bad = ~(e >= MIN_ESS_BULK)
     if np.any(bad):
         out.append(f"sampling: bulk ESS below {MIN_ESS_BULK} for "
                    f"{_listing([names[i] for i in np.flatnonzero(bad)], e[bad], '.1f')}; too few independent "
-                   f"draws for reliable means and intervals: {_HINT}")
+                   f"draws for reliable means and intervals: {hint}")
     return tuple(out)
 
 

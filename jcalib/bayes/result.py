@@ -149,7 +149,8 @@ class PosteriorResult(eqx.Module):
         flat = theta.reshape(-1, n)
         diag = diagnostics.chain_diagnostics(theta)
         best_index = np.unravel_index(int(np.argmax(lp)), lp.shape)
-        messages = diagnostics.sampling_warnings(names, acc, diag.rhat, diag.ess_bulk)
+        advice = diagnostics.sampling_advice(settings.get("warmup"), (settings.get("extra") or {}).get("metric"))
+        messages = diagnostics.sampling_warnings(names, acc, diag.rhat, diag.ess_bulk, advice)
         settings["extra"] = {**(settings.get("extra") or {}), "warnings": list(messages)}
         if warn:
             for message in messages:

@@ -3,9 +3,11 @@ parsing and checks, output folders and result files, and the problem a command's
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pathlib
+import warnings as warnings_module
 
 import numpy as np
 import typer
@@ -33,9 +35,17 @@ class _OneLineErrors(TyperGroup):
     code 2, without a traceback: click's usage errors (missing or malformed options) and the
     `USER_ERRORS` jcalib raises for bad values, files and paths. A Ctrl-C ends in one line
     ``interrupted (Ctrl-C): ...`` and exit code 130. Other exceptions are bugs and keep their
-    traceback; ``JCALIB_DEBUG=1`` keeps the traceback of user errors too."""
+    traceback; ``JCALIB_DEBUG=1`` keeps the traceback of user errors too. Whatever the end, the
+    command's --out folder is released (`jcalib.fileio.lock_output_dir`)."""
 
     def invoke(self, ctx):
+        try:
+            return self._invoke(ctx)
+        finally:  # the --out folder is free for the next run, however this one ended
+            while _HELD_FOLDERS:
+                _HELD_FOLDERS.pop()()
+
+    def _invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except NoArgsIsHelpError:
@@ -116,9 +126,14 @@ def _with_times(m, times: str | None):
         raise ValueError(f"--times: {err}") from None
 
 
+_HELD_FOLDERS: list = []  # releases of the --out folders this command holds (`_OneLineErrors.invoke`)
+
+
 def _output_dir(out: pathlib.Path | None, default: pathlib.Path) -> pathlib.Path:
     """The --out folder, created (or checked) before any computation."""
-    return fileio.prepare_output_dir(default if out is None else out, "--out folder")
+    path = fileio.prepare_output_dir(default if out is None else out, "--out folder")
+    _HELD_FOLDERS.append(fileio.lock_output_dir(path, "--out folder"))
+    return path
 
 
 def _data_file(path: pathlib.Path, what: str = "--data"):
@@ -192,6 +207,31 @@ def _interrupted(line: str) -> None:
     """A Ctrl-C stopped the run and what it had was written: one line on stderr, exit code 130."""
     typer.echo(f"interrupted (Ctrl-C): {line}", err=True)
     raise typer.Exit(130)
+
+
+def _sampler_warnings(result, caught, advice) -> list[str]:
+    """The sampling run's diagnostics warnings with the command's own options as ``advice``
+    (`jcalib.bayes.diagnostics.sampling_warnings`); other warnings caught while sampling are
+    shown again."""
+    from jcalib.bayes import diagnostics
+
+    for w in caught:
+        if not issubclass(w.category, diagnostics.SamplingWarning):
+            warnings_module.showwarning(w.message, w.category, w.filename, w.lineno)
+    return list(diagnostics.sampling_warnings(result.names, result.acceptance_rate, result.rhat, result.ess_bulk,
+                                              advice))
+
+
+def _data_json(path: pathlib.Path, what: str) -> dict:
+    """The JSON object in a file (a metrics.json), with one-line errors."""
+    data = fileio.read_input_bytes(path, what)
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{what} {os.fspath(path)!r} is not a JSON file ({err})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} {os.fspath(path)!r} holds a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
 def _problem(m, data: pathlib.Path, free: str | None, fix: list[str] | None, start: list[str] | None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import warnings as warnings_module
 from typing import Annotated
 
 import jax
@@ -11,7 +12,15 @@ import numpy as np
 import typer
 
 from jcalib import fileio
-from jcalib.cli.common import _exit_if_interrupted, _interrupted, _output_dir, _write_results
+from jcalib.cli.common import (
+    _data_json,
+    _exit_if_interrupted,
+    _interrupted,
+    _output_dir,
+    _sampler_warnings,
+    _write_results,
+)
+from jcalib.starts import start_internal
 
 __all__ = ["PETAB_METHODS", "petab"]
 
@@ -27,15 +36,18 @@ def petab(
     steps: Annotated[int, typer.Option(help="sample: recorded NUTS steps per chain")] = 500,
     chains: Annotated[int, typer.Option(help="sample: chains")] = 4,
     seed: Annotated[int, typer.Option(help="random seed (multistart, sample)")] = 0,
+    start: Annotated[pathlib.Path | None, typer.Option(
+        help="sample: start the chains at the estimate in this metrics.json of a jcalib petab fit "
+             "(default: the PEtab nominal values)")] = None,
     rtol: Annotated[float, typer.Option(help="solver relative tolerance")] = 1e-8,
     atol: Annotated[float, typer.Option(help="solver absolute tolerance")] = 1e-10,
     out: Annotated[pathlib.Path | None, typer.Option(
-        help="output folder (default results/petab/PROBLEM_METHOD)")] = None,
+        help="output folder (default results/petab/FOLDER_PROBLEM_METHOD; PROBLEM_METHOD where the YAML "
+             "file is named after its folder)")] = None,
 ):
     """Import a PEtab problem (SBML model + tables) and simulate, analyse, fit or sample it; writes
     metrics.json and simulation.tsv (PEtab's simulation table at the nominal or fitted parameters)."""
-    from jcalib import estimation, plotting
-    from jcalib.bayes import Laplace, nuts
+    from jcalib import estimation
     from jcalib.io import petab as jpetab
     from jcalib.sensitivity import identifiability
 
@@ -46,7 +58,8 @@ def petab(
             raise ValueError(f"{flag} must be a positive integer; got {value}")
     pp = jpetab.load(path, rtol=rtol, atol=atol)
     problem = pp.problem
-    name = pathlib.Path(path).stem
+    folder, stem = pathlib.Path(path).resolve().parent.name, pathlib.Path(path).stem
+    name = stem if stem == folder else f"{folder}_{stem}"  # problem.yaml files of other folders: other names
     out = _output_dir(out, pathlib.Path("results") / "petab" / f"{name}_{method}")
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
@@ -74,17 +87,8 @@ def petab(
     elif method == "multistart":
         theta = _petab_multistart(problem, seed, n_starts, llh_nominal, metrics, figures, out)
     elif method == "sample":
-        result = nuts.sample(jax.random.key(seed), problem, nominal, steps, coordinates="internal",
-                             n_chains=chains, preconditioner=Laplace(), warmup=min(200, steps))
-        result.save(out / "posterior.npz")
-        metrics["posterior"] = result.to_dict()
-        if result.extra["status"] == "interrupted":  # the draws so far, without a finished run's figures
-            _write_results(out, metrics | {"status": "interrupted"}, {})
-            _interrupted(f"kept {result.n_draws} draws per chain in {out / 'posterior.npz'}")
-        figures["marginals.png"] = plotting.plot_marginals(result, title=f"{name}: posterior marginals")
-        typer.echo(f"{'parameter':28s} {'mean':>12s} {'sd':>12s} {'R-hat':>7s}")
-        for i, pname in enumerate(result.names):
-            typer.echo(f"{pname:28s} {result.mean[i]:12.5g} {result.sd[i]:12.5g} {result.rhat[i]:7.3f}")
+        theta = _petab_sample(problem, _petab_start(problem, start, nominal), seed, steps, chains, out, metrics,
+                              figures)
     llh = float(problem.log_likelihood(theta))
     metrics.update(llh=llh, estimate=problem.estimate_dict(theta), chi2=float(pp.chi2(pp.from_problem_internal(theta))))
     table = problem.simulation_table(theta)
@@ -93,10 +97,52 @@ def petab(
     if method in ("gauss-newton", "trf", "multistart"):
         for pname, value in metrics["estimate"].items():
             typer.echo(f"  {pname:28s} {value:14.6g}")
-    typer.echo(f"log-likelihood {llh:.6g} (nominal {llh_nominal:.6g}); chi2 {metrics['chi2']:.6g}")
+    at = " at the posterior's best draw" if method == "sample" else ""
+    typer.echo(f"log-likelihood{at} {llh:.6g} (nominal {llh_nominal:.6g}); chi2 {metrics['chi2']:.6g}")
     typer.echo(f"wrote {out}/metrics.json, simulation.tsv" + "".join(f", {f}" for f in figures))
     if stopped:
         _interrupted(f"{stopped}; the results above are those of the unfinished run")
+
+
+def _petab_start(problem, start: pathlib.Path | None, nominal):
+    """The chains' start (internal coordinates): the ``estimate`` of a jcalib petab metrics.json,
+    or the nominal values; says which."""
+    if start is None:
+        typer.echo("sampling from the PEtab nominal values (pass --start metrics.json of a fit to start there)")
+        return nominal
+    estimate = _data_json(start, "--start").get("estimate")
+    if not isinstance(estimate, dict) or set(estimate) != set(problem.free_names):
+        raise ValueError(f"--start {str(start)!r}: no 'estimate' of this problem's parameters (the metrics.json of "
+                         "jcalib petab --method gauss-newton, trf or multistart)")
+    typer.echo(f"sampling from the estimate in {start}")
+    theta = jax.numpy.asarray([float(estimate[name]) for name in problem.free_names])
+    return start_internal(problem, theta, where="--start")
+
+
+def _petab_sample(problem, z0, seed: int, steps: int, chains: int, out: pathlib.Path, metrics: dict,
+                  figures: dict):
+    """`jcalib petab --method sample`: NUTS with Laplace whitening from ``z0``; the posterior's best
+    draw (its metrics, marginals and warnings go to ``metrics``, ``figures`` and stderr)."""
+    from jcalib import plotting
+    from jcalib.bayes import Laplace, nuts
+
+    with warnings_module.catch_warnings(record=True) as caught:
+        warnings_module.simplefilter("always")
+        result = nuts.sample(jax.random.key(seed), problem, z0, steps, coordinates="internal", n_chains=chains,
+                             preconditioner=Laplace(), warmup=min(200, steps))
+    result.save(out / "posterior.npz")
+    metrics["posterior"] = result.to_dict()
+    if result.extra["status"] == "interrupted":  # the draws so far, without a finished run's figures
+        _write_results(out, metrics | {"status": "interrupted"}, {})
+        _interrupted(f"kept {result.n_draws} draws per chain in {out / 'posterior.npz'}")
+    figures["marginals.png"] = plotting.plot_marginals(result, title=f"{problem.model.experiment.name}: posterior "
+                                                                     "marginals")
+    typer.echo(f"{'parameter':28s} {'mean':>12s} {'sd':>12s} {'R-hat':>7s}")
+    for i, pname in enumerate(result.names):
+        typer.echo(f"{pname:28s} {result.mean[i]:12.5g} {result.sd[i]:12.5g} {result.rhat[i]:7.3f}")
+    for message in _sampler_warnings(result, caught, ("more draws (--steps)", "more chains (--chains)")):
+        typer.echo(f"warning: {message}", err=True)
+    return jax.numpy.asarray(result.best_internal)
 
 
 def _petab_multistart(problem, seed: int, n_starts: int, llh_nominal: float, metrics: dict, figures: dict,

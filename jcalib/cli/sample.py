@@ -10,7 +10,15 @@ from typing import Annotated
 import jax
 import typer
 
-from jcalib.cli.common import _build, _interrupted, _joint_problem, _output_dir, _problem, _write_results
+from jcalib.cli.common import (
+    _build,
+    _interrupted,
+    _joint_problem,
+    _output_dir,
+    _problem,
+    _sampler_warnings,
+    _write_results,
+)
 
 __all__ = ["LIKELIHOOD_WEIGHTING", "sample"]
 
@@ -63,11 +71,12 @@ def sample(
     metrics.json, KDE marginals, pair, trace and 90 % band plots. Sampler warnings (low
     acceptance, R-hat, ESS) are printed as ``warning: ...`` lines and kept in metrics.json.
     \f
-    (Not shown by --help.) Long for its 22 command-line options; the body is 65 lines."""
+    (Not shown by --help.) Long for its 22 command-line options; the body is 68 lines."""
     import jax.numpy as jnp
 
     from jcalib import estimation, plotting
     from jcalib.bayes import Laplace, Prescaled, hmc, mala, nuts
+    from jcalib.bayes.diagnostics import WARMUP_ADVICE
     from jcalib.probability.likelihoods import LIKELIHOODS
 
     if likelihood not in LIKELIHOOD_WEIGHTING:
@@ -106,7 +115,9 @@ def sample(
                          burn_in=burn, thin=thin, warmup=warmup,
                          preconditioner=Prescaled(fraction) if preconditioner == "diagonal" else Laplace(),
                          target_acceptance=target_acceptance, progress=kernel == "mala")
-    sampler_warnings = _sampler_warnings(result, caught)
+    advice = (f"--warmup {WARMUP_ADVICE}" if warmup < WARMUP_ADVICE else f"a --warmup longer than {warmup}",
+              *(("--preconditioner laplace",) if preconditioner != "laplace" else ()), "more draws (--steps)")
+    sampler_warnings = _sampler_warnings(result, caught, advice)
     result.save(out / "posterior.npz")
     metrics = {"model": name, "data": [str(d) for d in data] if joint else str(data[0]), "likelihood": likelihood,
                "sigma": sigma, "sample_sigma": sample_sigma, "fixed": problem.fixed, "start": theta0,
@@ -186,16 +197,3 @@ def _print_posterior(result) -> None:
     if result.n_chains < 2:
         typer.echo("note: R-hat needs at least 2 chains (it compares them); run --chains 2 or more to check "
                    "convergence", err=True)
-
-
-def _sampler_warnings(result, caught) -> list[str]:
-    """The sampler's diagnostics warnings (``PosteriorResult.warnings`` and the SamplingWarnings
-    raised while sampling), each once; other warnings caught meanwhile are shown again."""
-    messages = [str(w) for w in getattr(result, "warnings", ()) or ()]
-    for w in caught:
-        if w.category.__name__ == "SamplingWarning":
-            if str(w.message) not in messages:
-                messages.append(str(w.message))
-        else:
-            warnings_module.showwarning(w.message, w.category, w.filename, w.lineno)
-    return messages

@@ -65,7 +65,7 @@ SAMPLER_ROWS = [
     ("chains stuck apart: tiny steps from distant starts",
      {"n_steps": 200, "step_sizes": 1e-8, "theta0": np.array([[-3.0, 3.0], [3.0, -3.0]])},
      ["R-hat above 1.05 (or undefined) for x0 (", "x1 (", "bulk ESS below 100 for x0 (",
-      "preconditioner='laplace'"], ["acceptance below"]),
+      "preconditioner=Laplace()"], ["acceptance below"]),
     ("too few draws", {"n_steps": 20}, ["bulk ESS below 100 for x0 ("], ["acceptance below"]),
     ("healthy Gaussian run", {"n_steps": 1000}, [], ["sampling:"]),
 ]
