@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 __all__ = ["available", "get", "register"]
@@ -27,13 +28,23 @@ def available() -> tuple[str, ...]:
 
 
 def get(name: str, **options):
-    """Build the model ``name``; ``options`` go to its factory (e.g. ``recipe=2``)."""
+    """Build the model ``name``; ``options`` go to its factory (e.g. ``recipe=2``).
+
+    Raises:
+        ValueError: an unknown name; an option the factory does not take (the message lists the
+            ones it takes).
+    """
     try:
         factory = _FACTORIES[name]
     except KeyError:
         raise ValueError(
             f"unknown model {name!r}; available: {', '.join(available())}"
         ) from None
+    taken = inspect.signature(factory).parameters
+    unknown = sorted(set(options) - set(taken))
+    if unknown and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values()):
+        raise ValueError(f"models.get({name!r}): the factory takes no option {unknown}; its options: "
+                         f"{', '.join(taken) or 'none'}")
     return factory(**options)
 
 

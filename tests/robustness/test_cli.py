@@ -83,7 +83,7 @@ ROWS = [
     (["simulate", M, "--plot", "{root}/x.unknownext"], "unknown figure type '.unknownext'; use one of"),
     (["simulate", M, "--plot", "{file}/x.png"], "'{file}' is an existing file, not a folder"),
     (["simulate", M, "--option", "observe=X"], "observe must be"),
-    (["simulate", M, "--option", "speed=3"], "--option: four_substance_reactions() got an unexpected keyword"),
+    (["simulate", M, "--option", "speed=3"], "the factory takes no option ['speed']; its options: observe"),
     (["simulate", "nope"], "unknown model 'nope'; available:"),
     (["simulate"], "Missing argument 'name'"),
     # sensitivity: the point (--set), --method, --out, option types

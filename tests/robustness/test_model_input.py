@@ -97,3 +97,11 @@ def test_a_petab_problem_with_nothing_to_estimate(tmp_path):
                  lambda: identifiability(pp.problem)):
         with pytest.raises(ValueError, match="the problem has no free parameter \\(nothing to estimate\\)"):
             call()
+
+
+def test_a_model_option_its_factory_does_not_take():
+    """`models.get` with an option of another model (the README's `outputs=` of the polymerization
+    model given to four_substance_reactions) names the factory's options (a bare TypeError before)."""
+    with pytest.raises(ValueError, match=r"models.get\('four_substance_reactions'\): the factory takes no option "
+                                         r"\['outputs'\]; its options: observe, a0"):
+        jcalib.models.get("four_substance_reactions", outputs=("A",))
