@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import time
 import warnings as warnings_module
 from typing import Annotated
 
@@ -48,7 +49,6 @@ def petab(
     """Import a PEtab problem (SBML model + tables) and simulate, analyse, fit or sample it; writes
     metrics.json and simulation.tsv (PEtab's simulation table at the nominal or fitted parameters)."""
     from jcalib import estimation
-    from jcalib.io import petab as jpetab
     from jcalib.sensitivity import identifiability
 
     if method not in PETAB_METHODS:
@@ -56,13 +56,11 @@ def petab(
     for flag, value in (("--n-starts", n_starts), ("--steps", steps), ("--chains", chains)):
         if value < 1:
             raise ValueError(f"{flag} must be a positive integer; got {value}")
-    pp = jpetab.load(path, rtol=rtol, atol=atol)
-    problem = pp.problem
     folder, stem = pathlib.Path(path).resolve().parent.name, pathlib.Path(path).stem
     name = stem if stem == folder else f"{folder}_{stem}"  # problem.yaml files of other folders: other names
     out = _output_dir(out, pathlib.Path("results") / "petab" / f"{name}_{method}")
-    nominal = pp.to_problem_internal(pp.nominal_internal)
-    llh_nominal = float(problem.log_likelihood(nominal))
+    pp, nominal, llh_nominal = _petab_import(path, rtol, atol)
+    problem = pp.problem
     metrics: dict = {"problem": str(path), "method": method, "parameters": list(problem.free_names),
                      "n_measurements": len(pp.petab_problem.measurement_df), "llh_nominal": llh_nominal,
                      "rtol": rtol, "atol": atol}
@@ -104,6 +102,24 @@ def petab(
         _interrupted(f"{stopped}; the results above are those of the unfinished run")
 
 
+def _petab_import(path: pathlib.Path, rtol: float, atol: float):
+    """The PEtab problem, its nominal point (internal) and log-likelihood there, with a status line
+    per phase (the first evaluation compiles the model: minutes for large ones)."""
+    from jcalib.io import petab as jpetab
+
+    started = time.perf_counter()
+    typer.echo(f"importing {path} ...", err=True)
+    pp = jpetab.load(path, rtol=rtol, atol=atol)
+    typer.echo(f"  {len(pp.model.state_names)} states, {pp.problem.n_free} estimated parameters, "
+               f"{len(pp.petab_problem.measurement_df)} measurements ({time.perf_counter() - started:.1f} s); "
+               "compiling the simulations and evaluating the nominal parameters ...", err=True)
+    started = time.perf_counter()
+    nominal = pp.to_problem_internal(pp.nominal_internal)
+    llh_nominal = float(pp.problem.log_likelihood(nominal))
+    typer.echo(f"  done ({time.perf_counter() - started:.1f} s)", err=True)
+    return pp, nominal, llh_nominal
+
+
 def _petab_start(problem, start: pathlib.Path | None, nominal):
     """The chains' start (internal coordinates): the ``estimate`` of a jcalib petab metrics.json,
     or the nominal values; says which."""
@@ -129,7 +145,7 @@ def _petab_sample(problem, z0, seed: int, steps: int, chains: int, out: pathlib.
     with warnings_module.catch_warnings(record=True) as caught:
         warnings_module.simplefilter("always")
         result = nuts.sample(jax.random.key(seed), problem, z0, steps, coordinates="internal", n_chains=chains,
-                             preconditioner=Laplace(), warmup=min(200, steps))
+                             preconditioner=Laplace(), warmup=min(200, steps), progress=True)
     result.save(out / "posterior.npz")
     metrics["posterior"] = result.to_dict()
     if result.extra["status"] == "interrupted":  # the draws so far, without a finished run's figures
