@@ -53,6 +53,7 @@ __all__ = [
     "dual_averaging_update",
     "laplace_covariance",
     "prescaling",
+    "prior_ranges",
     "prior_prescaling",
     "step_sizes",
 ]
@@ -202,17 +203,15 @@ def prior_prescaling(
     n = space.n_params
     frac = _positive(fraction, n, "prior_prescaling", "fraction")
     u = np.asarray(jax.random.uniform(key, (int(n_draws), n), dtype=jnp.float64))
-    draws, ranges, sources = np.empty((int(n_draws), n)), np.empty(n), []
+    draws, ranges, sources = np.empty((int(n_draws), n)), prior_ranges(problem), []
     for i, parameter in enumerate(space):
         quantile_fn = _prior_quantiles(problem, i, parameter)
         if quantile_fn is None:  # the default uniform prior on a finite box: the paper's recipe
             lower, upper = parameter.lower_internal, parameter.upper_internal
-            draws[:, i], ranges[i] = lower + u[:, i] * (upper - lower), upper - lower
+            draws[:, i] = lower + u[:, i] * (upper - lower)
             sources.append("box")
         else:
             draws[:, i] = quantile_fn(u[:, i])
-            q1, q3 = quantile_fn(np.array([0.25, 0.75]))
-            ranges[i] = 2.0 * (q3 - q1)
             sources.append("prior")
     where = f"draws from the prior ({', '.join(f'{p.name}: {k}' for p, k in zip(space, sources))})"
     return _prescale(problem_logdensity(problem), jnp.asarray(draws), frac * ranges, where, tuple(sources))
@@ -414,6 +413,7 @@ def laplace_covariance(
     bounds: tuple[Float[ArrayLike, " n"], Float[ArrayLike, " n"]] | None = None,
     rel_step: float = 1e-4,
     max_sd: float | None = None,
+    widths: Float[ArrayLike, " n"] | None = None,
 ) -> np.ndarray:
     """C = (-∇²log π)⁻¹ at ``theta_internal``, ``(n, n)``, symmetric positive definite.
 
@@ -425,10 +425,17 @@ def laplace_covariance(
         rel_step: difference step relative to the box width (or to max(1, |θ_i|)).
         max_sd: largest standard deviation allowed in any direction (module doc);
             default as above, or 1e4 × the smallest curvature-based sd without bounds.
+        widths: per-parameter scales ``(n,)`` where the box is not finite (e.g. the prior's
+            ranges, `prior_ranges`): they set the steps and the default ``max_sd`` as the box
+            widths would.
 
     Raises:
         ValueError: wrong shape; a non-finite gradient at a difference point (failed solve,
             outside the support: move the point inside or give a smaller ``rel_step``).
+
+    Warns:
+        SamplingWarning: directions where log π is not concave at the point (it is not a mode:
+            start at an estimate) or flatter than ``max_sd``; their sd is capped at ``max_sd``.
     """
     z = np.asarray(theta_internal, dtype=np.float64)
     if z.ndim != 1:
@@ -437,6 +444,8 @@ def laplace_covariance(
     if bounds is not None:
         lower, upper = (np.broadcast_to(np.asarray(b, dtype=np.float64), (n,)) for b in bounds)
         width = upper - lower
+    elif widths is not None:
+        width = np.broadcast_to(np.asarray(widths, dtype=np.float64), (n,))
     else:
         width = np.maximum(1.0, np.abs(z))
     h = rel_step * width
@@ -451,11 +460,47 @@ def laplace_covariance(
     eigval, eigvec = np.linalg.eigh(precision)
     if max_sd is None:
         positive = eigval[eigval > 0]
-        max_sd = float(np.mean(width)) / 10.0 if bounds is not None else (
+        max_sd = float(np.mean(width)) / 10.0 if bounds is not None or widths is not None else (
             1e4 / np.sqrt(positive.max()) if positive.size else 1.0)
+    _warn_clamped(eigval, max_sd)
     eigval = np.maximum(eigval, 1.0 / max_sd**2)
     cov = (eigvec / eigval[None, :]) @ eigvec.T
     return 0.5 * (cov + cov.T)
+
+
+def _warn_clamped(eigval: np.ndarray, max_sd: float) -> None:
+    """Say which directions of a Laplace covariance are capped at ``max_sd``, and why."""
+    from jcalib._warnings import warn_user
+    from jcalib.bayes.diagnostics import SamplingWarning
+
+    concave_not = int(np.sum(eigval <= 0))
+    flat = int(np.sum((eigval > 0) & (eigval < 1.0 / max_sd**2)))
+    if concave_not:
+        warn_user(f"laplace_covariance: the log density is not concave at the point in {concave_not} of "
+                  f"{eigval.size} directions, so the point is not a mode: start at an estimate (e.g. "
+                  f"gauss_newton's); the sd in those directions is capped at max_sd = {max_sd:.3g}", SamplingWarning)
+    if flat:
+        warn_user(f"laplace_covariance: {flat} of {eigval.size} directions are flatter than max_sd = {max_sd:.3g} "
+                  "(weakly identified); their sd is capped there", SamplingWarning)
+
+
+def prior_ranges(problem: AbstractProblem) -> Float[np.ndarray, " n_free"]:
+    """Each free parameter's range in internal coordinates, as `prior_prescaling` takes it: the
+    box width for the default uniform prior on a finite box, else 2 × the prior's interquartile
+    range (the width of the uniform prior with the same quartiles).
+
+    Raises:
+        ValueError: a parameter with an infinite bound and no proper prior.
+    """
+    ranges = np.empty(problem.space.n_params)
+    for i, parameter in enumerate(problem.space):
+        quantile_fn = _prior_quantiles(problem, i, parameter)
+        if quantile_fn is None:
+            ranges[i] = parameter.upper_internal - parameter.lower_internal
+        else:
+            q1, q3 = quantile_fn(np.array([0.25, 0.75]))
+            ranges[i] = 2.0 * (q3 - q1)
+    return ranges
 
 
 @eqx.filter_jit

@@ -23,7 +23,7 @@ from jaxtyping import Array
 
 from jcalib.algorithm import run
 from jcalib.bayes._target import _check_start, _evaluate_batch, _positive, problem_logdensity, problem_starts
-from jcalib.bayes.adaptation import Prescaling, dual_averaging_algorithm
+from jcalib.bayes.adaptation import Prescaling, dual_averaging_algorithm, prior_ranges
 from jcalib.bayes.preconditioning import AbstractPreconditioner, DenseMetric, Prescaled, _cholesky_factor
 from jcalib.bayes.result import PosteriorResult
 from jcalib.problems import AbstractProblem
@@ -72,8 +72,9 @@ def _metric(key, problem: AbstractProblem, theta0: Array, preconditioner: Abstra
         if isinstance(preconditioner, DenseMetric):
             cov = preconditioner.cov
         else:
-            cov = preconditioner.covariance(problem_logdensity(problem), jnp.mean(theta0, axis=0),
-                                            bounds=_finite_box(problem))
+            box = _finite_box(problem)
+            cov = preconditioner.covariance(problem_logdensity(problem), jnp.mean(theta0, axis=0), bounds=box,
+                                            widths=None if box is not None else _prior_widths(problem))
             n_evaluations = 2 * n
         chol = _cholesky_factor(cov, n)
         return Metric(None, chol @ chol.T, chol, extra, n_evaluations)
@@ -102,6 +103,15 @@ def _check_diagonal(diagonal: np.ndarray, n: int) -> np.ndarray:
     if diagonal.shape != (n,):
         raise ValueError(f"sample: step_sizes must have shape ({n},); got shape {diagonal.shape}")
     return diagonal
+
+
+def _prior_widths(problem) -> np.ndarray | None:
+    """The parameters' prior ranges (`jcalib.bayes.adaptation.prior_ranges`) as the scale of a
+    Laplace covariance on an infinite box; None where a parameter has no proper prior."""
+    try:
+        return prior_ranges(problem)
+    except ValueError:
+        return None
 
 
 def _finite_box(problem):

@@ -94,10 +94,11 @@ class Laplace(AbstractPreconditioner):
             raise ValueError(f"Laplace: max_sd must be a positive number or None; got {self.max_sd!r}")
 
     def covariance(self, logdensity_fn: Callable, theta_internal: Float[ArrayLike, " n"],
-                   bounds=None) -> np.ndarray:
-        """C at ``theta_internal`` (``bounds``: the internal box, or None)."""
+                   bounds=None, widths=None) -> np.ndarray:
+        """C at ``theta_internal`` (``bounds``: the internal box, or None; ``widths``: the
+        parameters' scales where the box is not finite)."""
         return laplace_covariance(logdensity_fn, theta_internal, bounds=bounds, rel_step=self.rel_step,
-                                  max_sd=self.max_sd)
+                                  max_sd=self.max_sd, widths=widths)
 
 
 def _is_number(x) -> bool:

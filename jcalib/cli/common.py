@@ -208,16 +208,20 @@ def _interrupted(line: str) -> None:
 
 
 def _sampler_warnings(result, caught, advice) -> list[str]:
-    """The sampling run's diagnostics warnings with the command's own options as ``advice``
+    """The sampler's warnings: those of its adaptation (e.g. a Laplace covariance capped), then
+    the run's diagnostics with the command's own options as ``advice``
     (`jcalib.bayes.diagnostics.sampling_warnings`); other warnings caught while sampling are
     shown again."""
     from jcalib.bayes import diagnostics
 
+    messages = []
     for w in caught:
         if not issubclass(w.category, diagnostics.SamplingWarning):
             warnings_module.showwarning(w.message, w.category, w.filename, w.lineno)
-    return list(diagnostics.sampling_warnings(result.names, result.acceptance_rate, result.rhat, result.ess_bulk,
-                                              advice))
+        elif str(w.message) not in result.warnings and str(w.message) not in messages:
+            messages.append(str(w.message))
+    return messages + list(diagnostics.sampling_warnings(result.names, result.acceptance_rate, result.rhat,
+                                                         result.ess_bulk, advice))
 
 
 def _data_json(path: pathlib.Path, what: str) -> dict:
