@@ -51,7 +51,9 @@ Example:
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -72,6 +74,7 @@ __all__ = [
     "Normal",
     "ParameterPriors",
     "PriorTruncationWarning",
+    "quiet_truncation",
     "TRUNCATION_WARNING_FRACTION",
     "Uniform",
     "bind_priors",
@@ -465,6 +468,12 @@ def _warn_truncation(what: str, prior: AbstractPrior, p: Parameter, log_m: float
     if not fraction > TRUNCATION_WARNING_FRACTION:
         return
     bounds = f"[{p.lower}, {p.upper}]"
+    if (p.lower == 0 and math.isinf(p.upper)) or (math.isinf(p.lower) and p.upper == 0):  # a half-line already
+        warn_user(f"{what}: {prior._name()} prior on {p.name!r}: {100 * fraction:.1f} % of its mass lies outside the "
+                  f"half-line {bounds} of the parameter, so the prior is truncated to it (as Stan does for a "
+                  "constrained parameter); for a prior that lives there, use LogNormal, LogUniform or HalfNormal",
+                  PriorTruncationWarning)
+        return
     if isinstance(prior, Normal) and not p.lower <= prior.mean <= p.upper:
         what_happens = (f"the mean {prior.mean} lies outside the bounds {bounds}, so {100 * fraction:.1f} % of its "
                         "mass lies outside them and the truncated prior piles up at one bound")
@@ -475,6 +484,15 @@ def _warn_truncation(what: str, prior: AbstractPrior, p: Parameter, log_m: float
         f"{what}: {prior._name()} prior on {p.name!r}: {what_happens}; widen the bounds (space.replace(name, "
         "lower=..., upper=...), or noise_parameters={output: (lower, upper)} for a noise level) or change the prior",
         PriorTruncationWarning)
+
+
+@contextlib.contextmanager
+def quiet_truncation():
+    """No `PriorTruncationWarning` inside: for problems derived from one whose priors were
+    already checked (its `fix`, a joint problem's experiments), which would repeat the warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PriorTruncationWarning)
+        yield
 
 
 class GaussianPrior(eqx.Module):

@@ -50,7 +50,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from jcalib.data import Measurements
 from jcalib.model import AbstractModel, Experiment, SolveStatus
 from jcalib.parameters import Parameter, ParameterSpace, check_names
-from jcalib.probability.priors import AbstractPrior, GaussianPrior, bind_priors
+from jcalib.probability.priors import AbstractPrior, GaussianPrior, bind_priors, quiet_truncation
 from jcalib.problems.contract import AbstractProblem
 from jcalib.problems.single import CalibrationProblem
 from jcalib.stacking import map_stacked, padded, stack
@@ -151,7 +151,8 @@ class JointProblem(AbstractProblem):
             own_likelihood = likelihood.get(names[k]) if isinstance(likelihood, Mapping) else likelihood
             settings = dict(free=sub_free, fixed=sub_fixed, weighting=weighting, likelihood=own_likelihood)
             try:
-                problems.append(CalibrationProblem(model, data, **settings))
+                with quiet_truncation():  # the joint prior's check speaks for them (below)
+                    problems.append(CalibrationProblem(model, data, **settings))
             except ValueError as e:
                 raise ValueError(f"JointProblem: experiment {names[k]!r}: {e}") from None
             padded_inputs.append((model, data, settings))
@@ -220,10 +221,11 @@ class JointProblem(AbstractProblem):
         prior = "uniform" if self.prior is None else (
             self.prior if isinstance(self.prior, GaussianPrior)
             else {n: p for n, p in self.prior.as_dict().items() if n not in values})
-        return JointProblem(pairs, free=[n for n in self.shared_names if n not in values],
-                            per_experiment=self.per_experiment_names, fixed=fixed, weighting=self.weighting,
-                            prior=prior, likelihood={name: p.likelihood for name, p in
-                                                     zip(self.experiment_names, self.experiment_problems)})
+        with quiet_truncation():  # the priors were checked (and said) when this problem was made
+            return JointProblem(pairs, free=[n for n in self.shared_names if n not in values],
+                                per_experiment=self.per_experiment_names, fixed=fixed, weighting=self.weighting,
+                                prior=prior, likelihood={name: p.likelihood for name, p in
+                                                         zip(self.experiment_names, self.experiment_problems)})
 
     @property
     def sigma_available(self) -> bool:
@@ -420,7 +422,8 @@ def _padded_problem(model, data, settings, n_times, n_observed):
             sigma = padded(sigma, n_times)
         data = Measurements(padded(data.ts, n_times), padded(data.values, n_times), mask=mask, sigma=sigma,
                             output_names=data.output_names)
-    problem = CalibrationProblem(model, data, **settings)
+    with quiet_truncation():
+        problem = CalibrationProblem(model, data, **settings)
     extra = n_observed - problem.n_observed
     if extra:
         def grow(a):

@@ -50,7 +50,7 @@ from jcalib.data import Measurements
 from jcalib.model import AbstractModel, check_simulator
 from jcalib.parameters import Parameter, ParameterSpace, check_names
 from jcalib.probability.likelihoods import AbstractLikelihood, get_likelihood, noise_parameter_space
-from jcalib.probability.priors import AbstractPrior, GaussianPrior, ParameterPriors, bind_priors
+from jcalib.probability.priors import AbstractPrior, GaussianPrior, ParameterPriors, bind_priors, quiet_truncation
 from jcalib.problems.contract import AbstractProblem, compiled_call, quoted
 
 __all__ = ["CalibrationProblem", "InitialStateParameters", "WEIGHTINGS",
@@ -245,7 +245,8 @@ class CalibrationProblem(AbstractProblem):
                         prior=self._prior_spec(), likelihood=self.likelihood,
                         noise_parameters=self._noise_spec())
         settings.update(changes)
-        return CalibrationProblem(self.model, self.measurements, **settings)
+        with quiet_truncation():  # this problem's priors were checked (and said) when it was made
+            return CalibrationProblem(self.model, self.measurements, **settings)
 
     def _prior_spec(self):
         if self.prior is None and self.noise_prior is None:

@@ -279,3 +279,21 @@ def test_noise_prior_cut_by_default_noise_bounds():
         CalibrationProblem(model, data, likelihood="relative", noise_parameters=True,
                            prior={"sigma_A": LogNormal(-1.0, 1.0)})
     assert caught[0].filename == __file__  # attributed to the caller, not to jcalib
+
+
+def test_truncation_advice_fits_the_bounds_and_is_not_repeated():
+    """Issue 35 §1.11: a Normal prior on a parameter of (0, inf) is truncated to its half-line as
+    Stan does; the warning says so instead of advising wider bounds; a problem derived from one
+    that warned (its `fix`) does not warn again."""
+    message = r"Normal prior on 'x': 30.9 % of its mass lies outside the half-line \[0.0, inf\] .*use LogNormal"
+    with pytest.warns(PriorTruncationWarning, match=message):
+        bind_priors({"x": Normal(0.5, 1.0)}, ParameterSpace([Parameter("x", 1.0, 0.0, np.inf)]))
+    model = four_substance_reactions(observe="A")
+    ts = np.asarray(model.ts)
+    data = Measurements(ts, np.ones((ts.size, 1)), sigma=np.full((ts.size, 1), 0.1), output_names=("A",))
+    with pytest.warns(PriorTruncationWarning) as caught:
+        problem = CalibrationProblem(model, data, weighting="sigma", prior={"kab": Normal(1e-4, 1e-3)})
+    assert len(caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PriorTruncationWarning)
+        problem.fix({"kad": 5e-5})
