@@ -297,3 +297,20 @@ def test_truncation_advice_fits_the_bounds_and_is_not_repeated():
     with warnings.catch_warnings():
         warnings.simplefilter("error", PriorTruncationWarning)
         problem.fix({"kad": 5e-5})
+
+
+def test_the_advice_is_what_the_run_did_not_do():
+    """Issue 35 §1.11: no 'warmup=500' to a run that had 500, no Laplace to a Laplace run; the
+    command line passes its own flags."""
+    from jcalib.bayes.diagnostics import sampling_advice, sampling_warnings
+
+    assert sampling_advice() == ("warmup=500 (adapts the step sizes)",
+                                 "preconditioner=Laplace() (whitens a correlated posterior)", "more draws (n_steps)")
+    assert sampling_advice(warmup=800, metric="Laplace") == ("a warmup longer than 800", "more draws (n_steps)")
+    assert sampling_advice(warmup=100, metric="DenseMetric") == ("warmup=500 (adapts the step sizes)",
+                                                                  "more draws (n_steps)")
+    stalled = sampling_warnings(["k"], np.zeros(2), np.array([1.0]), np.array([400.0]),
+                                ("--warmup 500", "more draws (--steps)"))
+    assert stalled[0].endswith("use --warmup 500 or more draws (--steps)")
+    assert sampling_warnings(["k"], np.zeros(2), np.array([1.0]), np.array([400.0]), ("more draws (--steps)",)
+                             )[0].endswith("use more draws (--steps)")
