@@ -434,8 +434,8 @@ def laplace_covariance(
             outside the support: move the point inside or give a smaller ``rel_step``).
 
     Warns:
-        SamplingWarning: directions where log π is not concave at the point (it is not a mode:
-            start at an estimate) or flatter than ``max_sd``; their sd is capped at ``max_sd``.
+        SamplingWarning: directions where log π is not concave at the point (it is not an
+            interior mode) or flatter than ``max_sd``; their sd is capped at ``max_sd``.
     """
     z = np.asarray(theta_internal, dtype=np.float64)
     if z.ndim != 1:
@@ -477,8 +477,9 @@ def _warn_clamped(eigval: np.ndarray, max_sd: float) -> None:
     flat = int(np.sum((eigval > 0) & (eigval < 1.0 / max_sd**2)))
     if concave_not:
         warn_user(f"laplace_covariance: the log density is not concave at the point in {concave_not} of "
-                  f"{eigval.size} directions, so the point is not a mode: start at an estimate (e.g. "
-                  f"gauss_newton's); the sd in those directions is capped at max_sd = {max_sd:.3g}", SamplingWarning)
+                  f"{eigval.size} directions, so the point is not an interior mode (a start away from the optimum, "
+                  f"or an optimum on a bound); the sd in those directions is capped at max_sd = {max_sd:.3g}",
+                  SamplingWarning)
     if flat:
         warn_user(f"laplace_covariance: {flat} of {eigval.size} directions are flatter than max_sd = {max_sd:.3g} "
                   "(weakly identified); their sd is capped there", SamplingWarning)

@@ -56,6 +56,8 @@ def petab(
     for flag, value in (("--n-starts", n_starts), ("--steps", steps), ("--chains", chains)):
         if value < 1:
             raise ValueError(f"{flag} must be a positive integer; got {value}")
+    if not pathlib.Path(path).is_file():  # before the output folder is made
+        raise ValueError(f"{str(path)!r}: no such file; give the PEtab problem's YAML file")
     folder, stem = pathlib.Path(path).resolve().parent.name, pathlib.Path(path).stem
     name = stem if stem == folder else f"{folder}_{stem}"  # problem.yaml files of other folders: other names
     out = _output_dir(out, pathlib.Path("results") / "petab" / f"{name}_{method}")

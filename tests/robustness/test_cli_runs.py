@@ -58,6 +58,9 @@ def test_petab_default_folder_and_bad_start(tmp_path, monkeypatch):
     result = runner.invoke(app, ["petab", str(folder / "_0001.yaml")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "results" / "petab" / "0001__0001_simulate" / "metrics.json").exists()
+    missing = runner.invoke(app, ["petab", str(tmp_path / "nope" / "problem.yaml")])
+    assert missing.exit_code == 2 and "no such file; give the PEtab problem's YAML file" in missing.output
+    assert not (tmp_path / "results" / "petab" / "nope_problem_simulate").exists()  # no empty folder
     (tmp_path / "fit.json").write_text('{"estimate": {"a0": 1.0}}')
     for start, message in ((tmp_path / "fit.json", "no 'estimate' of this problem's parameters"),
                            (tmp_path / "missing.json", "does not exist"),

@@ -21,8 +21,8 @@ def test_a_start_that_is_not_a_mode_is_said():
     def logdensity(x):
         return -((x[0] ** 2 - 1.0) ** 2) - 0.5 * x[1] ** 2
 
-    with pytest.warns(SamplingWarning, match="not concave at the point in 1 of 2 directions, so the point is not a "
-                                             "mode: start at an estimate"):
+    with pytest.warns(SamplingWarning, match="not concave at the point in 1 of 2 directions, so the point is not an "
+                                             r"interior mode \(a start away from the optimum, or an optimum on a"):
         cov = laplace_covariance(logdensity, jnp.zeros(2), bounds=(-np.full(2, 5.0), np.full(2, 5.0)))
     np.testing.assert_allclose(np.sqrt(np.diag(cov)), [1.0, 1.0], rtol=1e-6)  # capped at a tenth of the width 10
 
