@@ -78,3 +78,25 @@ def shared_petab(*parts: str) -> pathlib.Path:
     beside = pathlib.Path(__file__).resolve().parents[2] / "shared" / "petab"
     root = beside if beside.exists() else pathlib.Path("/work/shared/petab")
     return root.joinpath(*parts)
+
+
+def interrupt_run(monkeypatch, n: int, compiled: bool = True) -> None:
+    """A Ctrl-C at the ``n``-th chunk of `jcalib.algorithm.run` (counted over all runs from now):
+    its compiled chunks (`jax.lax.scan` under jit) or, with ``compiled=False``, its Python-loop ones."""
+    import jcalib.algorithm as algorithm
+
+    name = "_compiled_chunk" if compiled else "_python_chunk"
+    calls, real = {"n": 0}, getattr(algorithm, name)
+
+    def patched(*args):
+        chunk = real(*args)
+
+        def wrapped(key, carry, length):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt
+            return chunk(key, carry, length)
+
+        return wrapped
+
+    monkeypatch.setattr(algorithm, name, patched)

@@ -17,6 +17,7 @@ from jcalib.bayes import DenseMetric, Laplace, Prescaled, SamplingWarning, adapt
 from jcalib.bayes.result import PosteriorResult
 from jcalib.problems import CalibrationProblem
 from tests.bayes.problems import CutLinearModel, gaussian_problem
+from tests.helpers import interrupt_run
 
 MEAN = np.array([1.0, -2.0])
 COV = np.array([[1.0, 1.8], [1.8, 4.0]])  # correlation 0.9
@@ -185,39 +186,19 @@ def test_bad_start_and_strategies():
         Laplace(max_sd=-1.0)
 
 
-def _interrupt_on(monkeypatch, n):
-    """Ctrl-C at the ``n``-th compiled chunk of `jcalib.algorithm.run` (counted over all runs)."""
-    import jcalib.algorithm as algorithm
-
-    calls, real = {"n": 0}, algorithm._compiled_chunk
-
-    def patched(*args):
-        chunk = real(*args)
-
-        def wrapped(key, carry, length):
-            calls["n"] += 1
-            if calls["n"] == n:
-                raise KeyboardInterrupt
-            return chunk(key, carry, length)
-
-        return wrapped
-
-    monkeypatch.setattr(algorithm, "_compiled_chunk", patched)
-
-
 def test_interrupted_sampling_keeps_the_finished_chunks(monkeypatch):
     """`sample` reports run's status: Ctrl-C in the sampling phase keeps the finished chunks (the
     same draws as the full run); during the burn-in or warm-up there is nothing to keep."""
     kwargs = dict(n_chains=2, preconditioner=DenseMetric(COV), chunk_size=10)
     with pytest.warns(SamplingWarning):  # 2 x 40 draws: bulk ESS below 100
         full = hmc.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
-    _interrupt_on(monkeypatch, 4)  # chunks of 10 steps: burn-in, then 2 of sampling, then Ctrl-C
+    interrupt_run(monkeypatch, 4)  # chunks of 10 steps: burn-in, then 2 of sampling, then Ctrl-C
     with pytest.warns(SamplingWarning):
         cut = hmc.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, burn_in=10, **kwargs)
     assert full.extra["status"] == "completed" and cut.extra["status"] == "interrupted"
     assert cut.n_draws == 20 and full.n_draws == 40
     np.testing.assert_array_equal(cut.samples, full.samples[:, :20])
     for settings in (dict(burn_in=10), dict(warmup=10)):
-        _interrupt_on(monkeypatch, 1)
+        interrupt_run(monkeypatch, 1)
         with pytest.raises(KeyboardInterrupt, match="interrupted during the warm-up or burn-in"):
             hmc.sample(jax.random.key(7), GAUSSIAN, np.zeros(2), 40, **settings, **kwargs)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import jcalib.algorithm as algorithm
 from jcalib.bayes.result import PosteriorResult
 from jcalib.cli import app
 from jcalib.data import Measurements
@@ -19,6 +18,7 @@ from jcalib.estimation import levenberg_marquardt_batch, multistart
 from jcalib.estimation.result import INTERRUPTED
 from jcalib.problems import CalibrationProblem
 from tests.estimation.linear_case import THETA_TRUE, TS, design, linear_model
+from tests.helpers import interrupt_run
 from tests.io.test_petab import _case
 
 # the module (`jcalib.estimation.multistart` the attribute is the function of that name)
@@ -32,24 +32,6 @@ def problem():
                                                            output_names=("y1", "y2")), weighting="sigma")
 
 
-def _interrupt_python_chunk(monkeypatch, n):
-    """Ctrl-C at the ``n``-th Python chunk of `jcalib.algorithm.run` (one step each here)."""
-    calls, real = {"n": 0}, algorithm._python_chunk
-
-    def patched(one, thin):
-        chunk = real(one, thin)
-
-        def wrapped(key, carry, length):
-            calls["n"] += 1
-            if calls["n"] == n:
-                raise KeyboardInterrupt
-            return chunk(key, carry, length)
-
-        return wrapped
-
-    monkeypatch.setattr(algorithm, "_python_chunk", patched)
-
-
 STARTS = np.array([[5.0, 5.0, 5.0], [-5.0, 2.0, 1.0], [9.0, -9.0, 9.0], [-9.0, 9.0, -9.0]])
 
 
@@ -58,7 +40,7 @@ def test_levenberg_marquardt_keeps_the_finished_blocks(problem, monkeypatch):
     results exactly, keeps the second block's iterates as 'interrupted ... not converged'."""
     full = levenberg_marquardt_batch(problem, STARTS, chunk_size=2)
     steps_first_block = max(r.n_steps for r in full.results[:2])
-    _interrupt_python_chunk(monkeypatch, steps_first_block + 3)  # the first block ends after its steps
+    interrupt_run(monkeypatch, compiled=False, n=steps_first_block + 3)  # the first block ends after its steps
     cut = levenberg_marquardt_batch(problem, STARTS, chunk_size=2)
     assert full.extra["status"] == "completed" and cut.extra["status"] == "interrupted"
     assert cut.extra["n_finished_starts"] == 2 and cut.extra["n_failed_starts"] == 0
@@ -73,7 +55,7 @@ def test_levenberg_marquardt_keeps_the_finished_blocks(problem, monkeypatch):
 
 
 def test_levenberg_marquardt_interrupted_before_any_step(problem, monkeypatch):
-    _interrupt_python_chunk(monkeypatch, 1)
+    interrupt_run(monkeypatch, compiled=False, n=1)
     cut = levenberg_marquardt_batch(problem, STARTS[:2])
     assert cut.extra["status"] == "interrupted" and cut.extra["n_finished_starts"] == 0
     assert "failure" not in cut.extra and cut.extra["n_failed_starts"] == 0
@@ -134,27 +116,9 @@ def test_an_interrupted_filter_raises_instead_of_returning_its_start(monkeypatch
     from tests.filters.test_ekf import DECAY_TS, decay_model
 
     ys = 2.0 * np.exp(-1.3 * DECAY_TS)[:, None]
-    _interrupt_python_chunk(monkeypatch, 1)
+    interrupt_run(monkeypatch, compiled=False, n=1)
     with pytest.raises(KeyboardInterrupt, match=rf"run_ekf: interrupted after 0 of {DECAY_TS.size} measurement times"):
         run_ekf(decay_model(), ys, [0.7], R=[[0.02**2]])
-
-
-def _interrupt_compiled_chunk(monkeypatch, n):
-    """Ctrl-C at the ``n``-th compiled chunk of `jcalib.algorithm.run` (counted over all runs)."""
-    calls, real = {"n": 0}, algorithm._compiled_chunk
-
-    def patched(*args):
-        chunk = real(*args)
-
-        def wrapped(key, carry, length):
-            calls["n"] += 1
-            if calls["n"] == n:
-                raise KeyboardInterrupt
-            return chunk(key, carry, length)
-
-        return wrapped
-
-    monkeypatch.setattr(algorithm, "_compiled_chunk", patched)
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +133,7 @@ def test_cli_calibrate_and_sample_interrupted_exit_130(tmp_path, reactions_csv, 
     """Gauss-Newton stopped after one step and MALA after two of its chunks: what they have is
     written and labelled (the estimate's reason, the posterior's status), the exit code is 130."""
     runner = CliRunner()
-    _interrupt_python_chunk(monkeypatch, 2)
+    interrupt_run(monkeypatch, compiled=False, n=2)
     gn = runner.invoke(app, ["calibrate", "four_substance_reactions", "--data", str(reactions_csv), "--free",
                              "kab,kac", "--start", "kab=2e-5", "--out", str(tmp_path / "gn")])
     assert gn.exit_code == 130, gn.output
@@ -178,7 +142,7 @@ def test_cli_calibrate_and_sample_interrupted_exit_130(tmp_path, reactions_csv, 
     result = json.loads((tmp_path / "gn" / "metrics.json").read_text())["result"]
     assert result["n_steps"] == 1 and not result["converged"]
     monkeypatch.undo()
-    _interrupt_compiled_chunk(monkeypatch, 3)
+    interrupt_run(monkeypatch, 3)
     options = ["sample", "four_substance_reactions", "--data", str(reactions_csv), "--sigma", "0.05", "--steps", "40",
                "--chains", "2", "--no-gauss-newton"]
     early = runner.invoke(app, [*options, "--out", str(tmp_path / "early")])  # in the burn-in: no draws
@@ -186,7 +150,7 @@ def test_cli_calibrate_and_sample_interrupted_exit_130(tmp_path, reactions_csv, 
     assert "interrupted (Ctrl-C): sample: interrupted during the warm-up or burn-in (no draws yet)" in early.output
     assert not (tmp_path / "early" / "posterior.npz").exists()
     monkeypatch.undo()
-    _interrupt_compiled_chunk(monkeypatch, 3)
+    interrupt_run(monkeypatch, 3)
     sampled = runner.invoke(app, [*options, "--warmup", "0", "--burn", "0", "--out", str(tmp_path / "s")])
     assert sampled.exit_code == 130, sampled.output
     assert "interrupted (Ctrl-C): kept the 4 draws per chain of the sampling steps that had finished" in sampled.output

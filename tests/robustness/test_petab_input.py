@@ -105,3 +105,22 @@ def test_a_measurement_table_without_rows(tmp_path):
     table.iloc[:0].to_csv(yaml.parent / "_measurements.tsv", sep="\t", index=False)
     with pytest.raises(ValueError, match="has no rows; a PEtab problem needs measurements"):
         jpetab.load(yaml)
+
+
+def test_a_failed_simulation_is_named_with_its_status(tmp_path):
+    """§1.2: a log-likelihood of -inf because a solve failed names the condition and the status by
+    name (the CLI said "failed (0)" for a success and printed codes)."""
+    pp = jpetab.load(_problem(tmp_path), max_steps=2)
+    nominal = pp.to_problem_internal(pp.nominal_internal)
+    assert pp.problem.log_likelihood(nominal) == -math.inf
+    assert pp.problem.why_not_finite(nominal) == "the simulation of condition 'c0' failed: MAX_STEPS"
+
+
+def test_cli_refuses_bad_solver_settings(tmp_path):
+    from typer.testing import CliRunner
+
+    from jcalib.cli import app
+
+    result = CliRunner().invoke(app, ["petab", str(_problem(tmp_path)), "--rtol", "-1", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "error: model_from_sbml: the controller's rtol must be a positive finite number; got -1.0" in result.output
