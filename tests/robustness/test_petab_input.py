@@ -124,3 +124,13 @@ def test_cli_refuses_bad_solver_settings(tmp_path):
     result = CliRunner().invoke(app, ["petab", str(_problem(tmp_path)), "--rtol", "-1", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "error: model_from_sbml: the controller's rtol must be a positive finite number; got -1.0" in result.output
+
+
+def test_no_note_about_an_optional_table(tmp_path, caplog):
+    """petab's linter logs that the optional visualization table is absent; jcalib keeps that
+    note out of the user's output (the linter's errors still come through its log)."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    jpetab.load(_problem(tmp_path))
+    assert "Visualization table" not in caplog.text
