@@ -65,9 +65,8 @@ def test_levenberg_marquardt_interrupted_before_any_step(problem, monkeypatch):
         np.testing.assert_allclose(r.theta, start)
 
 
-def test_trf_multistart_keeps_the_finished_starts(problem, monkeypatch):
-    key = jax.random.key(4)
-    full = multistart(key, problem, 3, "trf", "uniform")
+def _interrupt_second_trf_start(monkeypatch):
+    """A Ctrl-C during the second start's `least_squares_trf` of `multistart`."""
     calls, real = {"n": 0}, multistart_module.least_squares_trf
 
     def interrupted_second(*args, **kwargs):
@@ -77,6 +76,12 @@ def test_trf_multistart_keeps_the_finished_starts(problem, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(multistart_module, "least_squares_trf", interrupted_second)
+
+
+def test_trf_multistart_keeps_the_finished_starts(problem, monkeypatch):
+    key = jax.random.key(4)
+    full = multistart(key, problem, 3, "trf", "uniform")
+    _interrupt_second_trf_start(monkeypatch)
     cut = multistart(key, problem, 3, "trf", "uniform")
     assert cut.extra["status"] == "interrupted" and cut.extra["n_finished_starts"] == 1
     np.testing.assert_array_equal(cut.results[0].theta_internal, full.results[0].theta_internal)
@@ -91,15 +96,7 @@ def test_cli_multistart_exits_130_and_keeps_what_finished(tmp_path, monkeypatch)
     saying 1 of 2 starts finished, metrics.json with status 'interrupted', no simulation table
     or plots of a 'fit'."""
     folder, _ = _case("0001")
-    calls, real = {"n": 0}, multistart_module.least_squares_trf
-
-    def interrupted_second(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(multistart_module, "least_squares_trf", interrupted_second)
+    _interrupt_second_trf_start(monkeypatch)
     out = tmp_path / "ms"
     result = CliRunner().invoke(app, ["petab", str(folder / "_0001.yaml"), "--method", "multistart", "--n-starts", "2",
                                       "--out", str(out)])

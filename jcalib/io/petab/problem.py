@@ -114,13 +114,13 @@ class PetabCalibrationProblem(AbstractProblem):
         z = self._check(theta_internal)
         measurements, preeq = self.plan["measurement_df"], self.plan["row_preeq"]
         pairs = [pair for group in self.plan["pair_groups"] for pair in group["pairs"]]
-        for code, pair in zip(np.asarray(_jitted_status(self, z)), pairs):
+        simulation, sigma, llh, statuses = (np.asarray(a) for a in _jitted_rows(self, z))  # one solve
+        for code, pair in zip(statuses, pairs):
             if code != SolveStatus.SUCCESS:
                 first = pair["rows"][0]
                 before = f" after pre-equilibration under {preeq[first]!r}" if preeq[first] else ""
                 return (f"the simulation of condition {measurements.iloc[first][petab.SIMULATION_CONDITION_ID]!r}"
                         f"{before} failed: {SolveStatus(int(code)).name}")
-        simulation, sigma, llh = (np.asarray(a) for a in _jitted_rows(self, z))
         bad = np.flatnonzero(~np.isfinite(llh))
         if not bad.size:
             return None
@@ -232,9 +232,9 @@ def _jitted_outputs(problem: PetabCalibrationProblem, z):
 
 @eqx.filter_jit
 def _jitted_rows(problem: PetabCalibrationProblem, z):
-    """(simulation, sigma, log-likelihood) per measurement row."""
-    simulation, sigma, _ = problem._outputs(z)
-    return simulation, sigma, _likelihood_terms(problem.plan, simulation, sigma)[2]
+    """(simulation, sigma, log-likelihood) per measurement row and the status of each simulation."""
+    simulation, sigma, statuses = problem._outputs(z)
+    return simulation, sigma, _likelihood_terms(problem.plan, simulation, sigma)[2], statuses
 
 
 @eqx.filter_jit
