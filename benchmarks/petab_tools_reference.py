@@ -156,14 +156,17 @@ def multistart(problem, objective, starts: np.ndarray, n_procs: int, llh_nominal
             "timing": "wall time of pyPESTO's minimize (model already compiled)"}
 
 
-def run_problem(task: dict, job: dict, n_threads: int) -> dict:
-    """Everything the reference side measures for one problem."""
+def import_problem(task: dict, model_dir: pathlib.Path):
+    """``(problem, objective, x, info)``: pyPESTO's problem of ``task["yaml"]``, its AMICI objective
+    (without priors), the nominal estimated parameters (PEtab scales) and ``info``: the import's
+    seconds, whether the model was compiled before, whether the tables were flattened and had
+    objective priors, and ``call(x, sensi_orders)``, the objective's dict at the estimated
+    parameters ``x`` (its ``grad`` with respect to them only)."""
     import petab.v1 as petab
     import pypesto.petab
 
-    name, repeats = task["name"], int(job["repeats"])
-    points = np.load(task["points"])
-    model_dir = pathlib.Path(job["model_dir"]) / name
+    name = task["name"]
+    model_dir = model_dir / name
     compiled = model_dir.exists()
     t = time.perf_counter()
     petab_problem = petab.Problem.from_yaml(task["yaml"])
@@ -175,34 +178,54 @@ def run_problem(task: dict, job: dict, n_threads: int) -> dict:
     import_s = time.perf_counter() - t
     objective = _amici_objective(problem)
     free_names = [problem.x_names[i] for i in problem.x_free_indices]
-    if free_names != list(task["parameter_ids"]):
+    if task["parameter_ids"] is not None and free_names != list(task["parameter_ids"]):
         raise RuntimeError(f"{name}: estimated parameters {free_names} differ from jcalib's {task['parameter_ids']}")
-    solver = configure_solver(objective.amici_solver, task)
-    x = np.asarray(petab_problem.x_nominal_free_scaled, dtype=float)
+    free = np.asarray(problem.x_free_indices)
 
-    # the objective takes the estimated parameters (pyPESTO fills in the fixed ones) and returns
-    # the negative log-likelihood and its gradient with respect to them
-    sim, out = _timed(lambda: objective(x, sensi_orders=(0,), return_dict=True), repeats)
+    def call(x, sensi_orders):
+        # with objective priors the AMICI objective is the aggregate's first part, which pyPESTO
+        # did not reduce to the estimated parameters: it takes the full vector
+        if problem.objective is objective:
+            return objective(x, sensi_orders=sensi_orders, return_dict=True)
+        out = dict(objective(problem.get_full_vector(x), sensi_orders=sensi_orders, return_dict=True))
+        if 1 in sensi_orders:
+            out["grad"] = np.asarray(out["grad"])[free]
+        return out
+
+    info = {"import_and_compile_s": import_s, "model_was_compiled_before": compiled,
+            "objective_priors": problem.objective is not objective, "flattened": flattened, "call": call,
+            "parameter_ids": free_names}
+    return problem, objective, np.asarray(petab_problem.x_nominal_free_scaled, dtype=float), info
+
+
+def run_problem(task: dict, job: dict, n_threads: int) -> dict:
+    """Everything the reference side measures for one problem."""
+    repeats = int(job["repeats"])
+    points = np.load(task["points"])
+    problem, objective, x, info = import_problem(task, pathlib.Path(job["model_dir"]))
+    call = info.pop("call")
+    solver = configure_solver(objective.amici_solver, task)
+
+    # the negative log-likelihood and its gradient with respect to the estimated parameters
+    sim, out = _timed(lambda: call(x, (0,)), repeats)
     sim["amici_cpu_ms"] = _cpu_ms(out["rdatas"])
     statuses = [int(r["status"]) for r in out["rdatas"]]
-    grad, out = _timed(lambda: objective(x, sensi_orders=(0, 1), return_dict=True), repeats)
+    grad, out = _timed(lambda: call(x, (0, 1)), repeats)
     grad["amici_cpu_ms"] = _cpu_ms(out["rdatas"])
     gradient = -np.asarray(out["grad"])
     llh_nominal = -float(out["fval"])
 
     batch = points["batch"]
     t = time.perf_counter()
-    llh_loop = np.array([-objective(z, sensi_orders=(0,)) for z in batch])
+    llh_loop = np.array([-float(call(z, (0,))["fval"]) for z in batch])
     loop_s = time.perf_counter() - t
     threads_s, llh_threads = batch_run_simulations(problem, objective, batch, n_threads)
     if not np.allclose(llh_loop[np.isfinite(llh_loop)], llh_threads[np.isfinite(llh_loop)], rtol=1e-6):
-        raise RuntimeError(f"{name}: run_simulations and the objective disagree on the batch")
+        raise RuntimeError(f"{task['name']}: run_simulations and the objective disagree on the batch")
     fastest = "run_simulations" if threads_s < loop_s else "loop"
     wall = min(loop_s, threads_s)
-    return {
-        "import_and_compile_s": import_s, "model_was_compiled_before": compiled,
-        "objective_priors": problem.objective is not objective, "flattened": flattened, "solver": solver,
-        "n_conditions": len(statuses),
+    return info | {
+        "solver": solver, "n_conditions": len(statuses),
         "simulation_status": statuses, "llh_nominal": llh_nominal,
         "simulation": sim | {"how": "pyPESTO objective, sensi_orders=(0,), all conditions, 1 thread"},
         "gradient": grad | {"values": gradient.tolist(), "how": "pyPESTO objective, sensi_orders=(0, 1), forward "

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from jcalib import distributed
 from jcalib._simulator import AbstractSimulator
 from jcalib.parameters import ParameterSpace
+from jcalib.rosenbrock import JacobianTerm
 from jcalib.steady_state import steady_state
 
 __all__ = [
@@ -309,6 +310,17 @@ class AbstractModel(AbstractSimulator):
                 theta: Float[Array, " n_params"]) -> Float[Array, " n_outputs"]:
         """Outputs at one time from the solver state."""
 
+    def state_jacobian(self, t: Float[Array, ""], y: Float[Array, " n_states"],
+                       theta: Float[Array, " n_params"]) -> Float[Array, "n_states n_states"]:
+        """``d vector_field / dy`` (``jax.jacfwd`` by default); a model that can assemble it more
+        cheaply (`jcalib.io.sbml.SBMLModel` from its reactions' structure) overrides it. The
+        stiff solver's steps and the steady states use it (`term`)."""
+        return jax.jacfwd(lambda x: self.vector_field(t, x, theta))(y)
+
+    def term(self) -> JacobianTerm:
+        """The vector field with its `state_jacobian`, as diffrax's term (arguments: theta)."""
+        return JacobianTerm(self.vector_field, self.state_jacobian)  # bound methods are pytrees
+
     def inputs(self, t: Float[Array, ""]):
         """Input signals u(t) (none by default); call it from `vector_field`."""
         return None
@@ -423,7 +435,7 @@ class AbstractModel(AbstractSimulator):
         states saved at ``ts``; never throws (failures are in ``result``). Models with
         discontinuities at known times (SBML events) override it to restart the solver there."""
         return dfx.diffeqsolve(
-            dfx.ODETerm(self.vector_field), self.solver, t0, t1, self.dt0,  # a bound method is a pytree
+            self.term(), self.solver, t0, t1, self.dt0,
             y0, args=theta, saveat=dfx.SaveAt(ts=ts),
             stepsize_controller=self.controller, adjoint=self.adjoint,
             max_steps=self.max_steps, throw=False,

@@ -27,6 +27,7 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import diffrax as dfx
@@ -34,9 +35,10 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+from diffrax._term import WrapTerm  # not exported; diffeqsolve wraps every term in it
 from jaxtyping import Array, Float
 
-__all__ = ["Rodas5P", "RodasInterpolation"]
+__all__ = ["JacobianTerm", "Rodas5P", "RodasInterpolation", "state_jacobian"]
 
 _GAMMA = 0.21193756319429014
 # a[i, j]: stage i (0-based, 0..5) is evaluated at y0 + sum_j a[i, j] k_j (stages 6 and 7 at
@@ -74,6 +76,34 @@ _H = np.array([
 ])
 
 
+class JacobianTerm(dfx.ODETerm):
+    """A `diffrax.ODETerm` that knows its Jacobian: ``jacobian(t, y, args)`` is ``d vector_field /
+    dy``, ``(n_states, n_states)``, e.g. assembled from a model's sparse structure where
+    ``jax.jacfwd`` would push ``n_states`` tangents through the vector field. `Rodas5P` and
+    `jcalib.steady_state` use it (`state_jacobian`); other solvers see an ordinary ODETerm.
+
+    Example:
+        >>> term = JacobianTerm(lambda t, y, k: -k * y, lambda t, y, k: -k * jnp.eye(y.shape[0]))
+        >>> state_jacobian(term, 0.0, jnp.ones(2), 3.0).tolist()
+        [[-3.0, -0.0], [-0.0, -3.0]]
+    """
+
+    jacobian: Callable
+
+
+def state_jacobian(term: dfx.AbstractTerm, t: Float[Array, ""], y: Float[Array, " n_states"],
+                   args) -> Float[Array, "n_states n_states"]:
+    """``d term.vf(t, y, args) / dy``: the term's own `JacobianTerm.jacobian` where it has one
+    (also inside diffrax's ``WrapTerm``, which diffeqsolve puts around every term), else
+    ``jax.jacfwd`` of the vector field."""
+    inner, direction = term, 1
+    if isinstance(term, WrapTerm):
+        inner, direction = term.term, term.direction
+    if isinstance(inner, JacobianTerm):
+        return jnp.asarray(inner.jacobian(t * direction, y, args), dtype=y.dtype)
+    return jax.jacfwd(lambda x: jnp.asarray(term.vf(t, x, args), dtype=y.dtype))(y)
+
+
 class RodasInterpolation(dfx.AbstractLocalInterpolation):
     """Dense output of a Rodas step: with s = (t - t0) / (t1 - t0),
     ``y(s) = (1 - s) y0 + s (y1 + (1 - s) (h1 + s (h2 + s h3)))`` (Steinebach 2023)."""
@@ -99,8 +129,9 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
     1-D array, as every jcalib model has; use it with an adaptive step-size controller
     (``diffrax.PIDController``), like `diffrax.Kvaerno5`.
 
-    The Jacobian is ``jax.jacfwd`` of the vector field, dense; a step costs one Jacobian
-    (n_states tangents), one LU factorisation and eight vector-field evaluations.
+    The Jacobian is the term's own (`JacobianTerm`), else ``jax.jacfwd`` of the vector field
+    (n_states tangents); a step costs one Jacobian, one dense LU factorisation and eight
+    vector-field evaluations.
 
     Example:
         >>> import diffrax as dfx
@@ -141,7 +172,7 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
             return jnp.asarray(terms.vf(t, y, args), dtype=dtype)
 
         f0, dfdt = jax.jvp(lambda t: f(t, y0), (t0,), (jnp.ones_like(t0),))
-        jac = jax.jacfwd(lambda y: f(t0, y))(y0)
+        jac = state_jacobian(terms, t0, y0, args)
         solve = _lu_solver(jnp.eye(y0.shape[0], dtype=dtype) / (h * _GAMMA) - jac)
         ks = []
         y = y0

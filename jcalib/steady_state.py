@@ -35,7 +35,7 @@ def steady_state(model, y0: Float[Array, " n_states"], theta: Float[Array, " n_p
     ``theta`` and the model's arrays (its conditions) are those of the exact steady state.
     """
     sol = dfx.diffeqsolve(
-        dfx.ODETerm(model.vector_field), model.solver, t0, jnp.inf, model.dt0, jax.lax.stop_gradient(y0),
+        model.term(), model.solver, t0, jnp.inf, model.dt0, jax.lax.stop_gradient(y0),
         args=jax.lax.stop_gradient(theta), saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller,
         adjoint=model.adjoint, max_steps=model.max_steps, event=dfx.Event(dfx.steady_state_event()), throw=False)
     reached = sol.result == dfx.RESULTS.event_occurred
@@ -50,11 +50,11 @@ def steady_state(model, y0: Float[Array, " n_states"], theta: Float[Array, " n_p
 def _system(model, y0, theta, t0, y):
     """The residual ``[f(y); m(y) - m(y0)]`` of a steady state with the conserved moieties ``m``
     of ``y0``, and its Jacobian in ``y``, ``(n_states + n_conserved, n_states)``."""
-    def residual(x):
-        return jnp.concatenate([model.vector_field(t0, x, theta),
-                                model.conserved_moieties(x, theta) - model.conserved_moieties(y0, theta)])
+    def moieties(x):
+        return model.conserved_moieties(x, theta) - model.conserved_moieties(y0, theta)
 
-    return residual(y), jax.jacfwd(residual)(y)
+    value = jnp.concatenate([model.vector_field(t0, y, theta), moieties(y)])
+    return value, jnp.concatenate([model.state_jacobian(t0, y, theta), jax.jacfwd(moieties)(y)])
 
 
 def _polish(model, y0, theta, t0, y):

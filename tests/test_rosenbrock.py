@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from jcalib.rosenbrock import SMALL_SYSTEM, Rodas5P, _lu_solver
+from jcalib.rosenbrock import SMALL_SYSTEM, JacobianTerm, Rodas5P, _lu_solver, state_jacobian
 from tests.helpers import central_differences
 
 TIGHT = dfx.PIDController(rtol=1e-13, atol=1e-13)
@@ -159,3 +159,23 @@ def test_refuses_a_state_that_is_not_one_array():
     term = dfx.ODETerm(lambda t, y, args: {"a": -y["a"]})
     with pytest.raises(ValueError, match="Rodas5P: the state must be one 1-D array"):
         dfx.diffeqsolve(term, Rodas5P(), 0.0, 1.0, 0.1, {"a": jnp.ones(2)})
+
+
+def test_the_term_s_own_jacobian_is_the_one_a_step_uses():
+    """`JacobianTerm`: a correct Jacobian gives the jacfwd solution; a NaN Jacobian (which jacfwd
+    would never give for this field) makes every step fail, so the solver did use it."""
+    field = lambda t, y, k: -k * y  # noqa: E731
+    controller = dfx.PIDController(rtol=1e-8, atol=1e-10)
+
+    def solve(term):
+        return dfx.diffeqsolve(term, Rodas5P(), 0.0, 1.0, None, jnp.ones(3), args=jnp.array([1.0, 10.0, 100.0]),
+                               stepsize_controller=controller, max_steps=200, throw=False)
+
+    own = solve(JacobianTerm(field, lambda t, y, k: -jnp.diag(k)))
+    plain = solve(dfx.ODETerm(field))
+    np.testing.assert_array_equal(own.ys, plain.ys)
+    np.testing.assert_allclose(own.ys[-1], np.exp(-np.array([1.0, 10.0, 100.0])), rtol=1e-6, atol=1e-9)
+    broken = solve(JacobianTerm(field, lambda t, y, k: jnp.full((3, 3), jnp.nan)))
+    assert broken.result != dfx.RESULTS.successful
+    assert state_jacobian(JacobianTerm(field, lambda t, y, k: -jnp.diag(k)), 0.0, jnp.ones(3),
+                          jnp.array([1.0, 2.0, 3.0])).shape == (3, 3)

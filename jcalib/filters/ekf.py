@@ -291,7 +291,7 @@ def propagate_state(
         derivatives, so the filter's transition Jacobian of a failed solve is NaN, never 0.
     """
     sol = dfx.diffeqsolve(
-        dfx.ODETerm(model.vector_field), model.solver, t0, t1, model.dt0, x, args=theta,
+        model.term(), model.solver, t0, t1, model.dt0, x, args=theta,
         saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller,
         adjoint=dfx.ForwardMode(), max_steps=model.max_steps, throw=False,
     )

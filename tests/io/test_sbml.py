@@ -515,3 +515,73 @@ def test_a_constant_parameter_with_a_numeric_initial_assignment_becomes_a_condit
                                rtol=1e-8, atol=1e-10)
     with pytest.raises(ValueError, match="whose initial assignment is not a number .*initialAssignment of 'dose'"):
         sbml.model_from_sbml(model("<apply><times/><cn>2</cn><ci>r</ci></apply>"), constant_parameters=["dose"])
+
+
+# Every path of the assembled Jacobian: mass action with a squared factor and a boundary species,
+# Michaelis-Menten (a scalar rate), an assignment rule on the species inside a mass-action law (a
+# derived value that depends on the state), a rate rule that reads a species, compartment 0.5.
+JACOBIAN_MODEL = _sbml(f"""<listOfCompartments><compartment id="c" size="0.5" constant="true"/></listOfCompartments>
+    <listOfSpecies>
+      <species id="S" compartment="c" initialConcentration="2" hasOnlySubstanceUnits="false"
+               boundaryCondition="false" constant="false"/>
+      <species id="P" compartment="c" initialConcentration="0.5" hasOnlySubstanceUnits="false"
+               boundaryCondition="false" constant="false"/>
+      <species id="E" compartment="c" initialConcentration="3" hasOnlySubstanceUnits="false"
+               boundaryCondition="true" constant="false"/>
+    </listOfSpecies>
+    <listOfParameters>
+      <parameter id="vmax" value="1.2" constant="true"/><parameter id="kd" value="0.2" constant="true"/>
+      <parameter id="r" value="0.3" constant="true"/>
+      <parameter id="total" constant="false"/><parameter id="x" value="1" constant="false"/>
+    </listOfParameters>
+    <listOfRules>
+      <assignmentRule variable="total">{_math("<apply><plus/><ci>S</ci><ci>P</ci></apply>")}</assignmentRule>
+      <rateRule variable="x">{_math("<apply><times/><apply><minus/><ci>r</ci></apply><ci>x</ci><ci>S</ci></apply>")}
+      </rateRule>
+    </listOfRules>
+    <listOfReactions>
+      <reaction id="mm" reversible="false">
+        <listOfReactants><speciesReference species="S" stoichiometry="1" constant="true"/></listOfReactants>
+        <listOfProducts><speciesReference species="P" stoichiometry="2" constant="true"/></listOfProducts>
+        <kineticLaw>{_math("<apply><divide/><apply><times/><ci>c</ci><ci>vmax</ci><ci>S</ci></apply>"
+                           "<apply><plus/><cn>0.3</cn><ci>S</ci></apply></apply>")}</kineticLaw>
+      </reaction>
+      <reaction id="ma" reversible="true">
+        <listOfReactants><speciesReference species="P" stoichiometry="1" constant="true"/></listOfReactants>
+        <listOfProducts><speciesReference species="S" stoichiometry="1" constant="true"/></listOfProducts>
+        <kineticLaw>{_math("<apply><times/><ci>c</ci><apply><minus/><apply><times/><cn>0.1</cn><ci>P</ci>"
+                           "<ci>E</ci></apply><apply><times/><cn>0.05</cn><apply><power/><ci>S</ci><cn>2</cn>"
+                           "</apply></apply></apply></apply>")}</kineticLaw>
+      </reaction>
+      <reaction id="decay" reversible="false">
+        <listOfReactants><speciesReference species="P" stoichiometry="1" constant="true"/></listOfReactants>
+        <kineticLaw>{_math("<apply><times/><ci>c</ci><ci>kd</ci><ci>total</ci><ci>P</ci></apply>")}</kineticLaw>
+      </reaction>
+    </listOfReactions>""")
+
+
+def test_the_assembled_jacobian_equals_autodiff_of_the_vector_field():
+    """`SBMLModel.state_jacobian` (monomials in closed form through the stoichiometry, plus the
+    scalar rate, the state-dependent assignment rule and the rate rule by autodiff) equals
+    ``jax.jacfwd`` of the vector field in every entry, at several states and under jit."""
+    model = sbml.model_from_sbml(JACOBIAN_MODEL)
+    assert model.state_names == ("S", "P", "x")
+    assert model._jacobian_fn is not None and "rest" in model._jacobian_fn.namespace
+    theta = jnp.asarray(model.parameters.nominal)
+    jitted = eqx.filter_jit(lambda m, t, y, th: m.state_jacobian(t, y, th))
+    for y in np.random.default_rng(0).uniform(0.1, 3.0, (4, 3)):
+        y = jnp.asarray(y)
+        expected = np.asarray(jax.jacfwd(lambda x: model.vector_field(0.3, x, theta))(y))
+        assert np.count_nonzero(expected) == 6  # S and P on each other; x on S and x
+        np.testing.assert_allclose(model.state_jacobian(0.3, y, theta), expected, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(jitted(model, 0.3, y, theta), expected, rtol=1e-13, atol=1e-15)
+
+
+def test_a_pure_mass_action_model_needs_no_autodiff_for_its_jacobian(volume_model):
+    """A -> B with k A in a compartment of volume 2: the Jacobian is [[-k/2, 0], [k, 0]], with no
+    ``rest`` function (nothing beyond the monomials depends on the state)."""
+    assert "rest" not in volume_model._jacobian_fn.namespace
+    theta = jnp.asarray(volume_model.parameters.nominal)
+    k = float(theta[volume_model.parameters.names.index("k")])
+    np.testing.assert_allclose(volume_model.state_jacobian(0.0, jnp.array([1.3, 0.4]), theta),
+                               [[-k / 2, 0.0], [k, 0.0]], rtol=1e-15)

@@ -1,5 +1,5 @@
 """The model's JAX functions, printed from its sympy expressions by sympy's JAX printer: the vector field as
-array operations, the initial state, the outputs and the events."""
+array operations, its Jacobian (`_Jacobian`), the initial state, the outputs and the events."""
 
 from __future__ import annotations
 
@@ -107,17 +107,24 @@ class _Codegen:
                 f"    return {self.stack(exprs) if result is None else result}", ""]
 
     def depends_on_state(self, expr) -> bool:
+        """Whether ``expr`` varies with the state or time (through the definitions too)."""
+        return self.depends_on(expr, self.state_symbols | {_TIME})
+
+    def depends_on(self, expr, symbols) -> bool:
+        """Whether ``expr`` (through the definitions too) reads any of ``symbols``."""
         needed = expr.free_symbols.union(
             *(self.definitions[d].free_symbols for d in _ordered(self.definitions, expr.free_symbols, "the model")))
-        return bool(needed & (self.state_symbols | {_TIME}))
+        return bool(needed & set(symbols))
 
 
 def _generate(model_id: str, entities: _Entities, symbols: _Symbols, events: list[_Event], rate_exprs,
-              rate_rule_exprs, scale_exprs, outputs: tuple[str, ...]) -> dict:
+              rate_rule_exprs, scale_exprs, outputs: tuple[str, ...], stoichiometry: np.ndarray) -> dict:
     """The model's functions, compiled from generated source: ``source``, ``namespace``
     (``rhs``, ``init``, ``observe``, ``event_triggers``, ``switch_times``, ``event_<k>``),
     the ``events`` (time events whose time depends on the state turned into state events),
-    ``state_events`` (whether they are), and the time ``switches`` and ``switch_times``."""
+    ``state_events`` (whether they are), the time ``switches`` and ``switch_times``, and the
+    ``jacobian`` of the vector field (`_Jacobian`; None where a compartment size depends on the
+    state)."""
     _check_symbols(symbols, rate_exprs, rate_rule_exprs, events)
     code = _Codegen(symbols)
     for symbol, expr in symbols.definitions.items():
@@ -143,8 +150,13 @@ def _generate(model_id: str, entities: _Entities, symbols: _Symbols, events: lis
     rate_rule_exprs = [e.xreplace(switches) for e in rate_rule_exprs]
 
     rule_states = [i for i, s in enumerate(symbols.states) if s in entities.rules]
-    lines, constants = _vector_field(code, symbols, rate_exprs, [rate_rule_exprs[i] for i in rule_states],
-                                     rule_states, scale_exprs)
+    lines, constants, layout = _vector_field(code, symbols, rate_exprs, [rate_rule_exprs[i] for i in rule_states],
+                                             rule_states, scale_exprs)
+    state_scale = any(code.depends_on(e, code.state_symbols) for e in scale_exprs)
+    if not state_scale:
+        jacobian_lines, jacobian_constants = _jacobian_source(code, layout, stoichiometry)
+        lines += jacobian_lines
+        constants.update(jacobian_constants)
     state_list = [_symbol(s) for s in symbols.states]
     lines += code.function("init", state_list, defs={**code.definitions, **init_definitions},
                            arguments="t, p, c, t_switch")
@@ -159,8 +171,9 @@ def _generate(model_id: str, entities: _Entities, symbols: _Symbols, events: lis
     source = "\n".join(lines)
     namespace = {"jax": jax, "_f": _f, "math": math, **constants}
     exec(compile(source, f"<sbml model {model_id!r}>", "exec"), namespace)  # generated code
+    jacobian = None if state_scale else _Jacobian(namespace, len(symbols.states))
     return {"source": source, "namespace": namespace, "events": events, "state_events": bool(state_events),
-            "switches": switches, "switch_times": switch_times}
+            "switches": switches, "switch_times": switch_times, "jacobian": jacobian}
 
 
 def _vector_field(code: _Codegen, symbols: _Symbols, rate_exprs, rules, rule_states, scale_exprs):
@@ -209,6 +222,9 @@ def _vector_field(code: _Codegen, symbols: _Symbols, rate_exprs, rules, rule_sta
         "_ONE": np.ones(1),
     }
     scalar_rates = [rate_exprs[j] for j in scalar_reactions]
+    layout = {"poly_terms": poly_terms, "poly_reactions": poly_reactions, "scalar_reactions": scalar_reactions,
+              "scalar_rates": scalar_rates, "rules": rules, "rule_states": rule_states, "derived": derived_in_v,
+              "v_index": v_index, "term_index": term_index}
     lines = [
         "def rhs(t, x, p, c, t_switch):",
         *code.body(scalar_rates + rules + derived_in_v),
@@ -220,4 +236,69 @@ def _vector_field(code: _Codegen, symbols: _Symbols, rate_exprs, rules, rule_sta
         "    return rates, 1.0 / v[_SCALE], rate_rules",
         "",
     ]
+    return lines, constants, layout
+
+
+def _jacobian_source(code: _Codegen, layout: dict, stoichiometry: np.ndarray) -> tuple[list[str], dict]:
+    """The source of ``values`` (the vector ``v`` of `_vector_field`) and ``rest`` (what depends on
+    the state besides the monomials' factors: derived values, the scalar rates, the rate rules;
+    ``None`` where nothing does) and the constants of `_Jacobian`: each monomial factor that is a
+    state or a state-dependent derived value, times each stoichiometric coefficient of its
+    reaction, as one sorted ``segment_sum`` into ``(n_states, n_states + n_derived)``."""
+    n = stoichiometry.shape[0]
+    derived = [d for d in layout["derived"] if code.depends_on(d, code.state_symbols)]
+    column = {i: i for i in range(n)} | {layout["v_index"][d]: n + k for k, d in enumerate(derived)}
+    width = layout["term_index"].shape[1]
+    position, value, out = [], [], []
+    for m, (poly_reaction, _, _) in enumerate(layout["poly_terms"]):
+        reaction = layout["poly_reactions"][poly_reaction]
+        for i, index in enumerate(layout["term_index"][m]):
+            if int(index) in column:
+                for s in np.flatnonzero(stoichiometry[:, reaction]):
+                    position.append(m * width + i)
+                    value.append(stoichiometry[s, reaction])
+                    out.append(s * (n + len(derived)) + column[int(index)])
+    order = np.argsort(np.asarray(out, dtype=np.int64), kind="stable")
+    rest = derived + layout["scalar_rates"] + layout["rules"]
+    constants = {"_JPOS": np.asarray(position, dtype=np.int32)[order],
+                 "_JVAL": np.asarray(value, dtype=np.float64)[order], "_JOUT": np.asarray(out, dtype=np.int32)[order],
+                 "_JDERIVED": np.asarray(len(derived)),
+                 "_JSCALAR": np.asarray(stoichiometry[:, layout["scalar_reactions"]], dtype=np.float64)}
+    v = f"jax.numpy.concatenate([x, p, c, {code.stack(layout['derived'])}, _ONE])"
+    lines = code.function("values", layout["derived"], result=v)
+    if rest:
+        lines += code.function("rest", rest)
     return lines, constants
+
+
+class _Jacobian:
+    """``d rhs / dx`` of the generated vector field ``(S @ rates) * scale + rate_rules``: the
+    monomials' derivatives in closed form (the product of the other factors, from prefix and
+    suffix products) scattered through the stoichiometry, plus ``jax.jacfwd`` of ``rest`` (the
+    derived values, scalar rates and rate rules, where there are any), chained."""
+
+    def __init__(self, namespace: dict, n_states: int):
+        self.namespace, self.n = namespace, n_states
+
+    def __call__(self, t, x, p, c, t_switch):
+        ns, n = self.namespace, self.n
+        v = ns["values"](t, x, p, c, t_switch)
+        factors = v[ns["_IDX"]]
+        ones = jnp.ones_like(factors[:, :1])
+        before = jnp.cumprod(jnp.concatenate([ones, factors[:, :-1]], axis=1), axis=1)
+        after = jnp.cumprod(jnp.concatenate([ones, factors[:, :0:-1]], axis=1), axis=1)[:, ::-1]
+        partial = (ns["_COEF"][:, None] * before * after).reshape(-1)
+        n_derived = int(ns["_JDERIVED"])
+        columns = n + n_derived
+        entries = jax.ops.segment_sum(ns["_JVAL"] * partial[ns["_JPOS"]], ns["_JOUT"], num_segments=n * columns,
+                                      indices_are_sorted=True).reshape(n, columns)
+        jac = entries[:, :n]
+        rest = ns.get("rest")
+        if rest is not None:
+            r = jax.jacfwd(lambda y: rest(t, y, p, c, t_switch))(x)
+            n_scalar = ns["_JSCALAR"].shape[1]
+            jac = jac + entries[:, n:] @ r[:n_derived] + ns["_JSCALAR"] @ r[n_derived:n_derived + n_scalar]
+        jac = jac * (1.0 / v[ns["_SCALE"]])[:, None]
+        if rest is not None and ns["_RULES"].size:
+            jac = jac.at[ns["_RULES"]].add(r[n_derived + n_scalar:])
+        return jac

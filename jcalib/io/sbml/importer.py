@@ -128,7 +128,7 @@ def model_from_sbml(
         >>> model = model_from_sbml("tests/data/decay.xml")  # doctest: +SKIP
         >>> model.simulate(model.parameters.nominal)  # doctest: +SKIP
 
-    Long for its documented options; the body is 56 lines.
+    Long for its documented options; the body is 58 lines.
     """
     check_solver_settings("model_from_sbml", controller=dfx.PIDController(rtol=rtol, atol=atol), max_steps=max_steps,
                           **({} if solver is None else {"solver": solver}))
@@ -154,7 +154,8 @@ def model_from_sbml(
                        else convert(entities.rules[s], f"rateRule of '{s}'") for s in states]
     outputs = _output_ids(outputs, entities, states)
     space = _sbml_space(symbols.theta, bounds, bound_factor)
-    code = _generate(model.getId(), entities, symbols, events, rate_exprs, rate_rule_exprs, scale_exprs, outputs)
+    code = _generate(model.getId(), entities, symbols, events, rate_exprs, rate_rule_exprs, scale_exprs, outputs,
+                     np.asarray(stoichiometry, dtype=np.float64))
     t_obs = np.asarray(ts, dtype=np.float64) if ts is not None else t0 + np.arange(11.0)
     t1 = float(t_obs.max()) if t_obs.max() > t0 else t0 + 1.0
     experiment = Experiment(t_obs, t0=t0, t1=t1, conditions=symbols.conditions, name=model.getId() or "sbml")
@@ -177,6 +178,7 @@ def model_from_sbml(
         _rhs_fn=namespace["rhs"],
         _init_fn=namespace["init"],
         _observe_fn=namespace["observe"],
+        _jacobian_fn=code["jacobian"],
         event_ids=tuple(e.id for e in events),
         _event_triggers_fn=namespace["event_triggers"],
         _state_events=code["state_events"],

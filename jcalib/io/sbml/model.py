@@ -13,6 +13,7 @@ import optimistix as optx
 from jaxtyping import Array, Float
 
 from jcalib.model import AbstractModel
+from jcalib.rosenbrock import JacobianTerm
 
 __all__ = ["MAX_EVENT_RESTARTS", "SBMLModel"]
 
@@ -53,6 +54,7 @@ class SBMLModel(AbstractModel):
     _rhs_fn: object = eqx.field(static=True)
     _init_fn: object = eqx.field(static=True)
     _observe_fn: object = eqx.field(static=True)
+    _jacobian_fn: object = eqx.field(static=True, default=None)
     event_ids: tuple[str, ...] = eqx.field(static=True, default=())
     _event_fns: tuple = eqx.field(static=True, default=())
     _event_fires_at_t0: tuple[bool, ...] = eqx.field(static=True, default=())
@@ -74,6 +76,16 @@ class SBMLModel(AbstractModel):
         """dy/dt with the piecewise switches in time (`switch_conditions`) evaluated at ``t_switch``."""
         rates, scale, rate_rules = self._rhs_fn(t, y, theta, self._conditions(), t_switch)
         return (self.stoichiometry @ rates) * scale + rate_rules
+
+    def state_jacobian(self, t, y, theta):
+        """``d vector_field / dy``, assembled from the reactions' structure (`jcalib.io.sbml.codegen`)
+        where the compartment sizes do not depend on the state, else ``jax.jacfwd``."""
+        return self._field_jacobian(t, y, theta, t)
+
+    def _field_jacobian(self, t, y, theta, t_switch):
+        if self._jacobian_fn is None:
+            return jax.jacfwd(lambda x: self._field(t, x, theta, t_switch))(y)
+        return jnp.asarray(self._jacobian_fn(t, y, theta, self._conditions(), t_switch), dtype=y.dtype)
 
     def initial_state(self, theta):
         t0 = jnp.asarray(self.experiment.t0, dtype=jnp.float64)
@@ -110,7 +122,8 @@ class SBMLModel(AbstractModel):
         ends = jnp.concatenate([bounds, t1[None]])
         events = jnp.concatenate([order, jnp.zeros(1, dtype=order.dtype)])
         event_fires = jnp.concatenate([fires[order], jnp.zeros(1, dtype=bool)])
-        term = dfx.ODETerm(lambda t, y, args: self._field(t, y, *args))
+        term = JacobianTerm(lambda t, y, args: self._field(t, y, *args),
+                            lambda t, y, args: self._field_jacobian(t, y, *args))
 
         def segment(carry, xs):
             y, ys, result, steps = carry
@@ -148,7 +161,7 @@ class SBMLModel(AbstractModel):
         mode)."""
         conditions = self._conditions()
         t0, t1 = jnp.asarray(t0, dtype=jnp.float64), jnp.asarray(t1, dtype=jnp.float64)
-        term = dfx.ODETerm(self.vector_field)
+        term = self.term()
         n_events = len(self._event_fns)
 
         def triggers(t, y):
