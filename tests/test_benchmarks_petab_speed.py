@@ -1,0 +1,38 @@
+"""benchmarks/petab_speed.py: the comparison of the two sides (no AMICI needed)."""
+
+import numpy as np
+import pytest
+
+from benchmarks.petab_speed import compare, main, table
+
+
+def _ours(values):
+    return {"n_states": 3, "n_estimated": 2, "parameter_ids": ["a", "b"], "llh": -10.0, "values": values,
+            "simulation": {"cpu_ms": 20.0, "first_call_s": 3.0}, "gradient": {"cpu_ms": 90.0, "first_call_s": 7.0}}
+
+
+AMICI = {"llh": -10.001, "parameter_ids": ["b", "a"], "simulation": {"cpu_ms": 10.0},
+         "forward": {"cpu_ms": 60.0, "gradient": [2.0, 0.5]}, "adjoint": {"cpu_ms": 30.0, "gradient": [2.0, 0.5]}}
+
+
+def test_gradients_are_compared_by_parameter_name_and_ratios_against_the_faster_method():
+    c = compare(_ours([0.5, 2.0]), AMICI)  # AMICI's order is (b, a)
+    assert c["gradient_n_disagreeing"] == 0 and c["gradient_max_deviation"] == 0.0
+    assert c["simulation_ratio"] == 2.0 and c["gradient_ratio"] == 3.0  # 90 ms against the adjoint's 30
+    np.testing.assert_allclose(c["llh_rel_diff"], 0.001 / 10.001)
+    off = compare(_ours([0.5, 2.1]), AMICI)
+    assert off["gradient_n_disagreeing"] == 1 and off["gradient_max_deviation"] == pytest.approx(0.05)
+
+
+def test_a_side_without_results_leaves_its_cells_empty():
+    rows = {"P": {"jcalib": {"error": "did not finish within 60 s"}, "amici": AMICI, "comparison": {}},
+            "Q": {"jcalib": _ours([0.5, 2.0]), "amici": {"error": "boom"}, "comparison": compare(_ours([0.5, 2.0]),
+                                                                                                 {"error": "boom"})}}
+    text = table(rows)
+    assert "| P | ? / ? | – / 10.0 | – / 60.0 / 30.0 | did not finish within 60 s | – | – |" in text
+    assert "| Q | 3 / 2 | 20.0 / – | 90.0 / – / – | 3 / 7 | – | – |" in text
+
+
+def test_bad_arguments_are_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="unknown problems"):
+        main(["--no-reference", "--problems", "NoSuchProblem", "--out", str(tmp_path / "x.json")])
