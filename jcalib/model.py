@@ -35,10 +35,12 @@ __all__ = [
     "AbstractSimulator",
     "Experiment",
     "FunctionSimulator",
+    "Preequilibrated",
     "SimulationError",
     "Setting",
     "SolveStatus",
     "check_solver_settings",
+    "preequilibrate",
     "simulate_batch",
     "simulate_setting",
 ]
@@ -633,20 +635,39 @@ class Setting(eqx.Module):
         return y if self.reset is None else jnp.where(self.reset, self.values, y)
 
 
-def start_state(model: AbstractModel, main: Setting, pre: Setting | None,
+class Preequilibrated(eqx.Module):
+    """A pre-equilibration already solved (`preequilibrate`), for simulations that share it.
+
+    Attributes:
+        state: the steady state, ``(n_states,)`` (NaN if none was reached).
+        reached: whether it was reached.
+    """
+
+    state: Float[Array, " n_states"]
+    reached: Bool[Array, ""]
+
+
+def preequilibrate(model: AbstractModel, pre: Setting, t0: Float[Array, ""]) -> Preequilibrated:
+    """The steady state under ``pre`` (`jcalib.steady_state.steady_state`, from the initial state
+    under ``pre``, with its resets), with its implicit-function derivatives."""
+    before = pre.model(model)
+    y, _, reached = steady_state(before, pre.start(before.initial_state(pre.theta)), pre.theta, t0)
+    return Preequilibrated(y, reached)
+
+
+def start_state(model: AbstractModel, main: Setting, pre: Setting | Preequilibrated | None,
                 t0: Float[Array, ""]) -> tuple[Float[Array, " n_states"], Bool[Array, ""]]:
     """The state a simulation starts from at ``t0`` and whether its pre-equilibration (if any)
     reached a steady state: the model's initial state under ``main``, or the steady state under
-    ``pre`` (`jcalib.steady_state.steady_state`, from the initial state under ``pre``), with
-    ``main``'s resets applied."""
+    ``pre`` (`preequilibrate`, or the one given), with ``main``'s resets applied."""
     if pre is None:
         return main.start(main.model(model).initial_state(main.theta)), jnp.asarray(True)
-    before = pre.model(model)
-    y, _, reached = steady_state(before, pre.start(before.initial_state(pre.theta)), pre.theta, t0)
-    return main.start(y), reached
+    if isinstance(pre, Setting):
+        pre = preequilibrate(model, pre, t0)
+    return main.start(pre.state), pre.reached
 
 
-def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | None, t0: Float[Array, ""],
+def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | Preequilibrated | None, t0: Float[Array, ""],
                      t1: Float[Array, ""], ts: Float[Array, " n_times"], *, steady: bool = False,
                      ) -> tuple[Float[Array, "n_slots n_outputs"], Int[Array, ""]]:
     """One simulation, the one path from parameters to the solver: outputs at ``ts`` and, with
@@ -654,7 +675,8 @@ def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | None, t
     (``t = inf``); and its `SolveStatus`. Outputs are NaN (with NaN derivatives) unless it is
     SUCCESS; a steady state not reached gives NO_STEADY_STATE.
 
-    ``main``/``pre``: see `Setting`, `start_state`; times in the model's unit, ``t0 <= ts <= t1``.
+    ``main``/``pre``: see `Setting`, `start_state` (``pre`` solved once for several simulations:
+    `preequilibrate`); times in the model's unit, ``t0 <= ts <= t1``.
     """
     y0, steady_ok = start_state(model, main, pre, t0)
     run = main.model(model)

@@ -391,3 +391,26 @@ def test_petab_vmapped_conditions_equal_one_by_one():
     assert abs(float(vmapped.log_likelihood(z)) - solution["llh"]) < solution["tol_llh"]
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         jpetab.load(folder / "_0005.yaml", batch_size=0)
+
+
+def test_each_preequilibration_condition_is_solved_once_and_starts_its_simulations(tmp_path):
+    """Case 0009's A <-> B (k1 A, k2 B, A + B = a0 + b0 = 1) with two pre-equilibration conditions
+    (k1 = 0.3, 0.5) and three simulations (k1 = 0.8, 1.2 after the first, 0.8 after the second):
+    two steady states are solved, and each simulation starts from its own:
+    A(t) = A_ss + (A_pre - A_ss) exp(-(k1 + k2) t) with A_ss = k2 / (k1 + k2)."""
+    path = _copy("0009", tmp_path)
+    (tmp_path / "_conditions.tsv").write_text("conditionId\tk1\np0\t0.3\np1\t0.5\nc0\t0.8\nc1\t1.2\nc2\t0.8\n")
+    (tmp_path / "_measurements.tsv").write_text(
+        "observableId\tpreequilibrationConditionId\tsimulationConditionId\ttime\tmeasurement\n"
+        "obs_a\tp0\tc0\t1\t0.7\nobs_a\tp0\tc1\t1\t0.6\nobs_a\tp1\tc2\t1\t0.5\nobs_a\tp0\tc0\t10\t0.1\n")
+    pp = jpetab.load(path)
+    group = pp.problem.plan["pair_groups"][0]
+    assert len(group["preequilibrations"]) == 2 and group["preequilibration_index"].tolist() == [0, 0, 1]
+    k2 = 0.6
+
+    def a(k1_pre, k1, t):
+        steady = k2 / (k1 + k2)
+        return steady + (k2 / (k1_pre + k2) - steady) * np.exp(-(k1 + k2) * t)
+
+    expected = [a(0.3, 0.8, 1), a(0.3, 1.2, 1), a(0.5, 0.8, 1), a(0.3, 0.8, 10)]
+    np.testing.assert_allclose(pp.simulation_table(pp.nominal_internal)["simulation"], expected, rtol=1e-6)

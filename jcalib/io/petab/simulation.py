@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
 from jcalib.io import sbml
 from jcalib.io.petab.tables import _Plan
-from jcalib.model import Setting, simulate_setting
+from jcalib.model import Setting, preequilibrate, simulate_setting
 from jcalib.stacking import map_stacked, stack
 
 
@@ -62,12 +63,16 @@ def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
     """The group's simulations (`jcalib.model.simulate_setting` from ``t = 0``),
     ``(n_pairs * n_slots, n_outputs)`` outputs and ``(n_pairs,)`` statuses, by one
     `jcalib.stacking.map_stacked` over the stacked settings (one after the other, or vmapped
-    in batches of ``plan["batch_size"]``)."""
+    in batches of ``plan["batch_size"]``), after the group's distinct pre-equilibrations
+    (`jcalib.model.preequilibrate`, each once)."""
     settings = [_setting_arrays(model, plan, pair["condition"], values) for pair in group["pairs"]]
-    pre = [None if pair["preequilibration"] is None else
-           _setting_arrays(model, plan, pair["preequilibration"], values) for pair in group["pairs"]]
-    preequilibration = None if pre[0] is None else stack(pre)
     t0 = jnp.asarray(0.0)
+    preequilibration = None
+    if group["preequilibrations"]:
+        pre = stack([_setting_arrays(model, plan, condition, values) for condition in group["preequilibrations"]])
+        solved = map_stacked(lambda setting: preequilibrate(model, setting, t0), pre,
+                             batch_size=plan["batch_size"] or 1)
+        preequilibration = jax.tree_util.tree_map(lambda a: a[jnp.asarray(group["preequilibration_index"])], solved)
 
     def solve(x):
         main, before, ts, t1 = x

@@ -83,7 +83,8 @@ def _pair_groups(pairs: list[dict], times: np.ndarray, n_rows: int) -> tuple[lis
     """The simulations in (at most) two groups, without and with pre-equilibration, each solved
     in one vmap (one compilation however many conditions), on time grids padded to the group's
     longest by repeating the last time, plus one slot for the steady state where a member has
-    measurements at ``t = inf``; and each measurement row's index into the stacked
+    measurements at ``t = inf``, with the group's distinct pre-equilibration conditions and which
+    one each member starts from; and each measurement row's index into the stacked
     ``(pairs x slots)`` outputs of the groups."""
     groups, offset, global_index = [], 0, np.zeros(n_rows, dtype=np.int64)
     for with_preequilibration in (False, True):
@@ -98,8 +99,15 @@ def _pair_groups(pairs: list[dict], times: np.ndarray, n_rows: int) -> tuple[lis
             for i in pair["rows"]:
                 slot = n_times if np.isinf(times[i]) else int(np.searchsorted(pair["ts"], times[i]))
                 global_index[i] = offset + k * n_slots + slot
+        # each pre-equilibration condition is solved once for every simulation that starts from it
+        preequilibrations = list(dict.fromkeys(p["preequilibration_id"] for p in members if with_preequilibration))
         groups.append({"pairs": members, "ts": ts, "steady": steady,
-                       "t1": np.array([max(p["ts"].max(), 0.0) or 1.0 for p in members])})
+                       "t1": np.array([max(p["ts"].max(), 0.0) or 1.0 for p in members]),
+                       "preequilibrations": [next(p["preequilibration"] for p in members
+                                                  if p["preequilibration_id"] == c) for c in preequilibrations],
+                       "preequilibration_index": np.array([preequilibrations.index(p["preequilibration_id"])
+                                                           for p in members] if with_preequilibration else [],
+                                                          dtype=np.int64)})
         offset += len(members) * n_slots
     return groups, global_index
 
@@ -289,6 +297,7 @@ def _simulation_pairs(measurements: pd.DataFrame, conditions: dict, model, sbml_
                 raise _unsupported(f"pre-equilibration condition {preeq!r} changing compartment sizes {compartments}")
         finite = np.unique(times[rows][np.isfinite(times[rows])])
         pairs.append({"condition": conditions[sim], "preequilibration": conditions[preeq] if preeq else None,
+                      "preequilibration_id": preeq,
                       "ts": finite if finite.size else np.zeros(1), "steady": bool(np.any(np.isinf(times[rows]))),
                       "rows": rows})
     if model.event_ids and (any(p["steady"] for p in pairs) or any(p["preequilibration"] is not None for p in pairs)):
