@@ -10,14 +10,17 @@ with ``petab.v1.lint_problem``, builds the SBML model with `jcalib.io.sbml.model
 - ``pp.log_likelihood``, ``pp.chi2``, ``pp.simulation_table``: PEtab's objective as functions
   of the estimated parameters in PEtab's parameter scales (lin, log or log10), as
   ``pp.nominal_internal``; ``pp.to_problem_internal`` maps these to ``pp.problem``'s
-  coordinates. The log-likelihood is plain JAX, so ``jax.grad(pp.log_likelihood)`` works.
+  coordinates. The log-likelihood is plain JAX, so ``jax.grad(pp.log_likelihood)`` works (in
+  reverse mode through the solver with the default Rosenbrock solver, else by forward
+  sensitivities: ``load(..., gradient=)``).
 
 What becomes what (PEtab v1 semantics):
 
 - one simulation per (pre-equilibration condition, simulation condition) pair of the
   measurement table, from ``t = 0`` to its last measurement time; the simulations with and
   those without pre-equilibration are each solved by one ``jax.lax.map`` (compiled once,
-  however many conditions), on time grids padded to the longest: one after the other by
+  however many conditions), on time grids padded to the longest (each pre-equilibration condition
+  solved once for all the simulations that start from it): one after the other by
   default (stiff solves of different conditions need different steps; vmapped lanes would run
   in lockstep until the slowest ends), in vmapped batches with ``load(..., batch_size=n)``
   (for accelerators);

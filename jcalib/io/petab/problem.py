@@ -41,6 +41,9 @@ class PetabCalibrationProblem(AbstractProblem):
       model) one extra residual ``sqrt(log(2 pi sigma^2) + 50)`` per row follows, as AMICI does,
       so that ``0.5 * sum(residuals^2) = -log_likelihood + const`` (normal noise). Laplace
       noise is not least squares: ``residuals`` and ``jacobian`` refuse it.
+
+    Derivatives of the log-likelihood: reverse or forward mode, as `jcalib.io.petab.load`'s
+    ``gradient`` chose; the residuals' Jacobian: forward sensitivities.
     """
 
     model: sbml.SBMLModel
@@ -179,6 +182,8 @@ class PetabCalibrationProblem(AbstractProblem):
         return jax.jacfwd(forward._residuals_impl)(z)
 
     def _log_likelihood_terms(self, z):
+        if self.plan["gradient"] == "reverse":
+            return self._log_likelihood_rows(z)
         return _forward_differentiated(self, z, method="_log_likelihood_rows")
 
     def _log_likelihood_rows(self, z):
