@@ -114,13 +114,15 @@ def compare(ours: dict, amici: dict) -> dict:
     import numpy as np
 
     out = {}
-    if "llh" in ours and amici.get("llh") is not None:
+    if ours.get("llh") is not None and amici.get("llh") is not None:
         out["llh_rel_diff"] = abs(ours["llh"] - amici["llh"]) / max(abs(amici["llh"]), 1.0)
         out["simulation_ratio"] = ours["simulation"]["cpu_ms"] / amici["simulation"]["cpu_ms"]
     fastest = [amici[m]["cpu_ms"] for m in ("forward", "adjoint") if "cpu_ms" in amici.get(m, {})]
     if "values" in ours and "gradient" in amici.get("forward", {}):
         order = [amici["parameter_ids"].index(n) for n in ours["parameter_ids"]]
-        g, ref = np.asarray(ours["values"]), np.asarray(amici["forward"]["gradient"])[order]
+        # None: a component that was not finite (strict JSON)
+        g = np.asarray(ours["values"], dtype=float)
+        ref = np.asarray(amici["forward"]["gradient"], dtype=float)[order]
         deviation = np.abs(g - ref) / np.maximum(np.abs(ref), 1.0)
         out |= {"gradient_max_deviation": float(np.max(deviation)),
                 "gradient_n_disagreeing": int(np.sum(~(deviation <= GRADIENT_TOLERANCE)))}

@@ -312,6 +312,15 @@ class AbstractModel(AbstractSimulator):
                 theta: Float[Array, " n_params"]) -> Float[Array, " n_outputs"]:
         """Outputs at one time from the solver state."""
 
+    def observe_used(self, t: Float[Array, ""], y: Float[Array, " n_states"], theta: Float[Array, " n_params"],
+                     used: Bool[Array, " n_outputs"]) -> Float[Array, " n_outputs"]:
+        """`observe` where a caller reads only the ``used`` outputs: the others may be anything,
+        but must not be non-finite through ``y``, whose zero cotangent would turn their NaN
+        partials into NaN reverse-mode derivatives. By default the outputs come from ``y`` where
+        any is used, else from a state of ones; a model that can compute its outputs one by one
+        (`jcalib.io.sbml.SBMLModel`) does so per output."""
+        return self.observe(t, jnp.where(jnp.any(used), y, jnp.ones_like(y)), theta)
+
     def state_jacobian(self, t: Float[Array, ""], y: Float[Array, " n_states"],
                        theta: Float[Array, " n_params"]) -> Float[Array, "n_states n_states"]:
         """``d vector_field / dy`` (``jax.jacfwd`` by default); a model that can assemble it more
@@ -669,6 +678,7 @@ def start_state(model: AbstractModel, main: Setting, pre: Setting | Preequilibra
 
 def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | Preequilibrated | None, t0: Float[Array, ""],
                      t1: Float[Array, ""], ts: Float[Array, " n_times"], *, steady: bool = False,
+                     used: Bool[Array, "n_slots n_outputs"] | None = None,
                      ) -> tuple[Float[Array, "n_slots n_outputs"], Int[Array, ""]]:
     """One simulation, the one path from parameters to the solver: outputs at ``ts`` and, with
     ``steady``, one more row, the outputs at the steady state reached from the start
@@ -676,7 +686,10 @@ def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | Preequi
     SUCCESS; a steady state not reached gives NO_STEADY_STATE.
 
     ``main``/``pre``: see `Setting`, `start_state` (``pre`` solved once for several simulations:
-    `preequilibrate`); times in the model's unit, ``t0 <= ts <= t1``.
+    `preequilibrate`); times in the model's unit, ``t0 <= ts <= t1``. ``used``: the outputs the
+    caller reads, ``(n_slots, n_outputs)`` booleans; the others may then be meaningless
+    (`AbstractModel.observe_used`), so that an output that is not finite where nobody reads it
+    (``0 / 0`` at ``t = 0``) cannot make reverse-mode derivatives NaN.
     """
     y0, steady_ok = start_state(model, main, pre, t0)
     run = main.model(model)
@@ -688,7 +701,10 @@ def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | Preequi
     status = jnp.where(steady_ok, solve_status(sol.result, ys), SolveStatus.NO_STEADY_STATE)
     ok = status == SolveStatus.SUCCESS
     safe_ys = jnp.where(ok, ys, jnp.ones_like(ys))  # keep NaNs out of observe (and its gradient)
-    outputs = jax.vmap(run.observe, in_axes=(0, 0, None))(times, safe_ys, main.theta)
+    if used is None:
+        outputs = jax.vmap(run.observe, in_axes=(0, 0, None))(times, safe_ys, main.theta)
+    else:
+        outputs = jax.vmap(run.observe_used, in_axes=(0, 0, None, 0))(times, safe_ys, main.theta, used)
     return _nan_unless(ok, outputs, main.theta), status
 
 

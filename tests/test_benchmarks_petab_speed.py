@@ -36,3 +36,9 @@ def test_a_side_without_results_leaves_its_cells_empty():
 def test_bad_arguments_are_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="unknown problems"):
         main(["--no-reference", "--problems", "NoSuchProblem", "--out", str(tmp_path / "x.json")])
+
+
+def test_components_that_are_not_finite_count_as_disagreeing():
+    amici = {**AMICI, "forward": {"cpu_ms": 60.0, "gradient": [None, 0.5]}}
+    c = compare(_ours([None, 2.0]), amici)
+    assert c["gradient_n_disagreeing"] == 2

@@ -441,3 +441,26 @@ def test_reverse_and_forward_gradients_agree_with_central_differences(tmp_path):
     assert jpetab.load(path, solver=dfx.Kvaerno5()).problem.plan["gradient"] == "forward"
     with pytest.raises(ValueError, match="gradient must be one of"):
         jpetab.load(path, gradient="adjoint")
+
+
+def test_an_output_that_is_nan_where_nobody_reads_it_leaves_the_reverse_gradient_finite(tmp_path):
+    """Case 0001 (A(0) = 1, B(0) = 0) with an assignment rule ``ratio = B / sqrt(B^2)`` (0 / 0 at
+    t = 0, 1 after) observed only at t = 1, beside A at t = 0: reverse mode (zero cotangent
+    times the NaN partials of the unread output) gives the forward gradient, finite."""
+    path = _copy("0001", tmp_path)
+    model = (tmp_path / "_model.xml").read_text()
+    rule = ('<listOfRules><assignmentRule variable="ratio"><math xmlns="http://www.w3.org/1998/Math/MathML">'
+            '<apply><divide/><ci>B</ci><apply><root/><apply><power/><ci>B</ci><cn>2</cn></apply></apply></apply>'
+            '</math></assignmentRule></listOfRules>')
+    model = model.replace("</listOfParameters>", '<parameter id="ratio" constant="false"/></listOfParameters>')
+    model = model.replace("<listOfReactions>", rule + "<listOfReactions>")
+    (tmp_path / "_model.xml").write_text(model)
+    (tmp_path / "_observables.tsv").write_text("observableId\tobservableFormula\tnoiseFormula\nobs_a\tA\t0.5\n"
+                                               "obs_r\tratio\t0.5\n")
+    (tmp_path / "_measurements.tsv").write_text("observableId\tsimulationConditionId\ttime\tmeasurement\n"
+                                                "obs_a\tc0\t0\t0.7\nobs_r\tc0\t1\t0.9\nobs_a\tc0\t1\t0.5\n")
+    reverse, forward = jpetab.load(path), jpetab.load(path, gradient="forward")
+    z = reverse.nominal_internal
+    g_reverse = np.asarray(jax.grad(reverse.log_likelihood)(z))
+    assert np.isfinite(g_reverse).all()
+    np.testing.assert_allclose(g_reverse, np.asarray(jax.grad(forward.log_likelihood)(z)), rtol=1e-8, atol=1e-12)

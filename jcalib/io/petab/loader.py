@@ -26,6 +26,7 @@ from jcalib.io.petab.tables import (
     _sigma_varies,
     _simulation_pairs,
     _space,
+    _used_outputs,
 )
 from jcalib.rosenbrock import Rodas5P
 
@@ -130,6 +131,7 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
     pairs, times, row_preeq = _simulation_pairs(measurements, conditions, model, sbml_model)
     pair_groups, global_index = _pair_groups(pairs, times, len(measurements))
     groups = _row_groups(measurements, formulas, outputs, global_index, table_ids)
+    _used_outputs(pair_groups, groups, len(model.output_names))
     plan = _Plan({
         **_estimated(estimated),
         "fixed_values": {pid: float(row[petab.NOMINAL_VALUE]) for pid, row in parameters.iterrows()

@@ -75,10 +75,11 @@ def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
         preequilibration = jax.tree_util.tree_map(lambda a: a[jnp.asarray(group["preequilibration_index"])], solved)
 
     def solve(x):
-        main, before, ts, t1 = x
-        return simulate_setting(model, main, before, t0, t1, ts, steady=group["steady"])
+        main, before, ts, t1, used = x
+        return simulate_setting(model, main, before, t0, t1, ts, steady=group["steady"], used=used)
 
-    xs = (stack(settings), preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]))
+    xs = (stack(settings), preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]),
+          jnp.asarray(group["used"]))
     outputs, status = map_stacked(solve, xs, batch_size=plan["batch_size"] or 1)
     return outputs.reshape((-1, outputs.shape[-1])), status
 

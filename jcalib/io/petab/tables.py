@@ -375,6 +375,21 @@ def _row_groups(measurements: pd.DataFrame, formulas: dict, outputs: list[str], 
     return groups
 
 
+def _used_outputs(pair_groups: list[dict], groups: list[dict], n_outputs: int) -> None:
+    """Mark in each pair group (``"used"``: ``(n_pairs, n_slots, n_outputs)`` booleans) the model
+    outputs that some measurement row's observable or noise formula reads at each slot."""
+    n_total = sum(len(g["pairs"]) * g["ts"].shape[1] + len(g["pairs"]) * g["steady"] for g in pair_groups)
+    used = np.zeros((n_total, n_outputs), dtype=bool)
+    for group in groups:
+        outputs = [item for kind, item in group["observable_args"] + group["noise_args"] if kind == "output"]
+        used[np.ix_(group["global_index"], outputs)] = True
+    offset = 0
+    for g in pair_groups:
+        n_slots = g["ts"].shape[1] + g["steady"]
+        g["used"] = used[offset:offset + len(g["pairs"]) * n_slots].reshape(len(g["pairs"]), n_slots, n_outputs)
+        offset += len(g["pairs"]) * n_slots
+
+
 def _sigma_varies(groups: list[dict], estimated_ids: set) -> bool:
     """Whether a noise formula depends on the model or on an estimated parameter."""
     def varies(spec) -> bool:

@@ -161,6 +161,8 @@ def _generate(model_id: str, entities: _Entities, symbols: _Symbols, events: lis
     lines += code.function("init", state_list, defs={**code.definitions, **init_definitions},
                            arguments="t, p, c, t_switch")
     lines += code.function("observe", [_symbol(o) for o in outputs])
+    for k, output in enumerate(outputs):  # each output alone (`jcalib.model.AbstractModel.observe_used`)
+        lines += code.function(f"observe_{k}", [_symbol(output)])
     lines += code.function("event_triggers", [e.trigger for e in events])
     lines += code.function("switch_times", switch_times)
     state_index = {s: i for i, s in enumerate(symbols.states)}

@@ -128,7 +128,7 @@ def model_from_sbml(
         >>> model = model_from_sbml("tests/data/decay.xml")  # doctest: +SKIP
         >>> model.simulate(model.parameters.nominal)  # doctest: +SKIP
 
-    Long for its documented options; the body is 58 lines.
+    Long for its documented options; the body is 59 lines.
     """
     check_solver_settings("model_from_sbml", controller=dfx.PIDController(rtol=rtol, atol=atol), max_steps=max_steps,
                           **({} if solver is None else {"solver": solver}))
@@ -178,6 +178,7 @@ def model_from_sbml(
         _rhs_fn=namespace["rhs"],
         _init_fn=namespace["init"],
         _observe_fn=namespace["observe"],
+        _output_fns=tuple(namespace[f"observe_{k}"] for k in range(len(outputs))),
         _jacobian_fn=code["jacobian"],
         event_ids=tuple(e.id for e in events),
         _event_triggers_fn=namespace["event_triggers"],

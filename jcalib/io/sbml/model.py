@@ -55,6 +55,7 @@ class SBMLModel(AbstractModel):
     _init_fn: object = eqx.field(static=True)
     _observe_fn: object = eqx.field(static=True)
     _jacobian_fn: object = eqx.field(static=True, default=None)
+    _output_fns: tuple = eqx.field(static=True, default=())
     event_ids: tuple[str, ...] = eqx.field(static=True, default=())
     _event_fns: tuple = eqx.field(static=True, default=())
     _event_fires_at_t0: tuple[bool, ...] = eqx.field(static=True, default=())
@@ -93,6 +94,13 @@ class SBMLModel(AbstractModel):
 
     def observe(self, t, y, theta):
         return self._observe_fn(t, y, theta, self._conditions(), t)
+
+    def observe_used(self, t, y, theta, used):
+        """`observe`, each output computed alone (generated per output), from ``y`` where it is
+        ``used``, else from a state of ones."""
+        conditions, ones = self._conditions(), jnp.ones_like(y)
+        return jnp.stack([jnp.asarray(fn(t, jnp.where(used[k], y, ones), theta, conditions, t)[0], dtype=y.dtype)
+                          for k, fn in enumerate(self._output_fns)])
 
     def integrate(self, y0, theta, t0, t1, ts) -> dfx.Solution:
         """`AbstractModel.integrate`, restarting the solver at each event and each time switch:
