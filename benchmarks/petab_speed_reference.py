@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 import time
 import traceback
@@ -27,20 +26,13 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from petab_tools_reference import _finite, configure_solver, import_problem  # noqa: E402
+from petab_tools_reference import _finite, _timed, configure_solver, import_problem  # noqa: E402
 
 
 def _cpu(fn, repeats: int) -> tuple[dict, object]:
     """The first call's CPU seconds and the median of ``repeats`` more, in ms; the last output."""
-    t = time.process_time()
-    out = fn()
-    first = time.process_time() - t
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        out = fn()
-        times.append(time.process_time() - t)
-    return {"first_call_cpu_s": first, "cpu_ms": 1e3 * statistics.median(times)}, out
+    timing, out = _timed(fn, repeats, clock=time.process_time)
+    return {"first_call_cpu_s": timing["first_call_s"], "cpu_ms": timing["median_ms"]}, out
 
 
 def run_problem(task: dict, job: dict) -> dict:
