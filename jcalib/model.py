@@ -28,6 +28,7 @@ from jcalib import distributed
 from jcalib._simulator import AbstractSimulator
 from jcalib.parameters import ParameterSpace
 from jcalib.rosenbrock import JacobianTerm
+from jcalib.solve import solve
 from jcalib.steady_state import steady_state
 
 __all__ = [
@@ -445,12 +446,8 @@ class AbstractModel(AbstractSimulator):
         """The diffrax solve from state ``y0`` at ``t0`` to ``t1`` (time units of the model),
         states saved at ``ts``; never throws (failures are in ``result``). Models with
         discontinuities at known times (SBML events) override it to restart the solver there."""
-        return dfx.diffeqsolve(
-            self.term(), self.solver, t0, t1, self.dt0,
-            y0, args=theta, saveat=dfx.SaveAt(ts=ts),
-            stepsize_controller=self.controller, adjoint=self.adjoint,
-            max_steps=self.max_steps, throw=False,
-        )
+        return solve(self.term(), self.solver, t0, t1, self.dt0, y0, theta, dfx.SaveAt(ts=ts), self.controller,
+                     self.adjoint, self.max_steps)
 
     def conserved_moieties(self, y: Float[Array, " n_states"],
                            theta: Float[Array, " n_params"]) -> Float[Array, " n_conserved"]:

@@ -165,8 +165,12 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
         if not (isinstance(y0, jax.Array) and y0.ndim == 1):
             raise ValueError(f"Rodas5P: the state must be one 1-D array; got {jax.tree_util.tree_structure(y0)} "
                              f"with leaves of shapes {[jnp.shape(x) for x in jax.tree_util.tree_leaves(y0)]}")
-        h = t1 - t0
         dtype = y0.dtype
+        # a step of zero length (a finished lane of a vmapped solve steps on in place) is the
+        # identity; it is computed with a short step instead, so that no 1/0 reaches the matrix
+        # (its NaN would come back through the discarded lane's zero cotangent in reverse mode)
+        moves = t1 != t0
+        h = jnp.where(moves, t1 - t0, 1e-8 * jnp.maximum(1.0, jnp.abs(t0)))
 
         def f(t, y):
             return jnp.asarray(terms.vf(t, y, args), dtype=dtype)
@@ -187,10 +191,10 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
                 fi = f(t0 + _CT[i] * h, y)
             rhs = fi + sum((_C[i, j] / h) * ks[j] for j in range(i)) + (h * _D[i]) * dfdt
             ks.append(solve(rhs))
-        y1 = y + ks[-1]
-        k = jnp.stack(ks)
+        y1 = jnp.where(moves, y + ks[-1], y0)
+        k = jnp.where(moves, jnp.stack(ks), 0.0)
         finite = jnp.all(jnp.isfinite(y1))
-        error = jnp.where(finite, ks[-1], jnp.inf)
+        error = jnp.where(finite, jnp.where(moves, ks[-1], 0.0), jnp.inf)
         dense_info = dict(y0=y0, y1=y1, h=jnp.asarray(_H, dtype=dtype) @ k)
         return y1, error, dense_info, None, dfx.RESULTS.successful
 

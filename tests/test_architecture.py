@@ -28,7 +28,7 @@ import jcalib
 ROOT = pathlib.Path(jcalib.__file__).parent
 
 LOWER = ("jcalib.parameters", "jcalib.model", "jcalib.steady_state", "jcalib.data", "jcalib.probability",
-         "jcalib.fileio", "jcalib.jsonable", "jcalib.stacking", "jcalib.rosenbrock")
+         "jcalib.fileio", "jcalib.jsonable", "jcalib.stacking", "jcalib.rosenbrock", "jcalib.solve")
 UPPER = ("jcalib.problems", "jcalib.bayes", "jcalib.estimation", "jcalib.sensitivity",
          "jcalib.nn", "jcalib.workflows", "jcalib.cli", "jcalib.plotting")
 

@@ -179,3 +179,19 @@ def test_the_term_s_own_jacobian_is_the_one_a_step_uses():
     assert broken.result != dfx.RESULTS.successful
     assert state_jacobian(JacobianTerm(field, lambda t, y, k: -jnp.diag(k)), 0.0, jnp.ones(3),
                           jnp.array([1.0, 2.0, 3.0])).shape == (3, 3)
+
+
+def test_a_step_of_zero_length_is_the_identity_with_finite_reverse_derivatives():
+    """A finished lane of a vmapped solve steps on in place; its discarded step must not put a
+    NaN into the other lanes' reverse-mode derivatives (0 * NaN)."""
+    term = dfx.ODETerm(_nonlinear)
+
+    def step(y):
+        y1, error, _, _, _ = Rodas5P().step(term, jnp.asarray(2.0), jnp.asarray(2.0), y, None, None, False)
+        return y1, error
+
+    y1, error = step(Y0)
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(Y0))
+    np.testing.assert_array_equal(np.asarray(error), 0.0)
+    grad = jax.grad(lambda y: jnp.sum(step(y)[0] * 0.0))(Y0)  # the lane's zero cotangent
+    np.testing.assert_array_equal(np.asarray(grad), 0.0)

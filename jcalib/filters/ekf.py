@@ -87,6 +87,7 @@ from jcalib.algorithm import Algorithm, run
 from jcalib.data import Measurements
 from jcalib.jsonable import to_jsonable
 from jcalib.model import AbstractModel, SimulationError, SolveStatus
+from jcalib.solve import solve
 
 __all__ = [
     "PARAMETER_COORDINATES",
@@ -290,11 +291,8 @@ def propagate_state(
         The state at ``t1``; NaN if the solve failed (never throws), and so are its
         derivatives, so the filter's transition Jacobian of a failed solve is NaN, never 0.
     """
-    sol = dfx.diffeqsolve(
-        model.term(), model.solver, t0, t1, model.dt0, x, args=theta,
-        saveat=dfx.SaveAt(t1=True), stepsize_controller=model.controller,
-        adjoint=dfx.ForwardMode(), max_steps=model.max_steps, throw=False,
-    )
+    sol = solve(model.term(), model.solver, t0, t1, model.dt0, x, theta, dfx.SaveAt(t1=True), model.controller,
+                dfx.ForwardMode(), model.max_steps)
     # NaN value *and* NaN derivatives on failure: ``jnp.where(ok, y, nan)`` alone would give
     # the filter a zero transition Jacobian F for a failed solve (read as "no dynamics")
     failed_to_nan = jnp.where(sol.result == dfx.RESULTS.successful, 1.0, jnp.nan).astype(x.dtype)

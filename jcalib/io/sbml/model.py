@@ -14,6 +14,7 @@ from jaxtyping import Array, Float
 
 from jcalib.model import AbstractModel
 from jcalib.rosenbrock import JacobianTerm
+from jcalib.solve import solve
 
 __all__ = ["MAX_EVENT_RESTARTS", "SBMLModel"]
 
@@ -78,6 +79,13 @@ class SBMLModel(AbstractModel):
         rates, scale, rate_rules = self._rhs_fn(t, y, theta, self._conditions(), t_switch)
         return (self.stoichiometry @ rates) * scale + rate_rules
 
+    def _segment_field(self, t, y, args):
+        """`_field` with ``args = (theta, t_switch)``, for the solves between events."""
+        return self._field(t, y, *args)
+
+    def _segment_jacobian(self, t, y, args):
+        return self._field_jacobian(t, y, *args)
+
     def state_jacobian(self, t, y, theta):
         """``d vector_field / dy``, assembled from the reactions' structure (`jcalib.io.sbml.codegen`)
         where the compartment sizes do not depend on the state, else ``jax.jacfwd``."""
@@ -130,16 +138,13 @@ class SBMLModel(AbstractModel):
         ends = jnp.concatenate([bounds, t1[None]])
         events = jnp.concatenate([order, jnp.zeros(1, dtype=order.dtype)])
         event_fires = jnp.concatenate([fires[order], jnp.zeros(1, dtype=bool)])
-        term = JacobianTerm(lambda t, y, args: self._field(t, y, *args),
-                            lambda t, y, args: self._field_jacobian(t, y, *args))
+        term = JacobianTerm(self._segment_field, self._segment_jacobian)  # bound methods are pytrees
 
         def segment(carry, xs):
             y, ys, result, steps = carry
             start, end, event, fire = xs
-            sol = dfx.diffeqsolve(
-                term, self.solver, start, end, self.dt0, y, args=(theta, 0.5 * (start + end)),
-                saveat=dfx.SaveAt(ts=jnp.clip(ts, start, end), t1=True),
-                stepsize_controller=self.controller, adjoint=self.adjoint, max_steps=self.max_steps, throw=False)
+            sol = solve(term, self.solver, start, end, self.dt0, y, (theta, 0.5 * (start + end)),
+                        dfx.SaveAt(ts=jnp.clip(ts, start, end), t1=True), self.controller, self.adjoint, self.max_steps)
             ys = jnp.where((ts >= start)[:, None], sol.ys[:-1], ys)
             result = dfx.RESULTS.where(result == dfx.RESULTS.successful, sol.result, result)
             which = (jnp.arange(len(self._event_fns)) == event) & fire  # a switch (event >= n_events): none
