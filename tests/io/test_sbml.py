@@ -294,11 +294,14 @@ def test_time_events_against_the_analytic_solution(event_model):
 
 @pytest.mark.slow
 def test_time_event_derivatives_jit_and_vmap(event_model):
-    """d X / d T = 2 k after the event, d X / d k = 2 min(t, T): the event time is differentiable."""
+    """d X / d T = 2 k after the event, d X / d k = 2 min(t, T): the event time is differentiable,
+    in forward and in reverse mode."""
     theta = jnp.asarray([0.5, 2.0])
     jac = np.asarray(event_model.forward_mode().jacobian(theta))[:, 1, :]
     np.testing.assert_allclose(jac[:, 0], 2 * np.minimum(TS, 2.0), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(jac[:, 1], np.where(TS >= 2.0, 2 * 0.5, 0.0), rtol=1e-6, atol=1e-8)
+    reverse = np.asarray(jax.jit(jax.jacrev(event_model.simulate))(theta))  # along the replayed steps
+    np.testing.assert_allclose(reverse[:, 1, :], jac, rtol=1e-9, atol=1e-12)
     thetas = jnp.asarray([[0.5, 2.0], [0.2, 0.5], [0.8, 5.5]])
     batched = jax.jit(jax.vmap(event_model.simulate))(thetas)
     for theta, out in zip(thetas, batched, strict=True):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 
 import diffrax as dfx
 import jax.numpy as jnp
@@ -29,6 +28,7 @@ from jcalib.io.petab.tables import (
     _space,
     _used_outputs,
 )
+from jcalib.rosenbrock import Rodas5P
 
 __all__ = ["GRADIENT_MODES", "load"]
 
@@ -67,12 +67,19 @@ def _check_rows(plan: _Plan, measurements) -> None:
                              f"noiseParameters) is {sigma[bad[0]]}; it must be a positive finite number")
 
 
-GRADIENT_MODES = ("forward", "reverse")
+GRADIENT_MODES = ("auto", "reverse", "forward")
+
+
+def _gradient_mode(gradient: str, model) -> str:
+    """``"reverse"`` or ``"forward"`` (see `load`)."""
+    if gradient != "auto":
+        return gradient
+    return "reverse" if isinstance(model.solver, Rodas5P) and not model._state_events else "forward"
 
 
 def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = None, rtol: float = 1e-8,
          atol: float = 1e-10, max_steps: int = 100_000, validate: bool = True,
-         batch_size: int | None = None, gradient: str = "forward") -> PetabProblem:
+         batch_size: int | None = None, gradient: str = "auto") -> PetabProblem:
     """Read a PEtab (v1) problem.
 
     Args:
@@ -82,12 +89,15 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
         batch_size: solve this many simulations at once (vmapped; suits GPUs); default: one
             after the other in one compiled loop (on CPUs: stiff lanes of a vmap run in
             lockstep, Fujita_SciSignal2010's 6 conditions took 9.3 s vmapped, 0.2 s in turn).
-        gradient: how the log-likelihood is differentiated: ``"forward"`` (default: forward
-            sensitivities, one tangent per estimated parameter, as AMICI's forward mode) or
-            ``"reverse"`` (reverse mode through the solver, diffrax's checkpointed adjoint; a few
-            simulations' cost however many parameters). Reverse mode is not yet trustworthy: on
-            Lang_PLOSComputBiol2024 it disagrees with forward mode and central differences by up
-            to 30 % (issue 36), so it warns. Residual Jacobians (least squares) are always forward.
+        gradient: how the log-likelihood is differentiated: ``"reverse"`` (reverse mode through
+            the solver along the steps it took, `jcalib.solve`: the cost of a few simulations
+            however many parameters), ``"forward"`` (forward sensitivities, one tangent per
+            estimated parameter, as AMICI's forward mode) or ``"auto"`` (default): reverse with the
+            Rosenbrock solver `jcalib.rosenbrock.Rodas5P` (linear algebra only), forward with
+            other solvers (reverse mode through implicit stage solves can meet non-finite
+            operators on stiff models) and for models with state-dependent events (their
+            restarts have no reverse mode). Residual Jacobians (least squares) are always
+            forward.
 
     Returns:
         A `PetabProblem`.
@@ -108,10 +118,6 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
     if gradient not in GRADIENT_MODES:
         raise ValueError(f"petab.load: gradient must be one of {', '.join(map(repr, GRADIENT_MODES))}; "
                          f"got {gradient!r}")
-    if gradient == "reverse":
-        warnings.warn("petab.load(gradient='reverse'): reverse-mode gradients disagree with forward mode and central "
-                      "differences on Lang_PLOSComputBiol2024 (issue 36); check them against gradient='forward' "
-                      "before relying on them", UserWarning, stacklevel=2)
     problem, sbml_path = _read(yaml_path, validate)
     sbml_model = problem.model.sbml_model
     parameters = problem.parameter_df
@@ -140,7 +146,7 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
         "groups": groups,
         "sigma_varies": _sigma_varies(groups, set(estimated.index)),
         "measurement_df": measurements,
-        "gradient": gradient,
+        "gradient": _gradient_mode(gradient, model),
     })
     _check_rows(plan, measurements)
     space = _space(estimated)
