@@ -29,20 +29,28 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import optimistix as optx
 from jaxtyping import Array, Float, Int
 
 __all__ = ["Replay", "solve"]
 
 
-class Replay(dfx.AbstractStepSizeController):
+class Replay(dfx.AbstractAdaptiveStepSizeController):
     """Steps to recorded times and accepts every step: ``ends[k]`` is where step ``k`` ends
-    (``(max_steps,)``, padded with ``inf`` after the last, as ``SaveAt(steps=True)`` records)."""
+    (``(max_steps,)``, padded with ``inf`` after the last, as ``SaveAt(steps=True)`` records).
+    ``rtol``, ``atol``, ``norm``: the recorded solve's, which implicit solvers (Kvaerno5) take
+    for their stage equations from an adaptive controller."""
 
     ends: Float[Array, " max_steps"]
+    rtol: float
+    atol: float
+    norm: Callable = optx.rms_norm
 
     def wrap(self, direction):
         return self
@@ -114,13 +122,14 @@ def _replayed_fwd(perturbed, inputs, solver, dt0, controller, adjoint, max_steps
 
 @_replayed.def_bwd
 def _replayed_bwd(ends, grad_out, perturbed, inputs, solver, dt0, controller, adjoint, max_steps, save_t1):
-    del perturbed, dt0, controller
+    del perturbed, dt0
+    stepping = Replay(jax.lax.stop_gradient(ends), controller.rtol, controller.atol, controller.norm)
 
     def replay(inputs):
         term, t0, t1, y0, args, ts = inputs
         saveat = dfx.SaveAt(ts=ts if ts.shape[0] else None, t1=save_t1)
         return dfx.diffeqsolve(term, solver, t0, t1, None, y0, args=args, saveat=saveat,
-                               stepsize_controller=Replay(jax.lax.stop_gradient(ends)),
+                               stepsize_controller=stepping,
                                adjoint=dfx.RecursiveCheckpointAdjoint(checkpoints=adjoint.checkpoints),
                                max_steps=max_steps, throw=False).ys
 

@@ -38,7 +38,7 @@ def test_replay_takes_the_recorded_steps():
     assert int(adaptive.stats["num_rejected_steps"]) > 10  # decisions that the replay must not take again
     ends = adaptive.ts
     replay = dfx.diffeqsolve(term, Rodas5P(), 0.0, 60.0, None, Y0, args=MU, saveat=dfx.SaveAt(steps=True),
-                             stepsize_controller=Replay(ends), max_steps=20_000)
+                             stepsize_controller=Replay(ends, CONTROLLER.rtol, CONTROLLER.atol), max_steps=20_000)
     n = int(adaptive.stats["num_accepted_steps"])
     assert int(replay.stats["num_steps"]) == n and int(replay.stats["num_rejected_steps"]) == 0
     np.testing.assert_array_equal(np.asarray(replay.ts[:n]), np.asarray(ends[:n]))
