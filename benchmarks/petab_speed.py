@@ -47,6 +47,10 @@ GRADIENT_TOLERANCE = 1e-3
 """A gradient component agrees when ``|g_jcalib - g_amici| <= 1e-3 * max(|g_amici|, 1)``."""
 
 
+GRADIENT = "reverse"
+"""jcalib's gradient mode here: reverse mode along the solve's steps (`jcalib.io.petab.load`)."""
+
+
 def measure_jcalib(name: str, repeats: int) -> dict:
     """jcalib's side of one problem (run in its own process by `run_jcalib`)."""
     import jax
@@ -57,9 +61,9 @@ def measure_jcalib(name: str, repeats: int) -> dict:
     from experiments.petab_collection import load_problem
 
     t = time.perf_counter()
-    pp = load_problem(problem_files(collection_root() / name)[0], name)
+    pp = load_problem(problem_files(collection_root() / name)[0], name, gradient=GRADIENT)
     model = pp.problem.model
-    record = {"import_s": time.perf_counter() - t, "n_states": len(model.state_names),
+    record = {"import_s": time.perf_counter() - t, "n_states": len(model.state_names), "gradient_mode": GRADIENT,
               "parameter_ids": list(pp.parameter_ids),
               "n_estimated": len(pp.parameter_ids), "solver": type(model.solver).__name__}
     z = pp.nominal_internal

@@ -124,9 +124,9 @@ def settings_of(name: str) -> dict:
     return {**DEFAULT, **SETTINGS.get(name, {})}
 
 
-def load_problem(yaml: pathlib.Path, name: str):
+def load_problem(yaml: pathlib.Path, name: str, gradient: str = "forward"):
     """`jcalib.io.petab.load` of ``yaml`` with the solver settings of collection problem ``name``
-    (`settings_of`: `DEFAULT` and its `SETTINGS` entry)."""
+    (`settings_of`: `DEFAULT` and its `SETTINGS` entry) and the log-likelihood's ``gradient`` mode."""
     import diffrax as dfx
 
     from jcalib.io import petab as jpetab
@@ -139,7 +139,7 @@ def load_problem(yaml: pathlib.Path, name: str):
     else:
         solver = getattr(dfx, settings["solver"])()
     return jpetab.load(yaml, solver=solver, rtol=settings["rtol"], atol=settings["atol"],
-                       max_steps=settings["max_steps"])
+                       max_steps=settings["max_steps"], gradient=gradient)
 
 
 # --- the worker (one problem, in its own process) ---------------------------------------------
