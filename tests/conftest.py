@@ -1,9 +1,27 @@
 """Test-wide JAX settings (float64, strict promotion, persistent compilation cache) and
 the shared four_substance_reactions fixtures."""
 
+import datetime
 import os
 import pathlib
 
+from platformdirs import user_cache_dir
+
+
+def _arviz_stamp_for_today() -> None:
+    """Write today's date where arviz keeps its once-a-day import warning's stamp. arviz writes
+    it on import through one fixed temporary name and a rename, so two test workers importing it
+    at once on a new day (every fresh CI machine) race, and the loser's import fails with
+    FileNotFoundError. Written first, with a temporary name per process, the stamp is current
+    and arviz writes nothing."""
+    folder = pathlib.Path(user_cache_dir("arviz", "arviz"))
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f"daily_warning.{os.getpid()}.tmp"
+    temporary.write_text(datetime.date.today().isoformat())
+    temporary.replace(folder / "daily_warning")
+
+
+_arviz_stamp_for_today()
 # One compilation cache per user, not per clone: a second clone on the same machine starts warm
 # (entries are keyed by the program, the jax/jaxlib version and the XLA flags, so clones of other
 # commits share it safely). JCALIB_JAX_CACHE=<empty folder> measures a cold run.
