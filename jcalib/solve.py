@@ -69,11 +69,13 @@ class Replay(dfx.AbstractAdaptiveStepSizeController):
 def solve(term: dfx.AbstractTerm, solver: dfx.AbstractSolver, t0, t1, dt0, y0: Float[Array, " n_states"], args,
           saveat: dfx.SaveAt, controller: dfx.AbstractStepSizeController, adjoint: dfx.AbstractAdjoint,
           max_steps: int) -> dfx.Solution:
-    """``diffrax.diffeqsolve(...)`` without throwing; with ``RecursiveCheckpointAdjoint`` and an
-    adaptive controller, reverse-mode derivatives replay the accepted steps (module docstring).
+    """``diffrax.diffeqsolve(...)`` without throwing; with ``RecursiveCheckpointAdjoint`` and a
+    ``PIDController``, reverse-mode derivatives replay the accepted steps (module docstring; other
+    controllers, e.g. ``ClipStepSizeController`` with ``jump_ts``, keep diffrax's own backward pass).
     ``saveat``: ``ts`` and/or ``t1`` (one `diffrax.SaveAt` without ``subs``, ``steps`` or ``fn``)."""
-    replayed = (isinstance(adjoint, dfx.RecursiveCheckpointAdjoint)
-                and isinstance(controller, dfx.AbstractAdaptiveStepSizeController))
+    # a PIDController only: a ClipStepSizeController's jumps also tell the solver to restart its
+    # first stage (made_jump), which the replay would have to record as well
+    replayed = isinstance(adjoint, dfx.RecursiveCheckpointAdjoint) and type(controller) is dfx.PIDController
     if not replayed:
         return dfx.diffeqsolve(term, solver, t0, t1, dt0, y0, args=args, saveat=saveat,
                                stepsize_controller=controller, adjoint=adjoint, max_steps=max_steps, throw=False)
