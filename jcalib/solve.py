@@ -9,7 +9,9 @@ rejected in the other, and the backward pass then differentiates a step sequence
 never took. The gradient was off by up to 30 % on Lang, and by 12 % on twenty stiff van der Pol
 oscillators (the test). Forward mode and ``diffrax.DirectAdjoint`` do not recompute decisions.
 
-`solve` therefore differentiates in reverse mode along the recorded steps: the forward pass is
+`solve` therefore differentiates in reverse mode along the recorded steps (behind a
+``PIDController``; a ``ClipStepSizeController``'s jumps also restart the solver's first stage,
+which is not recorded, so it keeps diffrax's backward pass): the forward pass is
 the adaptive solve, which also records where its accepted steps ended; the backward pass replays
 exactly those steps (`Replay`, no accept/reject decision left) under
 ``RecursiveCheckpointAdjoint`` and takes its vector-Jacobian product. It costs one more
