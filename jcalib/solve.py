@@ -98,11 +98,16 @@ def _result(code: Int[Array, ""]) -> dfx.RESULTS:
     return eqx.tree_at(lambda r: r._value, dfx.RESULTS.successful, code)
 
 
-def _adaptive(inputs, solver, dt0, controller, adjoint, max_steps, save_t1: bool, record: bool):
+def _saved(ts, save_t1: bool) -> dfx.SubSaveAt:
+    """What the caller's `diffrax.SaveAt` saves: ``ts`` (none when empty) and/or ``t1``."""
+    return dfx.SubSaveAt(ts=ts if ts.shape[0] else None, t1=save_t1)
+
+
+def _adaptive(inputs, solver, dt0, controller, max_steps, save_t1: bool, record: bool):
     """The adaptive solve: ``(ys, result code, number of steps)`` and, where ``record``, the
     times where its accepted steps ended (``(max_steps,)``, ``inf``-padded)."""
     term, t0, t1, y0, args, ts = inputs
-    subs = [dfx.SubSaveAt(ts=ts if ts.shape[0] else None, t1=save_t1)]
+    subs = [_saved(ts, save_t1)]
     if record:
         subs.append(dfx.SubSaveAt(steps=True, fn=lambda t, y, a: jnp.zeros((), dtype=y.dtype)))
     sol = dfx.diffeqsolve(term, solver, t0, t1, dt0, y0, args=args, saveat=dfx.SaveAt(subs=subs),
@@ -114,13 +119,14 @@ def _adaptive(inputs, solver, dt0, controller, adjoint, max_steps, save_t1: bool
 
 @eqx.filter_custom_vjp
 def _replayed(inputs, solver, dt0, controller, adjoint, max_steps, save_t1):
-    return _adaptive(inputs, solver, dt0, controller, adjoint, max_steps, save_t1, record=False)
+    del adjoint  # the backward pass's
+    return _adaptive(inputs, solver, dt0, controller, max_steps, save_t1, record=False)
 
 
 @_replayed.def_fwd
 def _replayed_fwd(perturbed, inputs, solver, dt0, controller, adjoint, max_steps, save_t1):
-    del perturbed
-    out, ends = _adaptive(inputs, solver, dt0, controller, adjoint, max_steps, save_t1, record=True)
+    del perturbed, adjoint
+    out, ends = _adaptive(inputs, solver, dt0, controller, max_steps, save_t1, record=True)
     return out, ends
 
 
@@ -131,11 +137,8 @@ def _replayed_bwd(ends, grad_out, perturbed, inputs, solver, dt0, controller, ad
 
     def replay(inputs):
         term, t0, t1, y0, args, ts = inputs
-        saveat = dfx.SaveAt(ts=ts if ts.shape[0] else None, t1=save_t1)
-        return dfx.diffeqsolve(term, solver, t0, t1, None, y0, args=args, saveat=saveat,
-                               stepsize_controller=stepping,
-                               adjoint=dfx.RecursiveCheckpointAdjoint(checkpoints=adjoint.checkpoints),
-                               max_steps=max_steps, throw=False).ys
+        return dfx.diffeqsolve(term, solver, t0, t1, None, y0, args=args, saveat=dfx.SaveAt(subs=_saved(ts, save_t1)),
+                               stepsize_controller=stepping, adjoint=adjoint, max_steps=max_steps, throw=False).ys
 
     grad_ys = grad_out[0]
     # Python floats (a plain float argument, differentiated) as arrays, so filter_vjp sees them
