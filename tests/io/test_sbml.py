@@ -181,6 +181,51 @@ def test_rate_rules_and_piecewise(rate_rule_model):
     np.testing.assert_allclose(y[:, 1], np.minimum(TS, 1.0), atol=1e-6)
 
 
+# A -> (nothing) at rate k A, A(0) = 2 sqrt(k a0 + 1) and a constant-in-time B(0) = sqrt(k a0 + 1) + 1:
+# both initial assignments share the square root, as analytic steady states do.
+_ROOT = "<apply><root/><apply><plus/><apply><times/><ci>k</ci><ci>a0</ci></apply><cn>1</cn></apply></apply>"
+SHARED_MODEL = _sbml(f"""<listOfCompartments><compartment id="c" size="1" constant="true"/></listOfCompartments>
+    <listOfSpecies>
+      <species id="A" compartment="c" initialAmount="0" hasOnlySubstanceUnits="true" boundaryCondition="false"
+               constant="false"/>
+      <species id="B" compartment="c" initialAmount="0" hasOnlySubstanceUnits="true" boundaryCondition="false"
+               constant="false"/>
+    </listOfSpecies>
+    <listOfParameters>
+      <parameter id="k" value="0.4" constant="true"/>
+      <parameter id="a0" value="1.5" constant="true"/>
+    </listOfParameters>
+    <listOfInitialAssignments>
+      <initialAssignment symbol="A">{_math(f"<apply><times/><cn>2</cn>{_ROOT}</apply>")}</initialAssignment>
+      <initialAssignment symbol="B">{_math(f"<apply><plus/>{_ROOT}<cn>1</cn></apply>")}</initialAssignment>
+    </listOfInitialAssignments>
+    <listOfReactions>
+      <reaction id="decay" reversible="false">
+        <listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/></listOfReactants>
+        <kineticLaw>{_math("<apply><times/><ci>k</ci><ci>A</ci></apply>")}</kineticLaw>
+      </reaction>
+    </listOfReactions>""")
+
+
+def test_a_subexpression_shared_by_initial_assignments_is_computed_once():
+    """The generated code computes a repeated subexpression once (sympy.cse): traced,
+    differentiated and compiled once, not per occurrence (an analytic steady state repeated in
+    every species' initial assignment made a reverse-mode gradient compile for minutes).
+    Values and reverse-mode derivatives are the analytic ones."""
+    model = sbml.model_from_sbml(SHARED_MODEL, ts=TS, outputs=["A", "B"])
+    init_source = model.source.split("def init(")[1].split("\ndef ")[0]
+    assert init_source.count("sqrt") == 1
+    k, a0 = 0.4, 1.5
+    root = np.sqrt(k * a0 + 1)
+    y = np.asarray(model.simulate(jnp.array([k, a0])))
+    np.testing.assert_allclose(y[:, 0], 2 * root * np.exp(-k * TS), rtol=1e-7)
+    np.testing.assert_allclose(y[:, 1], root + 1, rtol=1e-10)
+    grad = np.asarray(jax.jit(jax.grad(lambda th: jnp.sum(model.simulate(th))))(jnp.array([k, a0])))
+    d_root = np.array([a0, k]) / (2 * root)  # d sqrt(k a0 + 1) / d (k, a0)
+    decay = np.exp(-k * TS)
+    expected = (2 * decay.sum() + len(TS)) * d_root + np.array([-2 * root * np.sum(TS * decay), 0.0])
+    np.testing.assert_allclose(grad, expected, rtol=1e-6)
+
 @pytest.mark.slow
 def test_jacobian_matches_finite_differences(volume_model):
     theta = jnp.asarray(volume_model.parameters.nominal)

@@ -1,5 +1,6 @@
-"""The model's JAX functions, printed from its sympy expressions by sympy's JAX printer: the vector field as
-array operations, its Jacobian (`_Jacobian`), the initial state, the outputs and the events."""
+"""The model's JAX functions, printed from its sympy expressions by sympy's JAX printer (each common
+subexpression once, `sympy.cse`): the vector field as array operations, its Jacobian (`_Jacobian`), the
+initial state, the outputs and the events."""
 
 from __future__ import annotations
 
@@ -69,8 +70,26 @@ def _monomials(expr: sp.Expr) -> list[tuple[float, list[sp.Symbol]]] | None:
     return terms
 
 
-def _code_lines(printer, definitions, order) -> list[str]:
-    return [f"    {symbol} = {printer.doprint(definitions[symbol])}" for symbol in order]
+def _shared_lines(printer, shared, values, order) -> list[str]:
+    """``symbol = value`` for each definition in ``order``, each common subexpression of
+    ``shared`` (sympy.cse's, in its order) placed before the first line that reads it."""
+    pending = dict(shared)
+    lines = []
+
+    def emit(expr):
+        for symbol in sorted(expr.free_symbols & pending.keys(), key=str):
+            if symbol in pending:
+                value = pending.pop(symbol)
+                emit(value)
+                lines.append(f"    {symbol} = {printer.doprint(value)}")
+
+    for symbol, value in zip(order, values, strict=True):
+        emit(value)
+        lines.append(f"    {symbol} = {printer.doprint(value)}")
+    for symbol in list(pending):  # those only the returned expressions read
+        if symbol in pending:
+            emit(symbol)
+    return lines
 
 
 class _Codegen:
@@ -91,20 +110,27 @@ class _Codegen:
             return "jax.numpy.zeros((0,))"
         return "jax.numpy.stack([" + ", ".join(f"_f({self.printer.doprint(e)})" for e in exprs) + "])"
 
-    def body(self, exprs, defs=None) -> list[str]:
-        """Unpacking of the arguments and the definitions ``exprs`` need, in order."""
+    def body(self, exprs, defs=None) -> tuple[list[str], list[sp.Expr]]:
+        """Unpacking of the arguments and the definitions ``exprs`` need, in order, with their
+        common subexpressions computed once (``sympy.cse``: repeated terms such as the square
+        roots of an analytic steady state would otherwise be traced, differentiated and compiled
+        once per occurrence); returns the lines and ``exprs`` in terms of them."""
         defs = self.definitions if defs is None else defs
         order = _ordered(defs, set().union(*(e.free_symbols for e in exprs)) if exprs else set(), "the model")
         used = set().union(set(), *(e.free_symbols for e in exprs), *(defs[d].free_symbols for d in order))
         unpacked = [f"    {symbol} = {slot}" for symbol, slot in self.slots.items()
                     if symbol in used and symbol not in defs]
-        return unpacked + _code_lines(self.printer, defs, order)
+        taken = used | set(order)
+        names = (s for s in sp.numbered_symbols("_cse") if s not in taken)
+        shared, reduced = sp.cse([defs[d] for d in order] + list(exprs), symbols=names, order="none")
+        lines = _shared_lines(self.printer, shared, reduced[:len(order)], order)
+        return unpacked + lines, reduced[len(order):]
 
-    def function(self, name: str, exprs, result: str | None = None, defs=None,
+    def function(self, name: str, exprs, result: str = "{}", defs=None,
                  arguments: str = "t, x, p, c, t_switch") -> list[str]:
-        """``def name(arguments)`` returning the stacked ``exprs`` (or ``result``)."""
-        return [f"def {name}({arguments}):", *self.body(exprs, defs),
-                f"    return {self.stack(exprs) if result is None else result}", ""]
+        """``def name(arguments)`` returning ``result`` with the stacked ``exprs`` in its ``{}``."""
+        lines, reduced = self.body(exprs, defs)
+        return [f"def {name}({arguments}):", *lines, f"    return {result.format(self.stack(reduced))}", ""]
 
     def depends_on_state(self, expr) -> bool:
         """Whether ``expr`` varies with the state or time (through the definitions too)."""
@@ -169,7 +195,7 @@ def _generate(model_id: str, entities: _Entities, symbols: _Symbols, events: lis
     for k, event in enumerate(events):
         constants[f"_EVENT{k}"] = np.array([state_index[v] for v, _ in event.assignments], dtype=np.int32)
         values = [v for _, v in event.assignments]
-        lines += code.function(f"event_{k}", values, result=f"x.at[_EVENT{k}].set({code.stack(values)})")
+        lines += code.function(f"event_{k}", values, result=f"x.at[_EVENT{k}].set({{}})")
     source = "\n".join(lines)
     namespace = {"jax": jax, "_f": _f, "math": math, **constants}
     exec(compile(source, f"<sbml model {model_id!r}>", "exec"), namespace)  # generated code
@@ -227,14 +253,17 @@ def _vector_field(code: _Codegen, symbols: _Symbols, rate_exprs, rules, rule_sta
     layout = {"poly_terms": poly_terms, "poly_reactions": poly_reactions, "scalar_reactions": scalar_reactions,
               "scalar_rates": scalar_rates, "rules": rules, "rule_states": rule_states, "derived": derived_in_v,
               "v_index": v_index, "term_index": term_index}
+    body, reduced = code.body(scalar_rates + rules + derived_in_v)
+    n_scalar, n_rules = len(scalar_rates), len(rules)
     lines = [
         "def rhs(t, x, p, c, t_switch):",
-        *code.body(scalar_rates + rules + derived_in_v),
-        f"    v = jax.numpy.concatenate([x, p, c, {code.stack(derived_in_v)}, _ONE])",
+        *body,
+        f"    v = jax.numpy.concatenate([x, p, c, {code.stack(reduced[n_scalar + n_rules:])}, _ONE])",
         "    terms = _COEF * jax.numpy.prod(v[_IDX], axis=1)",
         f"    rates = jax.ops.segment_sum(terms, _TERM, num_segments={len(poly_reactions)})",
-        f"    rates = jax.numpy.concatenate([rates, {code.stack(scalar_rates)}])[_ORDER]",
-        f"    rate_rules = jax.numpy.zeros({len(symbols.states)}).at[_RULES].set({code.stack(rules)})",
+        f"    rates = jax.numpy.concatenate([rates, {code.stack(reduced[:n_scalar])}])[_ORDER]",
+        f"    rate_rules = jax.numpy.zeros({len(symbols.states)}).at[_RULES].set("
+        f"{code.stack(reduced[n_scalar:n_scalar + n_rules])})",
         "    return rates, 1.0 / v[_SCALE], rate_rules",
         "",
     ]
@@ -266,8 +295,7 @@ def _jacobian_source(code: _Codegen, layout: dict, stoichiometry: np.ndarray) ->
                  "_JVAL": np.asarray(value, dtype=np.float64)[order], "_JOUT": np.asarray(out, dtype=np.int32)[order],
                  "_JDERIVED": np.asarray(len(derived)),
                  "_JSCALAR": np.asarray(stoichiometry[:, layout["scalar_reactions"]], dtype=np.float64)}
-    v = f"jax.numpy.concatenate([x, p, c, {code.stack(layout['derived'])}, _ONE])"
-    lines = code.function("values", layout["derived"], result=v)
+    lines = code.function("values", layout["derived"], result="jax.numpy.concatenate([x, p, c, {}, _ONE])")
     if rest:
         lines += code.function("rest", rest)
     return lines, constants
