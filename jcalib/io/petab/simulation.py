@@ -15,48 +15,49 @@ from jaxtyping import Array
 from jcalib.io import sbml
 from jcalib.io.petab.tables import _Plan
 from jcalib.model import Setting, preequilibrate, simulate_setting
-from jcalib.stacking import map_stacked, stack
+from jcalib.stacking import map_stacked
 
 
 # --- the computation ------------------------------------------------------------------------
-def _resolve(source: float | str, values: Mapping[str, Array]) -> Array:
-    if isinstance(source, str):
-        return values[source]
-    return jnp.asarray(source, dtype=jnp.float64)
+def _table(names, conditions: list[dict], index: Mapping[str, int], by_name: bool):
+    """Per condition and name, ``(n_conditions, n_names)`` numpy arrays built while tracing:
+    the position in the value vector of the parameter it reads (``-1``: none) and the number
+    it is set to, if any: from ``condition[name]`` (a number or a parameter id), else (where
+    ``by_name``) the parameter of that name in ``index``."""
+    ref = np.full((len(conditions), len(names)), -1, dtype=np.int64)
+    const = np.zeros((len(conditions), len(names)))
+    given = np.zeros((len(conditions), len(names)), dtype=bool)
+    for i, condition in enumerate(conditions):
+        for j, name in enumerate(names):
+            source = condition.get(name, name if by_name and name in index else None)
+            if isinstance(source, str):
+                ref[i, j] = index[source]
+            elif source is not None:
+                const[i, j], given[i, j] = float(source), True
+    return ref, const, given
 
 
-def _setting(model: sbml.SBMLModel, plan: _Plan, condition: dict, values):
-    """(theta, conditions, species overrides {state index: value}) of one condition."""
-    theta = []
-    for name, nominal in zip(model.parameters.names, plan["sbml_nominal"], strict=True):
-        if name in condition:
-            theta.append(_resolve(condition[name], values))
-        elif name in values:
-            theta.append(values[name])
-        else:
-            theta.append(jnp.asarray(nominal, dtype=jnp.float64))
-    conditions = dict(model.experiment.conditions)
-    for name in model.condition_names:
-        if name in condition:
-            conditions[name] = _resolve(condition[name], values)
-    overrides = {model.state_names.index(name): _resolve(source, values)
-                 for name, source in condition.items() if name in model.state_names}
-    theta = jnp.stack(theta) if theta else jnp.zeros((0,))
-    return theta, conditions, overrides
+def _settings(model: sbml.SBMLModel, plan: _Plan, conditions: list[dict], values) -> Setting:
+    """The stacked `jcalib.model.Setting` of each condition (leading axis: the conditions):
+    parameters, the model's conditions and the species a condition sets (a reset mask), each
+    gathered from one vector of ``values`` by a table of positions (`_table`), so that the
+    traced program does not grow with conditions times parameters."""
+    index = {name: i for i, name in enumerate(values)}
+    vector = jnp.stack([jnp.asarray(v, dtype=jnp.float64) for v in values.values()] or [jnp.zeros(())])
 
+    def gather(names, defaults, by_name: bool = False):
+        ref, const, given = _table(names, conditions, index, by_name)
+        return jnp.where(ref >= 0, vector[np.maximum(ref, 0)], jnp.where(given, const, defaults))
 
-def _setting_arrays(model: sbml.SBMLModel, plan: _Plan, condition: dict, values) -> Setting:
-    """`_setting` as the model's `Setting`, arrays of one shape for every condition (the species
-    overrides as a reset mask), so that conditions stack for ``lax.map``/vmap."""
-    theta, conditions, overrides = _setting(model, plan, condition, values)
-    n_states = len(model.state_names)
-    mask = np.zeros(n_states, dtype=bool)
-    mask[list(overrides)] = True
-    override = jnp.zeros(n_states)
-    for index, value in overrides.items():
-        override = override.at[index].set(value)
-    conditions = {name: jnp.asarray(value, dtype=jnp.float64) for name, value in conditions.items()}
-    return Setting(theta, conditions, jnp.asarray(mask), override)
+    theta = gather(model.parameters.names, jnp.asarray(plan["sbml_nominal"]), by_name=True)
+    names = tuple(model.condition_names)
+    defaults = jnp.stack([jnp.asarray(model.experiment.conditions[n], dtype=jnp.float64) for n in names]
+                         or [jnp.zeros(())])[:len(names)]
+    condition_values = gather(names, defaults)
+    reset = np.array([[name in condition for name in model.state_names] for condition in conditions])
+    state_values = gather(model.state_names, 0.0)
+    return jax.vmap(lambda th, c, r, v: Setting(th, dict(zip(names, c)), r, v))(
+        theta, condition_values, jnp.asarray(reset), state_values)
 
 
 def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
@@ -65,11 +66,11 @@ def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
     `jcalib.stacking.map_stacked` over the stacked settings (one after the other, or vmapped
     in batches of ``plan["batch_size"]``), after the group's distinct pre-equilibrations
     (`jcalib.model.preequilibrate`, each once)."""
-    settings = [_setting_arrays(model, plan, pair["condition"], values) for pair in group["pairs"]]
+    settings = _settings(model, plan, [pair["condition"] for pair in group["pairs"]], values)
     t0 = jnp.asarray(0.0)
     preequilibration = None
     if group["preequilibrations"]:
-        pre = stack([_setting_arrays(model, plan, condition, values) for condition in group["preequilibrations"]])
+        pre = _settings(model, plan, list(group["preequilibrations"]), values)
         solved = map_stacked(lambda setting: preequilibrate(model, setting, t0), pre,
                              batch_size=plan["batch_size"] or 1)
         preequilibration = jax.tree_util.tree_map(lambda a: a[jnp.asarray(group["preequilibration_index"])], solved)
@@ -78,21 +79,25 @@ def _solve_group(model: sbml.SBMLModel, plan: _Plan, group: dict, values):
         main, before, ts, t1, used = x
         return simulate_setting(model, main, before, t0, t1, ts, steady=group["steady"], used=used)
 
-    xs = (stack(settings), preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]),
+    xs = (settings, preequilibration, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]),
           jnp.asarray(group["used"]))
     outputs, status = map_stacked(solve, xs, batch_size=plan["batch_size"] or 1)
     return outputs.reshape((-1, outputs.shape[-1])), status
 
 
 def _row_values(spec, values, n_rows: int) -> Array:
-    """Per-row values of one placeholder or parameter: ``base + sum_j mask_j * p_j``."""
+    """Per-row values of one placeholder or parameter: each row's number (``base``) or the
+    parameter its mask marks, by one gather."""
     kind, data = spec
     if kind == "rows":
         base, refs = data
-        out = jnp.asarray(base)
-        for name, mask in refs.items():
-            out = out + jnp.asarray(mask) * values[name]
-        return out
+        if not refs:
+            return jnp.asarray(base)
+        ref = np.full(n_rows, -1, dtype=np.int64)
+        for j, mask in enumerate(refs.values()):
+            ref[np.asarray(mask) != 0] = j
+        referenced = jnp.stack([jnp.asarray(values[name], dtype=jnp.float64) for name in refs])
+        return jnp.where(ref >= 0, referenced[np.maximum(ref, 0)], jnp.asarray(base))
     return jnp.broadcast_to(values[data], (n_rows,))
 
 
