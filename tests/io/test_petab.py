@@ -461,3 +461,29 @@ def test_an_output_that_is_nan_where_nobody_reads_it_leaves_the_reverse_gradient
     g_reverse = np.asarray(jax.grad(reverse.log_likelihood)(z))
     assert np.isfinite(g_reverse).all()
     np.testing.assert_allclose(g_reverse, np.asarray(jax.grad(forward.log_likelihood)(z)), rtol=1e-8, atol=1e-12)
+
+
+def test_the_traced_likelihood_does_not_grow_with_the_number_of_conditions(tmp_path):
+    """Case 0009's A <-> B under 2 and under 12 conditions (k1 a number or the estimated k2,
+    by condition): each condition's parameters come from one gather over index tables, so the
+    traced log-likelihood has as many equations for 12 conditions as for 2 (it used to trace
+    one scalar per condition and parameter, which made large problems compile for minutes)."""
+    path = _copy("0009", tmp_path)
+
+    def equations(n_conditions: int) -> int:
+        sources = ["k2" if c % 3 == 0 else str(0.2 + 0.1 * c) for c in range(n_conditions)]
+        (tmp_path / "_conditions.tsv").write_text(
+            "conditionId\tk1\n" + "".join(f"c{c}\t{k1}\n" for c, k1 in enumerate(sources)))
+        (tmp_path / "_measurements.tsv").write_text(
+            "observableId\tsimulationConditionId\ttime\tmeasurement\n"
+            + "".join(f"obs_a\tc{c}\t{1 + c % 2}\t0.5\n" for c in range(n_conditions)))
+        pp = jpetab.load(path, gradient="reverse")
+        z = pp.nominal_internal
+        assert np.isfinite(float(pp.log_likelihood(z)))
+        simulated = pp.simulation_table(z)["simulation"].to_numpy()
+        k1 = np.array([0.6 if s == "k2" else float(s) for s in sources])  # A(t), A(0) = a0 = 1, B(0) = 0
+        t = 1.0 + np.arange(n_conditions) % 2
+        np.testing.assert_allclose(simulated, (0.6 + k1 * np.exp(-(k1 + 0.6) * t)) / (k1 + 0.6), rtol=1e-6)
+        return len(jax.make_jaxpr(pp.problem._log_likelihood_impl)(pp.problem.initial_internal()).eqns)
+
+    assert equations(12) == equations(2)
