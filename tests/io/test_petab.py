@@ -2,6 +2,7 @@
 simulations against each case's solution, within its tolerances."""
 
 
+import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -417,15 +418,16 @@ def test_each_preequilibration_condition_is_solved_once_and_starts_its_simulatio
 
 
 def test_reverse_and_forward_gradients_agree_with_central_differences(tmp_path):
-    """``load(gradient=)``: reverse mode through the solver and forward sensitivities (the
-    default) give the same gradient, component by component, and both match central
-    differences; with pre-equilibrations (case 0009's A <-> B). An unknown mode is refused."""
+    """``load(gradient=)``: reverse mode through the solver (the default with Rodas5P) and
+    forward sensitivities give the same gradient, component by component, and both match
+    central differences; with pre-equilibrations (case 0009's A <-> B).
+    Kvaerno5 defaults to forward mode; an unknown mode is refused."""
     path = _copy("0009", tmp_path)
     (tmp_path / "_conditions.tsv").write_text("conditionId\tk1\np0\t0.3\nc0\t0.8\nc1\t1.2\n")
     (tmp_path / "_measurements.tsv").write_text(
         "observableId\tpreequilibrationConditionId\tsimulationConditionId\ttime\tmeasurement\n"
         "obs_a\tp0\tc0\t1\t0.7\nobs_a\tp0\tc1\t2\t0.6\nobs_a\tp0\tc0\t10\t0.1\n")
-    reverse, forward = jpetab.load(path, gradient="reverse"), jpetab.load(path)
+    reverse, forward = jpetab.load(path), jpetab.load(path, gradient="forward")
     assert reverse.problem.plan["gradient"] == "reverse" and forward.problem.plan["gradient"] == "forward"
     z = reverse.nominal_internal * 1.1
     g_reverse = np.asarray(jax.grad(reverse.log_likelihood)(z))
@@ -436,6 +438,7 @@ def test_reverse_and_forward_gradients_agree_with_central_differences(tmp_path):
           / (2 * eps) for i in range(z.size)]
     np.testing.assert_allclose(g_reverse, fd, rtol=1e-5, atol=1e-7)
     assert np.count_nonzero(np.abs(g_reverse) > 1e-3) == z.size
+    assert jpetab.load(path, solver=dfx.Kvaerno5()).problem.plan["gradient"] == "forward"
     with pytest.raises(ValueError, match="gradient must be one of"):
         jpetab.load(path, gradient="adjoint")
 
@@ -456,7 +459,7 @@ def test_an_output_that_is_nan_where_nobody_reads_it_leaves_the_reverse_gradient
                                                "obs_r\tratio\t0.5\n")
     (tmp_path / "_measurements.tsv").write_text("observableId\tsimulationConditionId\ttime\tmeasurement\n"
                                                 "obs_a\tc0\t0\t0.7\nobs_r\tc0\t1\t0.9\nobs_a\tc0\t1\t0.5\n")
-    reverse, forward = jpetab.load(path, gradient="reverse"), jpetab.load(path)
+    reverse, forward = jpetab.load(path), jpetab.load(path, gradient="forward")
     z = reverse.nominal_internal
     g_reverse = np.asarray(jax.grad(reverse.log_likelihood)(z))
     assert np.isfinite(g_reverse).all()

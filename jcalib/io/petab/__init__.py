@@ -10,9 +10,9 @@ with ``petab.v1.lint_problem``, builds the SBML model with `jcalib.io.sbml.model
 - ``pp.log_likelihood``, ``pp.chi2``, ``pp.simulation_table``: PEtab's objective as functions
   of the estimated parameters in PEtab's parameter scales (lin, log or log10), as
   ``pp.nominal_internal``; ``pp.to_problem_internal`` maps these to ``pp.problem``'s
-  coordinates. The log-likelihood is plain JAX, so ``jax.grad(pp.log_likelihood)`` works (by
-  forward sensitivities, or in reverse mode through the solver with ``load(...,
-  gradient="reverse")``).
+  coordinates. The log-likelihood is plain JAX, so ``jax.grad(pp.log_likelihood)`` works (in
+  reverse mode through the solver with the default Rosenbrock solver, else by forward
+  sensitivities: ``load(..., gradient=)``).
 
 What becomes what (PEtab v1 semantics):
 

@@ -28,6 +28,7 @@ from jcalib.io.petab.tables import (
     _space,
     _used_outputs,
 )
+from jcalib.rosenbrock import Rodas5P
 
 __all__ = ["GRADIENT_MODES", "load"]
 
@@ -66,12 +67,19 @@ def _check_rows(plan: _Plan, measurements) -> None:
                              f"noiseParameters) is {sigma[bad[0]]}; it must be a positive finite number")
 
 
-GRADIENT_MODES = ("forward", "reverse")
+GRADIENT_MODES = ("auto", "reverse", "forward")
+
+
+def _gradient_mode(gradient: str, model) -> str:
+    """``"reverse"`` or ``"forward"`` (see `load`)."""
+    if gradient != "auto":
+        return gradient
+    return "reverse" if isinstance(model.solver, Rodas5P) and not model._state_events else "forward"
 
 
 def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = None, rtol: float = 1e-8,
          atol: float = 1e-10, max_steps: int = 100_000, validate: bool = True,
-         batch_size: int | None = None, gradient: str = "forward") -> PetabProblem:
+         batch_size: int | None = None, gradient: str = "auto") -> PetabProblem:
     """Read a PEtab (v1) problem.
 
     Args:
@@ -81,15 +89,14 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
         batch_size: solve this many simulations at once (vmapped; suits GPUs); default: one
             after the other in one compiled loop (on CPUs: stiff lanes of a vmap run in
             lockstep, Fujita_SciSignal2010's 6 conditions took 9.3 s vmapped, 0.2 s in turn).
-        gradient: how the log-likelihood is differentiated: ``"forward"`` (default: forward
-            sensitivities, one tangent per estimated parameter, as AMICI's forward mode) or
-            ``"reverse"`` (reverse mode through the solver along the steps it took,
-            `jcalib.solve`: the cost of a few simulations however many parameters; with the
-            Rosenbrock solver `jcalib.rosenbrock.Rodas5P` and no state-dependent events, whose
-            restarts have no reverse mode). Reverse mode is faster from a few dozen parameters
-            on (README, real-size table) but its first call can compile for minutes where
-            forward mode takes seconds (Fiedler_BMCSystBiol2016, 6 states: over 4 minutes
-            against 10 s), so it is opt-in. Residual Jacobians (least squares) are always
+        gradient: how the log-likelihood is differentiated: ``"reverse"`` (reverse mode through
+            the solver along the steps it took, `jcalib.solve`: the cost of a few simulations
+            however many parameters), ``"forward"`` (forward sensitivities, one tangent per
+            estimated parameter, as AMICI's forward mode) or ``"auto"`` (default): reverse with the
+            Rosenbrock solver `jcalib.rosenbrock.Rodas5P` (linear algebra only), forward with
+            other solvers (reverse mode through implicit stage solves can meet non-finite
+            operators on stiff models) and for models with state-dependent events (their
+            restarts have no reverse mode). Residual Jacobians (least squares) are always
             forward.
 
     Returns:
@@ -139,7 +146,7 @@ def load(yaml_path: str | os.PathLike, *, solver: dfx.AbstractSolver | None = No
         "groups": groups,
         "sigma_varies": _sigma_varies(groups, set(estimated.index)),
         "measurement_df": measurements,
-        "gradient": gradient,
+        "gradient": _gradient_mode(gradient, model),
     })
     _check_rows(plan, measurements)
     space = _space(estimated)
