@@ -69,9 +69,10 @@ def _time_switches(exprs, constant_in_time) -> tuple[dict, list]:
     replacements: dict[sp.Basic, sp.Basic] = {}
     thresholds: list[sp.Expr] = []
     for expr in exprs:
-        for piecewise in expr.atoms(sp.Piecewise):
+        for piecewise in sorted(expr.atoms(sp.Piecewise), key=sp.default_sort_key):  # one order in every process
             for _, condition in piecewise.args:
-                for relation in condition.atoms(Relational) if isinstance(condition, sp.Basic) else ():
+                relations = condition.atoms(Relational) if isinstance(condition, sp.Basic) else ()
+                for relation in sorted(relations, key=sp.default_sort_key):
                     difference = sp.expand(relation.lhs - relation.rhs)
                     slope = difference.coeff(_TIME)
                     rest = sp.expand(difference - slope * _TIME)

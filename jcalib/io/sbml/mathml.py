@@ -84,14 +84,16 @@ def _condition(sbml_id: str) -> sp.Symbol:
 
 
 def _ordered(definitions: Mapping[sp.Symbol, sp.Expr], needed, where: str) -> list[sp.Symbol]:
-    """The defined symbols that ``needed`` depends on, in evaluation order."""
-    graph, stack, seen = {}, list(needed), set()
+    """The defined symbols that ``needed`` depends on, in evaluation order; the same order in
+    every process (symbols sorted by name, not in the hash order of sets, so that the generated
+    code and JAX's persistent-cache keys do not change with ``PYTHONHASHSEED``)."""
+    graph, stack, seen = {}, sorted(needed, key=str), set()
     while stack:
         symbol = stack.pop()
         if symbol in seen or symbol not in definitions:
             continue
         seen.add(symbol)
-        deps = {s for s in definitions[symbol].free_symbols if s in definitions}
+        deps = sorted((s for s in definitions[symbol].free_symbols if s in definitions), key=str)
         graph[symbol] = deps
         stack.extend(deps)
     try:

@@ -354,6 +354,6 @@ def _check_symbols(symbols: _Symbols, rate_exprs, rate_rule_exprs, events: list[
                          ([e.trigger for e in events] + [v for e in events for _, v in e.assignments],
                           "model's events")):
         for expr in exprs:
-            for symbol in expr.free_symbols - known:
+            for symbol in sorted(expr.free_symbols - known, key=str):
                 raise ValueError(f"model_from_sbml: the {where} uses '{str(symbol)[2:]}', which is not a species, "
                                  "compartment, parameter or rule variable of the model")
