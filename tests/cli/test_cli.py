@@ -1,4 +1,5 @@
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -48,13 +49,16 @@ def test_simulate_writes_csv_and_plot(tmp_path):
 def test_installed_entry_point_simulates_in_a_subprocess(tmp_path):
     """The one real-subprocess CLI call of `make test`: the ``jcalib`` script that pip installed
     beside this interpreter starts, simulates and writes its CSV (the tests below call the same
-    app in-process)."""
+    app in-process), and keeps what it compiled in its persistent cache for the next run."""
     script = pathlib.Path(sys.executable).with_name("jcalib")
     csv = tmp_path / "out.csv"
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "JCALIB_COMPILATION_CACHE")}
     done = subprocess.run([str(script), "simulate", "four_substance_reactions", "--times", "0,10,100",
-                           "--csv", str(csv)], capture_output=True, text=True, timeout=300)
+                           "--csv", str(csv)], capture_output=True, text=True, timeout=300,
+                          env=env | {"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stdout + done.stderr
     assert Measurements.from_csv(csv).output_names == ("A", "B", "C", "D")
+    assert any((tmp_path / "cache" / "jcalib" / "jax").iterdir())
 
 
 @pytest.mark.parametrize("args, message", [
