@@ -51,8 +51,8 @@ def _settings(model: sbml.SBMLModel, plan: _Plan, conditions: list[dict], values
 
     theta = gather(model.parameters.names, jnp.asarray(plan["sbml_nominal"]), by_name=True)
     names = tuple(model.condition_names)
-    defaults = jnp.stack([jnp.asarray(model.experiment.conditions[n], dtype=jnp.float64) for n in names]
-                         or [jnp.zeros(())])[:len(names)]
+    defaults = (jnp.stack([jnp.asarray(model.experiment.conditions[n], dtype=jnp.float64) for n in names])
+                if names else jnp.zeros((0,)))
     condition_values = gather(names, defaults)
     reset = np.array([[name in condition for name in model.state_names] for condition in conditions])
     state_values = gather(model.state_names, 0.0)

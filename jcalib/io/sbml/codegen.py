@@ -76,19 +76,19 @@ def _shared_lines(printer, shared, values, order) -> list[str]:
     pending = dict(shared)
     lines = []
 
-    def emit(expr):
-        for symbol in sorted(expr.free_symbols & pending.keys(), key=str):
-            if symbol in pending:
-                value = pending.pop(symbol)
-                emit(value)
-                lines.append(f"    {symbol} = {printer.doprint(value)}")
-
-    for symbol, value in zip(order, values, strict=True):
+    def assign(symbol, value):
         emit(value)
         lines.append(f"    {symbol} = {printer.doprint(value)}")
+
+    def emit(expr):  # the pending subexpressions ``expr`` reads, each after those it reads
+        for symbol in sorted(expr.free_symbols & pending.keys(), key=str):
+            if symbol in pending:  # not emitted by an earlier one's recursion
+                assign(symbol, pending.pop(symbol))
+
+    for symbol, value in zip(order, values, strict=True):
+        assign(symbol, value)
     for symbol in list(pending):  # those only the returned expressions read
-        if symbol in pending:
-            emit(symbol)
+        emit(symbol)
     return lines
 
 
