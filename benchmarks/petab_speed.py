@@ -13,7 +13,10 @@ For each collection problem (default `PROBLEMS`: those of 10 states or more), in
 3. agreement: the log-likelihoods (relative difference) and the gradient per component
    (``|g_jcalib - g_amici| / max(|g_amici|, 1)`` against AMICI's forward gradient; the number
    above 1e-3 is reported), and the ratios jcalib / AMICI of simulation time and of gradient time
-   against the faster of AMICI's forward and adjoint gradients.
+   against the faster of AMICI's forward and adjoint gradients;
+4. a profile of the simulation: each tool's solver steps from ``t = 0`` over all conditions
+   (`count_steps`; CVODES's ``numsteps``), without pre-equilibrations, and the simulation's CPU
+   time per step.
 
 CPU time (``time.process_time``: every thread of the process) rather than wall time, since the
 machine is shared; AMICI runs single-threaded, jcalib with XLA's defaults. Writes JSON (default
@@ -78,7 +81,36 @@ def measure_jcalib(name: str, repeats: int) -> dict:
             times.append(time.process_time() - t)
         record[key]["cpu_ms"] = 1e3 * float(np.median(times))
         record["llh" if key == "simulation" else "values"] = out.tolist()
+    record["steps"] = count_steps(pp.problem, pp.to_problem_internal(z))
     return record
+
+
+def count_steps(problem, z) -> int:
+    """jcalib's solver steps of one simulation of every condition at ``z`` (jcalib's internal
+    coordinates), from ``t = 0`` to the last measurement, without the pre-equilibrations and
+    the steady states at ``t = inf`` (as AMICI's ``numsteps``)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jcalib.io.petab.simulation import _settings
+    from jcalib.model import start_state
+
+    model, plan = problem.model, problem.plan
+    values = problem._parameter_values(jnp.asarray(z))
+    t0 = jnp.asarray(0.0)
+    total = 0
+    for group in plan["pair_groups"]:
+        settings = _settings(model, plan, [pair["condition"] for pair in group["pairs"]], values)
+        pre = (_settings(model, plan, [pair["preequilibration"] for pair in group["pairs"]], values)
+               if group["preequilibrations"] else None)
+
+        def steps(main, before, ts, t1):
+            y0, _ = start_state(model, main, before, t0)
+            return main.model(model).integrate(y0, main.theta, t0, t1, ts).stats["num_steps"]
+
+        counted = jax.jit(jax.vmap(steps))(settings, pre, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]))
+        total += int(jnp.sum(counted))
+    return total
 
 
 def run_jcalib(name: str, repeats: int, timeout: float) -> dict:
@@ -132,6 +164,9 @@ def compare(ours: dict, amici: dict) -> dict:
                 "gradient_n_disagreeing": int(np.sum(~(deviation <= GRADIENT_TOLERANCE)))}
     if "values" in ours and fastest:
         out["gradient_ratio"] = ours["gradient"]["cpu_ms"] / min(fastest)
+    for side, record in (("jcalib", ours), ("amici", amici)):
+        if record.get("steps") and "cpu_ms" in record.get("simulation", {}):
+            out[f"{side}_us_per_step"] = 1e3 * record["simulation"]["cpu_ms"] / record["steps"]
     return out
 
 
@@ -141,8 +176,8 @@ def table(rows: dict) -> str:
         return f"{record[key]['cpu_ms']:,.1f}" if "cpu_ms" in record.get(key, {}) else "–"
 
     lines = ["| problem | states / estimated | simulation ms jcalib / AMICI (ratio) | gradient ms jcalib / AMICI "
-             "forward / adjoint (ratio to the faster) | compile s llh / gradient | llh rel. diff | gradient "
-             "components off |", "|---|---|---|---|---|---|---|"]
+             "forward / adjoint (ratio to the faster) | steps jcalib / CVODES (µs per step) | compile s llh / "
+             "gradient | llh rel. diff | gradient components off |", "|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         ours, amici, c = row["jcalib"], row["amici"], row["comparison"]
         size = f"{ours.get('n_states', '?')} / {ours.get('n_estimated', '?')}"
@@ -155,7 +190,9 @@ def table(rows: dict) -> str:
         off = (f"{c['gradient_n_disagreeing']} of {ours.get('n_estimated')} (max {c['gradient_max_deviation']:.2g})"
                if "gradient_n_disagreeing" in c else "–")
         diff = f"{c['llh_rel_diff']:.1e}" if "llh_rel_diff" in c else "–"
-        lines.append(f"| {name} | {size} | {sim} | {grad} | {compile_s} | {diff} | {off} |")
+        steps = " / ".join(f"{r['steps']:,} ({c[side + '_us_per_step']:,.0f})" if f"{side}_us_per_step" in c else "–"
+                           for side, r in (("jcalib", ours), ("amici", amici)))
+        lines.append(f"| {name} | {size} | {sim} | {grad} | {steps} | {compile_s} | {diff} | {off} |")
     return "\n".join(lines) + "\n"
 
 

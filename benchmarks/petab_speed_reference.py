@@ -7,7 +7,8 @@ Run by benchmarks/petab_speed.py with the python of the AMICI virtual environmen
 benchmarks/petab_tools_reference.py (`import_problem`): CPU seconds (``time.process_time``, one
 thread) of one simulation (``sensi_orders=(0,)``), one gradient with forward sensitivities and one
 with adjoint sensitivities (``(0, 1)``) at the nominal parameters, the median of ``repeats`` warm
-calls each; the log-likelihood without priors and both gradients. Writes ``--out`` after every
+calls each; the log-likelihood without priors and both gradients; CVODES's steps of the
+simulation (`_steps`). Writes ``--out`` after every
 problem; a problem that fails gets ``{"error": ...}``.
 
 Usage (normally through ``python -m benchmarks.petab_speed``):
@@ -35,6 +36,12 @@ def _cpu(fn, repeats: int) -> tuple[dict, object]:
     return {"first_call_cpu_s": timing["first_call_s"], "cpu_ms": timing["median_ms"]}, out
 
 
+def _steps(rdatas) -> int:
+    """CVODES's steps of the simulations from ``t = 0`` (``numsteps`` is cumulative per output
+    time), without the pre-equilibrations."""
+    return int(sum(np.asarray(r["numsteps"])[-1] for r in rdatas if np.size(r["numsteps"])))
+
+
 def run_problem(task: dict, job: dict) -> dict:
     """Simulation, forward and adjoint gradient of one problem."""
     import amici.sim.sundials as asd
@@ -45,7 +52,8 @@ def run_problem(task: dict, job: dict) -> dict:
     repeats = int(job["repeats"])
     simulation, out = _cpu(lambda: call(x, (0,)), repeats)
     statuses = [int(r["status"]) for r in out["rdatas"]]
-    result = info | {"llh": -float(out["fval"]), "simulation": simulation, "statuses": statuses}
+    result = info | {"llh": -float(out["fval"]), "simulation": simulation, "statuses": statuses,
+                     "steps": _steps(out["rdatas"])}
     for method in ("forward", "adjoint"):
         objective.amici_solver.set_sensitivity_method(getattr(asd.SensitivityMethod, method))
         try:

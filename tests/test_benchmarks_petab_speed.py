@@ -29,8 +29,37 @@ def test_a_side_without_results_leaves_its_cells_empty():
             "Q": {"jcalib": _ours([0.5, 2.0]), "amici": {"error": "boom"}, "comparison": compare(_ours([0.5, 2.0]),
                                                                                                  {"error": "boom"})}}
     text = table(rows)
-    assert "| P | ? / ? | – / 10.0 | – / 60.0 / 30.0 | did not finish within 60 s | – | – |" in text
-    assert "| Q | 3 / 2 | 20.0 / – | 90.0 / – / – | 3 / 7 | – | – |" in text
+    assert "| P | ? / ? | – / 10.0 | – / 60.0 / 30.0 | – / – | did not finish within 60 s | – | – |" in text
+    assert "| Q | 3 / 2 | 20.0 / – | 90.0 / – / – | – / – | 3 / 7 | – | – |" in text
+
+
+def test_the_profile_gives_each_side_its_cpu_time_per_step():
+    ours = _ours([0.5, 2.0]) | {"steps": 400}
+    c = compare(ours, AMICI | {"steps": 50})
+    assert c["jcalib_us_per_step"] == 50.0 and c["amici_us_per_step"] == 200.0  # 20 ms / 400, 10 ms / 50
+    assert "| 400 (50) / 50 (200) |" in table({"P": {"jcalib": ours, "amici": AMICI | {"steps": 50}, "comparison": c}})
+
+
+@pytest.mark.slow
+def test_steps_are_counted_along_the_simulation_the_likelihood_runs():
+    import jax.numpy as jnp
+
+    from benchmarks.petab_speed import count_steps
+    from jcalib.io import petab as jpetab
+    from tests.helpers import shared_petab
+
+    folder = shared_petab("test_suite_v1") / "0001"
+    if not folder.exists():
+        pytest.skip("the PEtab test suite is not in shared/")
+    problem = jpetab.load(folder / "_0001.yaml").problem
+    z = problem.initial_internal()
+    model, (group,) = problem.model, problem.plan["pair_groups"]
+    (pair,) = group["pairs"]
+    assert not pair["condition"] and group["preequilibrations"] == []  # the model's own parameters and state
+    theta = jnp.asarray(problem.plan["sbml_nominal"]).at[
+        jnp.asarray([model.parameters.names.index(n) for n in problem.free_names])].set(problem.space.to_physical(z))
+    direct = model.integrate(model.initial_state(theta), theta, 0.0, group["t1"][0], jnp.asarray(group["ts"][0]))
+    assert count_steps(problem, z) == int(direct.stats["num_steps"]) > 0
 
 
 def test_bad_arguments_are_refused_before_any_work(tmp_path):
