@@ -1,4 +1,5 @@
-"""Classical estimation: Gauss-Newton with essential directions, trust-region least squares,
+"""Classical estimation: Gauss-Newton with essential directions, trust-region least squares (scipy's
+TRF, Fides's interior trust-region reflective method),
 global search, bottom-up estimation and uncertainty at the optimum."""
 
 from jcalib.estimation.bottom_up import BottomUpResult, bottom_up, find_knee
@@ -13,6 +14,7 @@ from jcalib.estimation.least_squares import (
 )
 from jcalib.estimation.multistart import LLH_TOLERANCE, final_log_likelihoods, multistart, sample_starts
 from jcalib.estimation.result import EstimationResult, MultistartResult
+from jcalib.estimation.trust_region import TrustRegionOptions, trust_region_batch
 from jcalib.estimation.uncertainty import (
     ParameterCovariance,
     ProfileLikelihood,
@@ -22,9 +24,9 @@ from jcalib.estimation.uncertainty import (
 
 __all__ = [
     "BottomUpResult", "EstimationResult", "FailedStartError", "LLH_TOLERANCE", "MultistartResult",
-    "ParameterCovariance", "ProfileLikelihood", "STOP_RULES",
+    "ParameterCovariance", "ProfileLikelihood", "STOP_RULES", "TrustRegionOptions",
     "bottom_up", "find_knee",
     "differential_evolution", "final_log_likelihoods", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
     "multistart", "parameter_covariance", "profile_likelihood", "sample_starts", "scipy_minimize",
-    "trf_stop_options",
+    "trf_stop_options", "trust_region_batch",
 ]

@@ -10,8 +10,10 @@ Fides.
   and ``"uniform"`` fill the box instead (no initial guess; uniform is the field's usual choice
   for PEtab problems).
 - the local method: `jcalib.estimation.least_squares.levenberg_marquardt_batch` (all starts in one
-  vmapped solve) or `jcalib.estimation.least_squares.least_squares_trf` (one start after another),
-  stopped by scipy's tests or Fides's default rule (``stop=``).
+  vmapped solve), `jcalib.estimation.trust_region.trust_region_batch` (Fides's trust-region
+  reflective method, all starts in one vmapped solve) or
+  `jcalib.estimation.least_squares.least_squares_trf` (one start after another), stopped by scipy's
+  tests or Fides's default rule (``stop=``).
 - which starts converged: `final_log_likelihoods` against a reference (e.g. a published optimum),
   within `LLH_TOLERANCE`.
 
@@ -49,6 +51,7 @@ from jcalib.estimation.least_squares import (
     trf_stop_options,
 )
 from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
+from jcalib.estimation.trust_region import trust_region_batch
 from jcalib.problems import AbstractProblem
 from jcalib.starts import check_free, start_internal
 
@@ -56,7 +59,7 @@ __all__ = ["LLH_TOLERANCE", "LOCAL_METHODS", "START_DISTRIBUTIONS", "check_metho
            "multistart", "sample_starts"]
 
 START_DISTRIBUTIONS = ("aka2023", "lhs", "uniform")
-LOCAL_METHODS = ("lm", "trf")
+LOCAL_METHODS = ("lm", "fides", "trf")
 LLH_TOLERANCE = 0.1
 """A start has converged when its log-likelihood is within 0.1 of the reference (or above it)."""
 _AKA2023_STD = 0.5  # σ = 0.5 (θ₊ - θ₋), Aka et al. 2023, Table 2 (read as a standard deviation)
@@ -134,8 +137,9 @@ def multistart(
         problem: the calibration problem.
         n_starts: number of starts.
         method: ``"lm"`` (`levenberg_marquardt_batch`: all starts in one jitted, vmapped
-            solve) or ``"trf"`` (`least_squares_trf` with the autodiff Jacobian, one start
-            after another).
+            solve), ``"fides"`` (`jcalib.estimation.trust_region.trust_region_batch`: Fides's
+            method with its own stopping rule, all starts in one vmapped solve) or ``"trf"``
+            (`least_squares_trf` with the autodiff Jacobian, one start after another).
         start_distribution: ``"aka2023"``, ``"lhs"`` or ``"uniform"`` (see `sample_starts`).
         theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values; see
             `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
@@ -166,9 +170,9 @@ def multistart(
     check_method(method, stop)
     start = time.perf_counter()
     starts = sample_starts(key, problem, n_starts, start_distribution, theta0, coordinates=coordinates)
-    if method == "lm":
-        result = levenberg_marquardt_batch(problem, starts, start_distribution=start_distribution,
-                                           **local_options)
+    if method in ("lm", "fides"):
+        batch = levenberg_marquardt_batch if method == "lm" else trust_region_batch
+        result = batch(problem, starts, start_distribution=start_distribution, **local_options)
         return eqx.tree_at(lambda r: r.wall_time_s, result, time.perf_counter() - start)
     if stop != "scipy":
         scale = objective_scale if objective_scale is not None else \
@@ -203,7 +207,8 @@ def _unused_start(problem: AbstractProblem, theta0, reason: str, n_simulations: 
 
 def check_method(method: str, stop: str = "scipy") -> None:
     """Refuse a local method that is not one of `LOCAL_METHODS`, a stop rule that is not one of
-    `STOP_RULES`, and a stop rule other than scipy's for ``"lm"`` (`multistart` checks them
+    `STOP_RULES`, and a stop rule other than scipy's for ``"lm"`` and ``"fides"`` (which has its
+    own; `multistart` checks them
     first; a script can check them before a long import)."""
     if method not in LOCAL_METHODS:
         raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")

@@ -64,7 +64,7 @@ def test_final_log_likelihoods(problem):
 
 
 @pytest.mark.parametrize("method, stop, message", [
-    ("newton", "scipy", "method must be one of ('lm', 'trf'); got 'newton'"),
+    ("newton", "scipy", "method must be one of ('lm', 'fides', 'trf'); got 'newton'"),
     ("trf", "nope", "stop must be one of ('scipy', 'fides'); got 'nope'"),
     ("lm", "fides", "stop='fides' is a rule of the TRF method; got method='lm'"),
 ])

@@ -1,0 +1,568 @@
+"""Fides's interior trust-region reflective method in JAX, as a `jcalib.algorithm.Algorithm`.
+
+The algorithm of Fides (Fröhlich & Sorger 2022; pyPESTO's default optimiser for ODE models), after
+Coleman & Li (1994, 1996), step by step as fides 0.8 computes it, with fixed array shapes so that
+many starts run in one ``vmap``:
+
+- **Affine scaling** by the distance to the bound the gradient points at: ``v = x - bound``,
+  ``D = diag(sqrt|v|)``; the subproblem is posed on ``ss = D^-1 s`` with the matrix
+  ``D B D + diag(|g| dv)`` and the gradient ``D g``.
+- **The step** on a two-dimensional subspace (the Newton direction, or the eigenvector of the
+  most negative eigenvalue, and the gradient), with the trust-region subproblem solved exactly
+  there (eigen-decomposition and the secular equation; the hard case too). A step that would
+  cross a bound is cut back to ``theta`` times the distance to it, and then competes, by the
+  value of the quadratic model, with a scaled gradient step and the **reflections** of the step at
+  the bounds it hits (up to ``n`` of them, Fides's default ``"reflect"`` strategy).
+- **The radius**: ``gamma2 = 2`` times larger after a good step on the boundary (ratio of actual
+  to predicted decrease ``>= eta = 0.75``), ``gamma1 = 1/4`` times (or a quarter of the step)
+  after a poor one (``<= mu = 0.25``); a step is accepted when the ratio is positive.
+- **The matrix** ``B``: the Fisher information / Gauss-Newton matrix ``J^T J`` of the residuals
+  from the second iteration on (the first uses the identity, as Fides's hybrid scheme does), and
+  a BFGS matrix, updated in the background from the identity, once the radius has not changed for
+  ``switch_iteration = 20`` iterations (``fides.HybridFixed``: residuals too large for ``J^T J``).
+- **Stopping** (Fides's defaults): ``|f_new - f| < fatol + frtol |f|`` after a step whose ratio
+  exceeds ``mu``, ``|g| <= gatol``, ``|g| <= grtol |f|``, a step shorter than ``xtol``, the
+  radius below machine precision, or a value or derivative that is not finite.
+
+As Fides, the result is the best point evaluated (`TrustRegionState.x_min`), accepted or not.
+
+Example:
+    >>> import jax
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> from jcalib.algorithm import run
+    >>> def rosenbrock(x):  # residuals r, f = |r|^2 / 2: (f, gradient J^T r, J^T J)
+    ...     r = jnp.array([10 * (x[1] - x[0] ** 2), 1 - x[0]])
+    ...     j = jnp.array([[-20 * x[0], 10.0], [-1.0, 0.0]])
+    ...     return 0.5 * r @ r, j.T @ r, j.T @ j
+    >>> tr = trust_region_algorithm(rosenbrock, jnp.array([-2.0, -2.0]), jnp.array([2.0, 0.5]))
+    >>> out = run(None, tr, tr.init(jnp.array([-1.2, 0.3])), 200, stop=lambda s: s.done)
+    >>> [round(float(v), 4) for v in out.state.x_min], int(out.state.exitflag) > 0  # x1 <= 0.5 binds
+    ([0.7086, 0.5], True)
+
+References:
+    F. Fröhlich, P. K. Sorger, "Fides: Reliable trust-region optimization for parameter
+    estimation of ordinary differential equation models", PLoS Comput. Biol. 18 (2022) e1010322.
+    T. F. Coleman, Y. Li, "On the convergence of interior-reflective Newton methods for nonlinear
+    minimization subject to bounds", Math. Program. 67 (1994) 189-224; "An interior trust region
+    approach for nonlinear minimization subject to bounds", SIAM J. Optim. 6 (1996) 418-445.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from jcalib import distributed
+from jcalib.algorithm import Algorithm, run, vmap_chains
+from jcalib.estimation.failures import jacobian_failure, point_failure
+from jcalib.estimation.least_squares import _inside
+from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
+from jcalib.problems import AbstractProblem
+from jcalib.starts import start_internal
+
+__all__ = ["EXIT_FLAGS", "TrustRegionInfo", "TrustRegionOptions", "TrustRegionState", "trust_region_algorithm",
+           "trust_region_batch"]
+
+EXIT_FLAGS = {0: "running", -1: "maximum number of iterations reached", -3: "a value or derivative is not finite",
+              -4: "the start is outside the bounds",
+              -5: "trust-region radius below machine precision",
+              1: "converged: the objective changed by less than fatol + frtol |f|",
+              2: "converged: step shorter than xtol", 3: "converged: gradient norm below gatol (or grtol |f|)"}
+"""Fides's exit flags (``fides.constants.ExitFlag``) and what they mean; 0 while iterating."""
+
+_EPS = float(np.finfo(np.float64).eps)
+
+
+class TrustRegionOptions(NamedTuple):
+    """Fides's options (``fides.constants.DEFAULT_OPTIONS``, fides 0.8) and its hybrid scheme's switch."""
+
+    fatol: float = 1e-8
+    frtol: float = 1e-8
+    xtol: float = 0.0
+    gatol: float = 1e-6
+    grtol: float = 0.0
+    theta_max: float = 0.95
+    delta_init: float = 1.0
+    mu: float = 0.25
+    eta: float = 0.75
+    gamma1: float = 0.25
+    gamma2: float = 2.0
+    switch_iteration: int = 20
+
+
+class TrustRegionState(NamedTuple):
+    """One start's iterate (vmapped: a leading axis of starts on every field).
+
+    Attributes:
+        x: the current point, ``(n,)``; ``f``, ``g``: objective and gradient there.
+        hess: the matrix of the quadratic model, ``(n, n)``; ``bfgs``: the BFGS matrix kept
+            beside it until the switch.
+        delta: trust-region radius (in the scaled coordinates).
+        iteration: iterations taken; ``since_radius_update``: iterations since the radius last
+            changed (the hybrid scheme's switch counter); ``switched``: BFGS in use.
+        x_min, f_min: the best point evaluated and its value (the result).
+        exitflag: `EXIT_FLAGS` key (0 while running).
+        n_evaluations: objective evaluations (each with gradient and ``J^T J``).
+    """
+
+    x: Float[Array, " n"]
+    f: Float[Array, ""]
+    g: Float[Array, " n"]
+    hess: Float[Array, "n n"]
+    bfgs: Float[Array, "n n"]
+    delta: Float[Array, ""]
+    iteration: Int[Array, ""]
+    since_radius_update: Int[Array, ""]
+    switched: Bool[Array, ""]
+    x_min: Float[Array, " n"]
+    f_min: Float[Array, ""]
+    exitflag: Int[Array, ""]
+    n_evaluations: Int[Array, ""]
+
+    @property
+    def done(self) -> Bool[Array, "*starts"]:
+        """The start has stopped (converged or failed)."""
+        return self.exitflag != 0
+
+
+class TrustRegionInfo(NamedTuple):
+    """One iteration: the point tried, the objective at the current point, the ratio of actual to
+    predicted decrease, whether the step was accepted, the radius and whether the start was running."""
+
+    trial: Float[Array, " n"]
+    f: Float[Array, ""]
+    ratio: Float[Array, ""]
+    accepted: Bool[Array, ""]
+    delta: Float[Array, ""]
+    active: Bool[Array, ""]
+
+
+class _Step(NamedTuple):
+    """A proposed step (Fides's ``Step``): ``s`` (unscaled) and ``ss`` (scaled) after the
+    step-back, ``s0``/``ss0`` where it starts (nonzero for reflections), the uncut ``og_s``,
+    ``og_ss``, the fraction ``minbr`` to the first bound and which components reach it, the
+    step-back factor ``alpha`` and the model's value ``qpval``."""
+
+    s: Array
+    ss: Array
+    s0: Array
+    ss0: Array
+    og_s: Array
+    og_ss: Array
+    minbr: Array
+    hits: Array
+    alpha: Array
+    qpval: Array
+
+
+def _normalize(v):
+    norm = jnp.linalg.norm(v)
+    return jnp.where(norm > 0, v / jnp.where(norm > 0, norm, 1.0), v)
+
+
+def _quadratic(b, g, x):
+    return 0.5 * x @ b @ x + g @ x
+
+
+def _boundary_1d(b, g, s, s0, delta):
+    """Fides's ``get_1d_trust_region_boundary_solution``: of the two ``t`` with
+    ``|s0 + t s| = delta``, the one with the lower model value."""
+    a, bc, c = s @ s, 2 * s0 @ s, s0 @ s0 - delta ** 2
+    aux = bc + jnp.where(bc >= 0, 1.0, -1.0) * jnp.sqrt(jnp.maximum(bc ** 2 - 4 * a * c, 0.0))
+    safe_aux = jnp.where(aux == 0, 1.0, aux)
+    t1, t2 = -aux / (2 * jnp.where(a == 0, 1.0, a)), -2 * c / safe_aux
+    t2 = jnp.where(aux == 0, t1, t2)
+    return jnp.where(_quadratic(b, g, s0 + t1 * s) <= _quadratic(b, g, s0 + t2 * s), t1, t2)
+
+
+def _solve_1d(b, g, s, delta, s0):
+    """Fides's ``solve_1d_trust_region_subproblem``: the step length along ``s`` from ``s0``."""
+    a = 0.5 * s @ b @ s
+    bc = s @ (b @ s0 + g)
+    minq = -bc / (2 * jnp.where(a == 0, 1.0, a))
+    interior = (a > 0) & (jnp.linalg.norm(minq * s + s0) <= delta)
+    tau = jnp.where(interior, minq, _boundary_1d(b, g, s, s0, delta))
+    return jnp.where((delta == 0) | jnp.all(s == 0), 0.0, tau)
+
+
+def _solve_nd(b, g, delta, iterations: int = 100):
+    """Fides's ``solve_nd_trust_region_subproblem``: ``argmin s^T b s / 2 + g^T s`` with
+    ``|s| <= delta``, from the eigen-decomposition of ``b``: the Newton step inside the region,
+    else ``s(lam) = -(b + lam I)^-1 g`` on its boundary (the root of the secular equation,
+    by safeguarded Newton steps on ``1/|s| - 1/delta``), else the hard case."""
+    e, vecs = jnp.linalg.eigh(b)
+    w = -vecs.T @ g
+    mineig = e[0]
+
+    def s_of(lam, w=w):
+        el = e + lam
+        return vecs @ jnp.where(el != 0, w / jnp.where(el != 0, el, 1.0), 0.0)
+
+    interior = (mineig > 0) & (jnp.linalg.norm(s_of(0.0)) <= delta + jnp.sqrt(_EPS))
+    lo = jnp.where(mineig > 0, 0.0, -mineig)
+    el = e + lo  # Fides's secular equation at ``lo`` keeps the coefficient of a zero ``e + lo`` undivided
+    root_case = jnp.linalg.norm(jnp.where(el != 0, w / jnp.where(el != 0, el, 1.0), w)) > delta
+    hi = lo + jnp.linalg.norm(w) / delta + 1.0  # |s(hi)| <= delta
+
+    def newton(_, bracket):
+        lo_, hi_, lam = bracket
+        s = s_of(lam)
+        el = e + lam
+        ds = vecs @ jnp.where(el != 0, -w / jnp.where(el != 0, el, 1.0) ** 2, 0.0)
+        norm = jnp.linalg.norm(s)
+        phi = 1 / norm - 1 / delta
+        lo_, hi_ = jnp.where(phi < 0, lam, lo_), jnp.where(phi < 0, hi_, lam)
+        step = lam - phi / (-(s @ ds) / norm ** 3)
+        inside = jnp.isfinite(step) & (step > lo_) & (step < hi_)
+        return lo_, hi_, jnp.where(inside, step, 0.5 * (lo_ + hi_))
+
+    _, _, lam = jax.lax.fori_loop(0, iterations, newton, (lo, hi, 0.5 * (lo + hi)))
+    hard_w = jnp.where(e - mineig == 0, 0.0, w)
+    hard = s_of(-mineig, hard_w)
+    hard = hard + jnp.sqrt(jnp.maximum(delta ** 2 - hard @ hard, 0.0)) * vecs[:, 0]
+    s = jnp.where(interior, s_of(0.0), jnp.where(root_case, s_of(lam), hard))
+    return jnp.where(delta == 0, 0.0, s)
+
+
+class _Frame(NamedTuple):
+    """What every step of one iteration shares: the point, bounds, the scaling ``D`` (as its
+    diagonal), the scaled model (``shess``, ``sg``), the radius and the step-back factor."""
+
+    x: Array
+    lower: Array
+    upper: Array
+    scaling: Array
+    shess: Array
+    sg: Array
+    delta: Array
+    theta: Array
+
+
+def _step_back(frame: _Frame, ss, s0, ss0) -> _Step:
+    """Fides's ``Step.step_back`` and ``qpval``: the scaled step ``ss`` from ``s0``, cut to
+    ``theta`` times the fraction that reaches the first bound."""
+    s = frame.scaling * ss
+    x = frame.x + s0
+    moving = jnp.abs(s) > 0
+    safe = jnp.where(moving, s, 1.0)
+    br = jnp.where(moving, jnp.maximum((frame.upper - x) / safe, (frame.lower - x) / safe), jnp.inf)
+    minbr = jnp.min(br)
+    alpha = jnp.minimum(1.0, frame.theta * minbr)
+    qpval = _quadratic(frame.shess, frame.sg, alpha * ss + ss0)
+    return _Step(alpha * s, alpha * ss, s0, ss0, s, ss, minbr, br == minbr, alpha, qpval)
+
+
+def _along(frame: _Frame, direction, s0=None, ss0=None) -> _Step:
+    """The 1-D subproblem along ``direction`` (scaled, unit or zero) from ``ss0``, stepped back."""
+    s0 = jnp.zeros_like(frame.x) if s0 is None else s0
+    ss0 = jnp.zeros_like(frame.x) if ss0 is None else ss0
+    tau = _solve_1d(frame.shess, frame.sg, direction, frame.delta, ss0)
+    return _step_back(frame, tau * direction, s0, ss0)
+
+
+def _subspace_step(frame: _Frame) -> _Step:
+    """Fides's ``TRStep2D``: the Newton step if the matrix is positive definite and the step
+    lies inside the region; else the subproblem on the span of the Newton direction (the
+    eigenvector of the smallest eigenvalue if not positive definite) and the gradient (its signs,
+    scaled, if not)."""
+    b, sg = frame.shess, frame.sg
+    e, vecs = jnp.linalg.eigh(b)
+    posdef = e[0] > -_EPS * jnp.max(jnp.abs(e))
+    newton = -jnp.linalg.lstsq(b, sg)[0]
+    newton_inside = posdef & (jnp.linalg.norm(newton) < frame.delta)
+    first = _normalize(jnp.where(posdef, newton, vecs[:, 0]))
+    second = jnp.where(posdef, sg, frame.scaling * (jnp.sign(sg) + (sg == 0).astype(sg.dtype)))
+    second = second - first * (first @ second)
+    two = ~newton_inside & (jnp.linalg.norm(second) > _EPS)
+    if sg.shape[0] == 1:  # Fides: the Newton step along the one axis
+        first, two = _normalize(-sg / jnp.where(b[0, 0] == 0, 1.0, b[0, 0])), jnp.asarray(False)
+    subspace = jnp.stack([first, jnp.where(two, _normalize(second), 0.0)], axis=1)
+    sc = _solve_nd(subspace.T @ b @ subspace, subspace.T @ sg, frame.delta)
+    one = _along(frame, first)
+    two_d = _step_back(frame, subspace @ sc, jnp.zeros_like(sg), jnp.zeros_like(sg))
+    return jax.tree_util.tree_map(lambda a, c: jnp.where(two, a, c), two_d, one)
+
+
+def _reflected(frame: _Frame, step: _Step) -> _Step:
+    """Fides's ``TRStepReflected``: from where ``step`` first meets a bound, on along its
+    direction with the components that hit the bound reversed."""
+    alpha = jnp.minimum(step.minbr, 1.0)
+    s0, ss0 = alpha * step.og_s + step.s0, alpha * step.og_ss + step.ss0
+    return _along(frame, _normalize(jnp.where(step.hits, -step.og_ss, step.og_ss)), s0, ss0)
+
+
+def _best_step(frame: _Frame) -> _Step:
+    """Fides's ``trust_region`` with the ``"reflect"` strategy: the subspace step; if it was cut
+    back, also the gradient step and up to ``n`` successive reflections; the one with the lowest
+    model value."""
+    tr = _subspace_step(frame)
+    n = frame.x.shape[0]
+    if n == 1:
+        return tr
+    cut = tr.alpha < 1.0
+
+    def keep_lower(a: _Step, b: _Step, use_b) -> _Step:
+        better = use_b & (b.qpval < a.qpval)
+        return jax.tree_util.tree_map(lambda u, v: jnp.where(better, v, u), a, b)
+
+    best = keep_lower(tr, _along(frame, _normalize(frame.sg)), cut)
+
+    def reflect(_, carry):
+        best, current, going = carry
+        new = _reflected(frame, current)
+        best = keep_lower(best, new, going)
+        return best, jax.tree_util.tree_map(lambda u, v: jnp.where(going, v, u), current, new), going & (new.alpha < 1)
+
+    best, _, _ = jax.lax.fori_loop(0, n, reflect, (best, tr, cut))
+    return best
+
+
+def _frame(x, g, hess, delta, lower, upper, theta_max) -> tuple[_Frame, Array]:
+    """Coleman and Li's affine scaling at ``x`` (Fides's ``get_affine_scaling``) and the scaled
+    model; also ``dv``, the derivative of the scaling vector."""
+    bound = jnp.where(g < 0, upper, lower)
+    bounded = jnp.isfinite(bound)
+    v = jnp.where(bounded, x - bound, jnp.sign(g) + (g == 0).astype(g.dtype))
+    dv = bounded.astype(x.dtype)
+    scaling = jnp.sqrt(jnp.abs(v))
+    theta = jnp.maximum(theta_max, 1 - jnp.max(jnp.abs(v * g)))
+    shess = scaling[:, None] * hess * scaling[None, :] + jnp.diag(jnp.abs(g) * dv)
+    return _Frame(x, lower, upper, scaling, shess, scaling * g, delta, theta), dv
+
+
+def _bfgs(mat, s, y):
+    """Fides's BFGS update (``broyden_class_update``, phi = 0), skipped where ``y^T s <= 0``."""
+    u = mat @ s
+    c, b = u @ s, y @ s
+    update = jnp.outer(y, y) / jnp.where(b > 0, b, 1.0) - jnp.outer(u, u) / jnp.where(c != 0, c, 1.0)
+    return jnp.where(b > 0, mat + update, mat)
+
+
+def _off_bounds(x, lower, upper):
+    """Fides's ``make_non_degenerate``: 100 machine epsilons off a bound it sits on."""
+    eps = 1e2 * _EPS
+    x = jnp.where(upper - x < eps, x - eps, x)
+    return jnp.where(x - lower < eps, x + eps, x)
+
+
+def trust_region_algorithm(
+    objective: Callable[[Float[Array, " n"]], tuple[Float[Array, ""], Float[Array, " n"], Float[Array, "n n"]]],
+    lower: Float[ArrayLike, " n"],
+    upper: Float[ArrayLike, " n"],
+    options: TrustRegionOptions | None = None,
+) -> Algorithm:
+    """Fides's trust-region reflective iteration (module docstring) as a deterministic
+    `jcalib.algorithm.Algorithm`: ``init(x0)``, ``step(state)``; a stopped start is left as it
+    is, so a vmapped batch (`jcalib.algorithm.vmap_chains`) stops start by start.
+
+    Args:
+        objective: ``x -> (f, gradient, J^T J)`` in one call (for least squares ``f =
+            |r|^2 / 2 + const``, the gradient ``J^T r`` and ``J^T J`` from one Jacobian).
+        lower, upper: the box, ``(n,)``, finite or infinite.
+        options: `TrustRegionOptions` (None: Fides's defaults).
+
+    Returns:
+        ``Algorithm(init, step)`` with `TrustRegionState` and `TrustRegionInfo`; run it with
+        ``stop=lambda s: s.done`` (``jnp.all(s.done)`` for a batch) and a number of steps that
+        is the iteration budget (Fides's ``maxiter``, 1,000 by default).
+    """
+    lower, upper = jnp.asarray(lower, dtype=jnp.float64), jnp.asarray(upper, dtype=jnp.float64)
+    o = TrustRegionOptions() if options is None else options
+
+    def evaluate(x):
+        f, g, fim = objective(x)
+        return jnp.asarray(f, dtype=jnp.float64), jnp.asarray(g, dtype=jnp.float64), jnp.asarray(fim, jnp.float64)
+
+    def init(x0) -> TrustRegionState:
+        x = _off_bounds(jnp.asarray(x0, dtype=jnp.float64), lower, upper)
+        f, g, _ = evaluate(x)
+        eye = jnp.eye(x.shape[0], dtype=x.dtype)
+        finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
+        inside = jnp.all((x >= lower) & (x <= upper))
+        return TrustRegionState(x, f, g, eye, eye, jnp.asarray(o.delta_init, dtype=x.dtype), jnp.array(0),
+                                jnp.array(0), jnp.asarray(False), x, jnp.where(finite & inside, f, jnp.inf),
+                                jnp.where(inside, jnp.where(finite, 0, -3), -4), jnp.array(1))
+
+    def step(state: TrustRegionState) -> tuple[TrustRegionState, TrustRegionInfo]:
+        frame, dv = _frame(state.x, state.g, state.hess, state.delta, lower, upper, o.theta_max)
+        proposal = _best_step(frame)
+        x_new = state.x + proposal.s + proposal.s0
+        f_new, g_new, fim_new = evaluate(x_new)
+        new, ratio, accepted = _advance(state, proposal, dv, x_new, (f_new, g_new, fim_new), lower, upper, o)
+        active = ~state.done
+        new = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, state)
+        return new, TrustRegionInfo(x_new, new.f, ratio, active & accepted, new.delta, active)
+
+    return Algorithm(init, step)
+
+
+def _ratio(state: TrustRegionState, proposal: _Step, dv, f_new, g_new):
+    """Actual over predicted decrease (Fides's ``update_tr_radius``), 0 where nothing was predicted
+    or the new value is not finite."""
+    stepsx = proposal.ss + proposal.ss0
+    actual = state.f - f_new - 0.5 * stepsx @ (dv * jnp.abs(g_new) * stepsx)
+    predicted = -proposal.qpval
+    ratio = jnp.where(predicted > 0, actual / jnp.where(predicted > 0, predicted, 1.0), 0.0)
+    return jnp.where(jnp.isfinite(f_new), ratio, 0.0)
+
+
+def _advance(state: TrustRegionState, proposal: _Step, dv, x_new, evaluation, lower, upper,
+             o: TrustRegionOptions) -> tuple[TrustRegionState, Array, Array]:
+    """Fides's ``update_tr_radius``, ``check_convergence``, ``track_minimum`` and ``update``:
+    the next state, the ratio of actual to predicted decrease and whether the step is accepted."""
+    f_new, g_new, fim_new = evaluation
+    nsx = jnp.linalg.norm(proposal.ss + proposal.ss0)
+    finite = jnp.isfinite(f_new)
+    ratio = _ratio(state, proposal, dv, f_new, g_new)
+    grow = finite & (ratio >= o.eta) & ~(nsx < 0.9 * state.delta)
+    shrink = ~finite | (ratio <= o.mu)
+    delta = jnp.where(grow, o.gamma2 * state.delta,
+                      jnp.where(shrink, jnp.minimum(state.delta * o.gamma1, nsx / 4), state.delta))
+    since = jnp.where(grow | shrink, 0, state.since_radius_update + 1)
+    accepted = finite & (ratio > 0)
+    iteration = state.iteration + 1
+    gnorm = jnp.linalg.norm(g_new)
+    flag = jnp.where((ratio > o.mu) & (jnp.abs(f_new - state.f) < o.fatol + o.frtol * jnp.abs(state.f)), 1,
+                     jnp.where((iteration > 1) & (nsx < o.xtol), 2,
+                               jnp.where((gnorm <= o.gatol) | (gnorm <= o.grtol * jnp.abs(state.f)), 3, 0)))
+    derivatives_finite = jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(fim_new))
+    flag = jnp.where(finite & ~derivatives_finite, -3, flag)
+    better = finite & (f_new < state.f_min)
+    x_min, f_min = jnp.where(better, x_new, state.x_min), jnp.where(better, f_new, state.f_min)
+    s, y = proposal.s + proposal.s0, g_new - state.g
+    bfgs = jnp.where(accepted, _bfgs(state.bfgs, s, y), state.bfgs)
+    hess = jnp.where(accepted, jnp.where(state.switched, bfgs, fim_new), state.hess)
+    switched = state.switched | (accepted & (since >= o.switch_iteration))
+    x = jnp.where(accepted, _off_bounds(x_new, lower, upper), state.x)
+    flag = jnp.where((flag == 0) & (delta < _EPS), -5, flag)
+    new = TrustRegionState(x, jnp.where(accepted, f_new, state.f), jnp.where(accepted, g_new, state.g), hess, bfgs,
+                           delta, iteration, since, switched, x_min, f_min, flag, state.n_evaluations + 1)
+    return new, ratio, accepted
+
+
+# --- on a calibration problem -------------------------------------------------------------------
+def _least_squares(problem: AbstractProblem, offset):
+    """``z -> (|r|^2 / 2 + offset, J^T r, J^T J)`` from one forward-mode linearisation of the
+    residuals (the simulation carrying its sensitivities)."""
+    def objective(z):
+        r, tangent = jax.linearize(problem.residuals, z)
+        jac = jax.vmap(tangent, out_axes=1)(jnp.eye(z.shape[0], dtype=z.dtype))
+        return 0.5 * r @ r + offset, jac.T @ r, jac.T @ jac
+    return objective
+
+
+@eqx.filter_jit
+def _tr_init(problem, lower, upper, offset, options, z0s):
+    return vmap_chains(trust_region_algorithm(_least_squares(problem, offset), lower, upper, options)).init(z0s)
+
+
+@eqx.filter_jit
+def _tr_step(problem, lower, upper, offset, options, states):
+    """One vmapped iteration, compiled once per problem structure and batch size (cached)."""
+    return vmap_chains(trust_region_algorithm(_least_squares(problem, offset), lower, upper, options)).step(states)
+
+
+def trust_region_batch(
+    problem: AbstractProblem,
+    theta0: Float[ArrayLike, "n_starts n_free"],
+    *,
+    coordinates: str = "physical",
+    max_steps: int = 1000,
+    options: TrustRegionOptions | None = None,
+    start_distribution: str = "given",
+) -> MultistartResult:
+    """Fides's trust-region reflective method (`trust_region_algorithm`) from many starts at once.
+
+    The objective is ``f = |r|^2 / 2 + c`` of the problem's residuals, its gradient ``J^T r``
+    and matrix ``J^T J`` from one forward-mode Jacobian per iteration; ``c`` makes ``f`` the
+    negative log-likelihood at the first start (Gaussian noise: everywhere; 0 without a noise
+    level), so that Fides's relative stopping tolerance refers to the value pyPESTO gives Fides. Bounds are the
+    problem's box in internal coordinates, reached exactly (reflections). All starts run in one
+    vmapped, jitted iteration (compiled once per problem structure and number of starts); a
+    stopped start is frozen. After `jcalib.distributed.initialize` with several processes, each
+    process runs its block of the starts and every process gets all results.
+
+    Args:
+        problem: the calibration problem.
+        theta0: starts, ``(n_starts, n_free)``, within the bounds, in ``coordinates``
+            (``"physical"`` or ``"internal"``).
+        max_steps: Fides's ``maxiter``, the iteration budget per start.
+        options: Fides's options (`TrustRegionOptions`; None: its defaults).
+        start_distribution: label stored in the result (`jcalib.estimation.multistart`).
+
+    Returns:
+        `MultistartResult` with ``method="fides"``: per start the best point evaluated (as
+        Fides), its loss (mean squared residual), ``n_steps`` iterations, one simulation and
+        one Jacobian per iteration plus the start's, ``converged`` for Fides's positive exit
+        flags, the reason in words and ``extra["exitflag"]``. A start where the objective
+        or its derivatives are not finite gets ``loss = inf`` and the reason. A Ctrl-C keeps
+        every start's best point so far, not converged, ``extra["status"] == "interrupted"``.
+
+    Raises:
+        ValueError: a free parameter without finite bounds; ``theta0`` not ``(n_starts,
+            n_free)``, not finite or outside the bounds; ``max_steps`` not a positive integer.
+    """
+    start = time.perf_counter()
+    problem.space.check_box("trust_region_batch")
+    theta0 = np.asarray(theta0, dtype=np.float64)
+    if theta0.ndim != 2 or theta0.shape[0] == 0:
+        raise ValueError(f"trust_region_batch: theta0 must be (n_starts, n_free={problem.n_free}) with at least one "
+                         f"start; got shape {theta0.shape}")
+    problem.space.check_shape(theta0, "trust_region_batch: theta0", batched=True)
+    if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+        raise ValueError(f"trust_region_batch: max_steps must be a positive integer; got {max_steps!r}")
+    z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
+    offset = _offset(problem, z0s[0])
+    settings = (problem.forward_mode(), jnp.asarray(problem.space.lower_internal),
+                jnp.asarray(problem.space.upper_internal), offset, options)
+    algorithm = Algorithm(lambda z: _tr_init(*settings, z), lambda states: _tr_step(*settings, states))
+    local = distributed.process_rows(z0s)
+    out = run(None, algorithm, algorithm.init(jnp.asarray(local)), int(max_steps), chunk_size=1, compiled=False,
+              stop=lambda s: jnp.all(s.done), trace_fn=lambda s, info: None)
+    fields = (out.state.x_min, out.state.f_min, out.state.exitflag, out.state.iteration, out.state.n_evaluations)
+    x_min, f_min, flags, steps, evaluations = distributed.gather_rows([np.asarray(a) for a in fields], len(z0s))
+    wall = time.perf_counter() - start
+    results = [_start_result(problem, z0s[i], x_min[i], f_min[i] - offset, int(flags[i]), int(steps[i]),
+                             int(evaluations[i]), out.status == "interrupted", wall / len(z0s), max_steps, i)
+               for i in range(len(z0s))]
+    status = "interrupted" if out.status == "interrupted" else "completed"
+    return multistart_result("fides", start_distribution, problem, theta0, results, wall, status=status,
+                              extra={"max_steps_taken": int(steps.max()), "objective_offset": offset})
+
+
+def _offset(problem: AbstractProblem, z0) -> float:
+    """``c`` with ``|r|^2 / 2 + c = -log-likelihood`` at ``z0`` (0 where either is not finite or
+    the problem has no log-likelihood: no noise level)."""
+    if not problem.sigma_available:
+        return 0.0
+    r = np.asarray(problem.residuals(jnp.asarray(z0)))
+    c = -float(problem.log_likelihood(jnp.asarray(z0))) - 0.5 * float(r @ r)
+    return c if math.isfinite(c) else 0.0
+
+
+def _start_result(problem, z0, z, half_sum, flag, steps, evaluations, interrupted, wall, max_steps, i):
+    """One start's `EstimationResult` (``half_sum``: ``|r|^2 / 2`` at ``z``)."""
+    loss = 2 * float(half_sum) / problem.n_observed if math.isfinite(half_sum) else math.inf
+    if not math.isfinite(loss):
+        r0 = np.asarray(problem.residuals(jnp.asarray(z0)))
+        why = point_failure(problem, z0, r0, "trust_region_batch", f"theta0[{i}]") or jacobian_failure(
+            problem, z0, np.asarray(problem.jacobian(jnp.asarray(z0))), "trust_region_batch", f"theta0[{i}]")
+        reason, z = "failed: " + (why or "the objective or its derivatives are not finite there"), z0
+    elif interrupted and flag == 0:
+        reason = f"{INTERRUPTED} (KeyboardInterrupt) after {steps} iterations: not converged; the best point so far"
+    else:
+        reason = EXIT_FLAGS[flag] if flag else f"stopped: max_steps={max_steps} iterations reached"
+    z, theta = _inside(problem, z)
+    return EstimationResult(
+        method="fides", names=problem.free_names, theta=theta, theta_internal=z, loss=loss,
+        singular_values=np.zeros(0), condition_number=math.nan, n_essential_directions=problem.n_free,
+        n_steps=steps, n_simulations=evaluations, n_jacobians=evaluations, wall_time_s=wall,
+        converged=flag > 0 and math.isfinite(loss), reason=reason, history={}, extra={"exitflag": flag})
