@@ -40,7 +40,7 @@ from experiments import common
 from experiments.petab_collection import collection_root, problem_files
 from jcalib import plotting
 from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, final_log_likelihoods, multistart
-from jcalib.estimation.multistart import check_method
+from jcalib.estimation.multistart import LOCAL_METHODS, check_method
 from jcalib.io import petab as jpetab
 
 jax.config.update("jax_enable_x64", True)
@@ -102,8 +102,8 @@ def table(rows: list[dict]) -> str:
                      f"{r['wall_time_s']:.1f} | {per} |")
     lines.append("")
     lines.append(f"Converged: log-likelihood within {LLH_TOLERANCE} of the nominal (published) parameters' or "
-                 "better. Wall time: the whole multistart (trf: one start after another; lm: one vmapped batch), "
-                 "compilation included.")
+                 "better. Wall time: the whole multistart (trf: one start after another; lm, fides: one vmapped "
+                 "batch), compilation included.")
     return "\n".join(lines) + "\n"
 
 
@@ -125,7 +125,8 @@ def comparison_rows(rows: list[dict]) -> list[dict]:
                            "published estimate is not the likelihood's maximum (e.g. objective priors: it maximises "
                            "the posterior)" if above else "" if reached else "no start came within "
                            f"{LLH_TOLERANCE} (best {r['llh_best'] - r['llh_nominal']:+.3f}); e.g. an optimum on a "
-                           "bound, which the LM's sine box transform reaches only asymptotically (try --method trf)"})
+                           "bound, which the LM's sine box transform reaches only asymptotically (try --method "
+                           "fides)"})
     return out
 
 
@@ -133,10 +134,12 @@ def main(argv=None):
     parser = common.parser(__doc__, "petab_multistart", quick_help="Bertozzi_PNAS2020 only, 8 starts")
     parser.add_argument("--n-starts", type=int, default=24, help="starts per problem (uniform over the bounds)")
     parser.add_argument("--max-steps", type=int, default=None,
-                        help="iterations per start (default: the method's own, LM 200, TRF scipy's 100 n)")
-    parser.add_argument("--method", choices=("lm", "trf"), default="trf",
-                        help="lm: vmapped Levenberg-Marquardt (all starts at once); trf: scipy's trust-region "
-                             "reflective, one start after another (bounds handled as active constraints)")
+                        help="iterations per start (default: the method's own, LM 200, Fides 1000, TRF scipy's "
+                             "100 n)")
+    parser.add_argument("--method", choices=LOCAL_METHODS, default="trf",
+                        help="lm: vmapped Levenberg-Marquardt (all starts at once); fides: Fides's trust-region "
+                             "reflective method (all starts at once, its own stopping rule); trf: scipy's "
+                             "trust-region reflective, one start after another (bounds handled as active constraints)")
     parser.add_argument("--stop", choices=STOP_RULES, default="scipy",
                         help="when a TRF start stops: scipy's tests (default) or Fides's (pyPESTO's default "
                              "optimiser: an accepted step changed -llh by less than 1e-8 (1 + |llh|))")
