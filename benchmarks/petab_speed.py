@@ -9,7 +9,8 @@ For each collection problem (default `PROBLEMS`: those of 10 states or more), in
 2. **jcalib**, each problem in its own process (``--timeout`` seconds, a problem that does not
    finish is reported as such): `experiments.petab_collection.load_problem` (the collection's
    solver settings), the first calls of ``jax.jit(pp.log_likelihood)`` and of its ``jax.grad``
-   (compilation, wall seconds), then the median CPU time of ``--repeats`` warm calls of each;
+   (wall seconds: tracing and lowering, XLA's compilation and the first run, each recorded), then
+   the median CPU time of ``--repeats`` warm calls of each;
 3. agreement: the log-likelihoods (relative difference) and the gradient per component
    (``|g_jcalib - g_amici| / max(|g_amici|, 1)`` against AMICI's forward gradient; the number
    above 1e-3 is reported), and the ratios jcalib / AMICI of simulation time and of gradient time
@@ -19,8 +20,9 @@ For each collection problem (default `PROBLEMS`: those of 10 states or more), in
    time per step.
 
 CPU time (``time.process_time``: every thread of the process) rather than wall time, since the
-machine is shared; AMICI runs single-threaded, jcalib with XLA's defaults. Writes JSON (default
-results/benchmarks/petab_speed.json) with a Markdown table under ``"table"``.
+machine is shared (wall time is recorded beside it); each side's worker process is pinned to one
+core (`_one_core`): AMICI runs single-threaded, and jcalib, with XLA's defaults, on that one core.
+Writes JSON (default results/benchmarks/petab_speed.json) with a Markdown table under ``"table"``.
 
 Usage:
     python -m benchmarks.petab_speed [--quick] [--no-reference] [--problems A B ...] [--repeats R]
@@ -70,16 +72,22 @@ def measure_jcalib(name: str, repeats: int) -> dict:
               "parameter_ids": list(pp.parameter_ids),
               "n_estimated": len(pp.parameter_ids), "solver": type(model.solver).__name__}
     z = pp.nominal_internal
-    for key, fn in (("simulation", jax.jit(pp.log_likelihood)), ("gradient", jax.jit(jax.grad(pp.log_likelihood)))):
+    for key, jitted in (("simulation", jax.jit(pp.log_likelihood)), ("gradient", jax.jit(jax.grad(pp.log_likelihood)))):
         t = time.perf_counter()
+        lowered = jitted.lower(z)  # tracing and lowering to XLA
+        traced = time.perf_counter()
+        fn = lowered.compile()  # XLA's compilation
+        compiled = time.perf_counter()
         out = np.asarray(jax.block_until_ready(fn(z)))
-        record[key] = {"first_call_s": time.perf_counter() - t}
-        times = []
+        record[key] = {"first_call_s": time.perf_counter() - t, "trace_s": traced - t,
+                       "xla_compile_s": compiled - traced}
+        times, walls = [], []
         for _ in range(repeats):
-            t = time.process_time()
+            t, w = time.process_time(), time.perf_counter()
             jax.block_until_ready(fn(z))
             times.append(time.process_time() - t)
-        record[key]["cpu_ms"] = 1e3 * float(np.median(times))
+            walls.append(time.perf_counter() - w)
+        record[key] |= {"cpu_ms": 1e3 * float(np.median(times)), "wall_ms": 1e3 * float(np.median(walls))}
         record["llh" if key == "simulation" else "values"] = out.tolist()
     record["steps"] = count_steps(pp.problem, pp.to_problem_internal(z))
     return record
@@ -113,6 +121,13 @@ def count_steps(problem, z) -> int:
     return total
 
 
+def _one_core() -> None:
+    """Pin a worker process to one core (the first this process may use): AMICI runs single-threaded,
+    and XLA's idle worker threads, left free on another core, add CPU time that is no work (on the
+    2-core machine, Laske's simulation: 266 ms CPU for 156 ms wall unpinned, 130 ms both pinned)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
 def run_jcalib(name: str, repeats: int, timeout: float) -> dict:
     """`measure_jcalib` in a fresh process, at most ``timeout`` seconds."""
     code = (f"import json, sys; from benchmarks.petab_speed import measure_jcalib; "
@@ -120,7 +135,7 @@ def run_jcalib(name: str, repeats: int, timeout: float) -> dict:
     t = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                              cwd=ROOT)
+                              cwd=ROOT, preexec_fn=_one_core)
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish within {timeout:g} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
@@ -137,7 +152,7 @@ def run_reference(venv: pathlib.Path, names: list[str], repeats: int, workdir: p
     job, out = workdir / "job.json", workdir / "reference.json"
     job.write_text(json.dumps({"problems": tasks, "repeats": repeats, "model_dir": str(venv / "models")}))
     done = subprocess.run([str(python), str(WORKER), "--job", str(job), "--out", str(out)], capture_output=True,
-                          text=True, env=_reference_env(venv), cwd=ROOT)
+                          text=True, env=_reference_env(venv), cwd=ROOT, preexec_fn=_one_core)
     report = json.loads(out.read_text()) if out.exists() else {"problems": {}}
     report["environment"] = install
     if done.returncode != 0:

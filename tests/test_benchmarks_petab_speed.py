@@ -71,3 +71,14 @@ def test_components_that_are_not_finite_count_as_disagreeing():
     amici = {**AMICI, "forward": {"cpu_ms": 60.0, "gradient": [None, 0.5]}}
     c = compare(_ours([None, 2.0]), amici)
     assert c["gradient_n_disagreeing"] == 2
+
+
+def test_workers_run_on_one_core():
+    import subprocess
+    import sys
+
+    from benchmarks.petab_speed import _one_core
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)))"],
+                          capture_output=True, text=True, preexec_fn=_one_core, check=True)
+    assert done.stdout.strip() == "1"
