@@ -39,7 +39,7 @@ import numpy as np
 from experiments import common
 from experiments.petab_collection import collection_root, problem_files
 from jcalib import plotting
-from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, final_log_likelihoods, multistart
+from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, clusters, final_log_likelihoods, multistart
 from jcalib.estimation.multistart import LOCAL_METHODS, check_method
 from jcalib.io import petab as jpetab
 
@@ -81,6 +81,7 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
         "llh_nominal": llh_nominal, "llh_best": float(llh.max()), "llh_starts": llh.tolist(),
         "n_converged": n_converged, "fraction_converged": n_converged / n_starts,
         "n_failed_starts": int(starts.extra.get("n_failed_starts", 0)),
+        "optima_found": clusters(-llh), "n_simulations": starts.n_simulations, "n_jacobians": starts.n_jacobians,
         "wall_time_s": starts.wall_time_s, "import_and_nominal_s": import_s,
         "seconds_per_converged_start": starts.wall_time_s / n_converged if n_converged else None,
         "best_estimate": problem.estimate_dict(starts.results[int(np.argmax(llh))].theta_internal),

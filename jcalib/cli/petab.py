@@ -174,9 +174,11 @@ def _petab_multistart(problem, seed: int, n_starts: int, llh_nominal: float, met
     _exit_if_interrupted(starts, out, metrics)
     llh = estimation.final_log_likelihoods(problem, starts)
     reached = llh >= llh_nominal - estimation.LLH_TOLERANCE
+    found = estimation.clusters(-llh)
     metrics["multistart"] = starts.to_dict(include_results=False)
-    metrics.update(llh_starts=llh.tolist(), n_reaching_nominal=int(reached.sum()))
+    metrics.update(llh_starts=llh.tolist(), n_reaching_nominal=int(reached.sum()), optima_found=found)
     figures["waterfall.png"] = plotting.plot_multistart_waterfall(starts)
     typer.echo(f"{int(reached.sum())} of {n_starts} starts reach the nominal log-likelihood {llh_nominal:.6g} "
-               f"(within {estimation.LLH_TOLERANCE}) or better; best {llh.max():.6g}")
+               f"(within {estimation.LLH_TOLERANCE}) or better; best {llh.max():.6g}, found by "
+               f"{found[0]['n_starts'] if found else 0} starts")
     return jax.numpy.asarray(starts.results[int(np.argmax(llh))].theta_internal)

@@ -12,7 +12,7 @@ from jcalib.estimation.least_squares import (
     levenberg_marquardt_batch,
     trf_stop_options,
 )
-from jcalib.estimation.multistart import LLH_TOLERANCE, final_log_likelihoods, multistart, sample_starts
+from jcalib.estimation.multistart import LLH_TOLERANCE, clusters, final_log_likelihoods, multistart, sample_starts
 from jcalib.estimation.result import EstimationResult, MultistartResult
 from jcalib.estimation.trust_region import TrustRegionOptions, trust_region_batch
 from jcalib.estimation.uncertainty import (
@@ -25,7 +25,7 @@ from jcalib.estimation.uncertainty import (
 __all__ = [
     "BottomUpResult", "EstimationResult", "FailedStartError", "LLH_TOLERANCE", "MultistartResult",
     "ParameterCovariance", "ProfileLikelihood", "STOP_RULES", "TrustRegionOptions",
-    "bottom_up", "find_knee",
+    "bottom_up", "clusters", "find_knee",
     "differential_evolution", "final_log_likelihoods", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
     "multistart", "parameter_covariance", "profile_likelihood", "sample_starts", "scipy_minimize",
     "trf_stop_options", "trust_region_batch",

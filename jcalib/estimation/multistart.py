@@ -6,9 +6,9 @@ Fides.
   guess θ_init, the others are drawn from N(θ_init, σ²) and redrawn until they lie within the
   bounds, i.e. a normal truncated to the box. The paper writes σ² = 0.5 (θ₊ - θ₋), which has the
   units of θ rather than θ²; we read it as a standard deviation σ = 0.5 (θ₊ - θ₋) per parameter,
-  taken in internal coordinates (so log-uniform parameters spread over their decades). ``"lhs"``
-  and ``"uniform"`` fill the box instead (no initial guess; uniform is the field's usual choice
-  for PEtab problems).
+  taken in internal coordinates (so log-uniform parameters spread over their decades). ``"lhs"``,
+  ``"sobol"`` and ``"uniform"`` fill the box instead (no initial guess; uniform is the field's
+  usual choice for PEtab problems).
 - the local method: `jcalib.estimation.least_squares.levenberg_marquardt_batch` (all starts in one
   vmapped solve), `jcalib.estimation.trust_region.trust_region_batch` (Fides's trust-region
   reflective method, all starts in one vmapped solve) or
@@ -55,10 +55,10 @@ from jcalib.estimation.trust_region import trust_region_batch
 from jcalib.problems import AbstractProblem
 from jcalib.starts import check_free, start_internal
 
-__all__ = ["LLH_TOLERANCE", "LOCAL_METHODS", "START_DISTRIBUTIONS", "check_method", "final_log_likelihoods",
-           "multistart", "sample_starts"]
+__all__ = ["LLH_TOLERANCE", "LOCAL_METHODS", "START_DISTRIBUTIONS", "check_method", "clusters",
+           "final_log_likelihoods", "multistart", "sample_starts"]
 
-START_DISTRIBUTIONS = ("aka2023", "lhs", "uniform")
+START_DISTRIBUTIONS = ("aka2023", "lhs", "sobol", "uniform")
 LOCAL_METHODS = ("lm", "fides", "trf")
 LLH_TOLERANCE = 0.1
 """A start has converged when its log-likelihood is within 0.1 of the reference (or above it)."""
@@ -82,8 +82,8 @@ def sample_starts(
         n_starts: number of starts.
         start_distribution: ``"aka2023"`` (θ_init first, then a normal around it with
             σ = 0.5 (θ₊ - θ₋) per parameter in internal coordinates, truncated to the box;
-            see the module docstring), ``"lhs"`` (Latin hypercube) or ``"uniform"`` in the
-            internal box (``theta0`` is not used).
+            see the module docstring), ``"lhs"`` (Latin hypercube), ``"sobol"`` (scrambled
+            Sobol sequence) or ``"uniform"`` in the internal box (``theta0`` is not used).
         theta0: θ_init for ``"aka2023"`` (None: the nominal values; see `jcalib.starts`).
         coordinates: ``"physical"`` or ``"internal"``, the coordinates of ``theta0`` (the
             starts are physical either way).
@@ -140,7 +140,8 @@ def multistart(
             solve), ``"fides"`` (`jcalib.estimation.trust_region.trust_region_batch`: Fides's
             method with its own stopping rule, all starts in one vmapped solve) or ``"trf"``
             (`least_squares_trf` with the autodiff Jacobian, one start after another).
-        start_distribution: ``"aka2023"``, ``"lhs"`` or ``"uniform"`` (see `sample_starts`).
+        start_distribution: ``"aka2023"``, ``"lhs"``, ``"sobol"`` or ``"uniform"`` (see
+            `sample_starts`).
         theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values; see
             `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
         stop: ``"trf"``'s stop rule, one of `STOP_RULES`: ``"scipy"`` (scipy's own tests) or
@@ -224,3 +225,34 @@ def final_log_likelihoods(problem: AbstractProblem, result: MultistartResult) ->
     reference optimum: ``final_log_likelihoods(problem, ms) >= llh_reference - LLH_TOLERANCE``."""
     return np.array([float(problem.log_likelihood(r.theta_internal)) if math.isfinite(r.loss) else -math.inf
                      for r in result.results])
+
+
+def clusters(values: Float[ArrayLike, " n_starts"], tolerance: float = LLH_TOLERANCE) -> list[dict]:
+    """The starts' final objective values grouped where they agree (pyPESTO's "found N times"):
+    sorted values join one group while each is within ``tolerance`` of the one before (single
+    linkage); values that are not finite (failed starts) are left out.
+
+    Args:
+        values: one objective value per start, lower is better, e.g. ``-final_log_likelihoods(
+            problem, result)``.
+        tolerance: the largest gap within a group (default `LLH_TOLERANCE`, in the values' units).
+
+    Returns:
+        ``[{"value": lowest, "n_starts": size, "starts": indices}, ...]``, best group first.
+
+    Example:
+        >>> [(c["value"], c["n_starts"]) for c in clusters([3.0, 1.0, 1.05, float("nan"), 1.1, 7.0])]
+        [(1.0, 3), (3.0, 1), (7.0, 1)]
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 1 or not tolerance >= 0:
+        raise ValueError(f"clusters: values must be one per start (1-D) and tolerance >= 0; got shape "
+                         f"{values.shape} and tolerance {tolerance!r}")
+    order = [int(i) for i in np.argsort(values, kind="stable") if np.isfinite(values[i])]
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and values[i] - values[groups[-1][-1]] <= tolerance:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [{"value": float(values[g[0]]), "n_starts": len(g), "starts": g} for g in groups]

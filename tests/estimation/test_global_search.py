@@ -242,9 +242,9 @@ def test_sample_starts_fill_the_box(noisy_problem, distribution):
 
 
 def test_multistart_errors(noisy_problem):
-    with pytest.raises(ValueError, match=r"start_distribution must be one of \('aka2023', 'lhs', 'uniform'\)"):
+    with pytest.raises(ValueError, match=r"start_distribution must be one of \('aka2023', 'lhs', 'sobol', 'uniform'\)"):
         multistart(jax.random.key(0), noisy_problem, 4, start_distribution="normal")
-    with pytest.raises(ValueError, match=r"method must be one of \('lm', 'trf'\); got 'bfgs'"):
+    with pytest.raises(ValueError, match=r"method must be one of \('lm', 'fides', 'trf'\); got 'bfgs'"):
         multistart(jax.random.key(0), noisy_problem, 4, method="bfgs")
     with pytest.raises(ValueError, match="n_starts must be a positive integer; got 0"):
         multistart(jax.random.key(0), noisy_problem, 0)

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from jcalib.data import Measurements
-from jcalib.estimation import LLH_TOLERANCE, final_log_likelihoods, least_squares_trf, multistart, sample_starts
+from jcalib.estimation import (
+    LLH_TOLERANCE,
+    clusters,
+    final_log_likelihoods,
+    least_squares_trf,
+    multistart,
+    sample_starts,
+)
 from jcalib.estimation.least_squares import trf_stop_options
 from jcalib.estimation.multistart import check_method
 from jcalib.estimation.result import EstimationResult, multistart_result
@@ -73,3 +80,20 @@ def test_bad_method_or_stop(problem, method, stop, message):
         check_method(method, stop)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         multistart(jax.random.key(0), problem, 2, method, "uniform", stop=stop)
+
+
+def test_sobol_starts_are_the_spaces_scrambled_sobol_points(problem):
+    key = jax.random.key(4)
+    starts = sample_starts(key, problem, 8, "sobol")
+    np.testing.assert_array_equal(starts, np.asarray(problem.space.sample(key, 8, "sobol")))
+    assert np.all((starts >= problem.space.lower) & (starts <= problem.space.upper))
+
+
+def test_clusters_count_how_often_each_optimum_was_found():
+    values = [5.0, 1.0, 1.08, np.inf, 1.16, 5.05, 1.3, np.nan]
+    found = clusters(values, 0.1)
+    assert [(c["value"], c["n_starts"], c["starts"]) for c in found] == [(1.0, 3, [1, 2, 4]), (1.3, 1, [6]),
+                                                                         (5.0, 2, [0, 5])]
+    assert clusters([np.inf, np.nan]) == []
+    with pytest.raises(ValueError, match="one per start"):
+        clusters(np.zeros((2, 2)))
