@@ -208,9 +208,8 @@ def _unused_start(problem: AbstractProblem, theta0, reason: str, n_simulations: 
 
 def check_method(method: str, stop: str = "scipy") -> None:
     """Refuse a local method that is not one of `LOCAL_METHODS`, a stop rule that is not one of
-    `STOP_RULES`, and a stop rule other than scipy's for ``"lm"`` and ``"fides"`` (which has its
-    own; `multistart` checks them
-    first; a script can check them before a long import)."""
+    `STOP_RULES`, and a stop rule other than scipy's for ``"lm"`` and ``"fides"`` (which stops by
+    its own rules). `multistart` checks them first; a script can check them before a long import."""
     if method not in LOCAL_METHODS:
         raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")
     if stop not in STOP_RULES:

@@ -84,7 +84,7 @@ class MultistartResult(eqx.Module):
     """Local estimates from many starts: all of them, the best, and the sorted losses.
 
     Attributes:
-        method: the local method, ``"lm"`` or ``"trf"``.
+        method: the local method, ``"lm"``, ``"fides"`` or ``"trf"``.
         start_distribution: how the starts were drawn (``"given"`` when passed in).
         names: free parameter names.
         starts: the starting points in physical units, ``(n_starts, n_free)``.

@@ -521,8 +521,8 @@ def trust_region_batch(
         raise ValueError(f"trust_region_batch: max_steps must be a positive integer; got {max_steps!r}")
     z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
     offset = _offset(problem, z0s[0])
-    settings = (problem.forward_mode(), jnp.asarray(problem.space.lower_internal),
-                jnp.asarray(problem.space.upper_internal), offset, options)
+    settings = (problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays: traced, not
+                jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # keys of the compile cache
     algorithm = Algorithm(lambda z: _tr_init(*settings, z), lambda states: _tr_step(*settings, states))
     local = distributed.process_rows(z0s)
     out = run(None, algorithm, algorithm.init(jnp.asarray(local)), int(max_steps), chunk_size=1, compiled=False,

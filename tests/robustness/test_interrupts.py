@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from jcalib.bayes.result import PosteriorResult
 from jcalib.cli import app
 from jcalib.data import Measurements
-from jcalib.estimation import levenberg_marquardt_batch, multistart
+from jcalib.estimation import levenberg_marquardt_batch, multistart, trust_region_batch
 from jcalib.estimation.result import INTERRUPTED
 from jcalib.problems import CalibrationProblem
 from tests.estimation.linear_case import THETA_TRUE, TS, design, linear_model
@@ -63,6 +63,18 @@ def test_levenberg_marquardt_interrupted_before_any_step(problem, monkeypatch):
         assert r.reason == f"{INTERRUPTED} (KeyboardInterrupt) before this start ran"
         assert r.loss == math.inf and not r.converged and r.n_steps == 0
         np.testing.assert_allclose(r.theta, start)
+
+
+def test_fides_keeps_each_starts_best_point_as_not_converged(problem, monkeypatch):
+    """A Ctrl-C in the third iteration of the vmapped Fides batch: every start keeps the best point
+    it had evaluated, with that point's own loss, 'interrupted ... not converged'."""
+    interrupt_run(monkeypatch, compiled=False, n=3)
+    cut = trust_region_batch(problem, STARTS)
+    assert cut.extra["status"] == "interrupted" and cut.extra["n_finished_starts"] == 0
+    for r in cut.results:
+        assert r.reason.startswith(INTERRUPTED) and "not converged" in r.reason and not r.converged
+        assert r.n_steps == 2 and math.isfinite(r.loss)
+        assert r.loss == pytest.approx(float(problem.loss(r.theta_internal)), rel=1e-9)
 
 
 def _interrupt_second_trf_start(monkeypatch):
