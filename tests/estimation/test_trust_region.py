@@ -152,6 +152,7 @@ def bounded_linear():
     return problem, lsq_linear(design(), y, bounds=(lower, upper), tol=1e-14).x
 
 
+@pytest.mark.slow  # 16-19 s of compiling; the fast tier reaches a bound on Rosenbrock (against Fides, above)
 def test_a_multistart_reaches_an_optimum_on_a_bound(bounded_linear):
     """The sine transform of the vmapped Levenberg-Marquardt reaches a bound only asymptotically
     (Boehm 2014: 0 of 24); Fides's reflective steps reach it, here from every start, with Fides's
