@@ -25,12 +25,13 @@ collection problem (``../shared/petab/benchmark_models/<name>``; default `PROBLE
    names the solver class), ``jax.jit(pp.log_likelihood)`` and ``jax.grad(pp.log_likelihood)``
    at ``pp.nominal_internal`` (PEtab scale, forward sensitivities), the batch as one jitted
    ``jax.vmap(pp.log_likelihood)``, and the multistart of
-   `experiments.petab_multistart.run_problem` (its default: scipy's trust-region reflective
-   method with jcalib's autodiff Jacobian, one start after another; ``--max-steps`` caps the
-   iterations; ``--stop fides``, the default, stops a start as the reference's Fides does by
-   default, when an accepted step changed -llh by less than 1e-8 (1 + |llh|), with llh at the
-   published optimum (`jcalib.estimation.trf_stop_options`); ``--stop scipy`` by
-   scipy's own tests, ftol = xtol = gtol = 1e-8, ftol relative to the cost); then the batch and
+   `experiments.petab_multistart.run_problem` (``--method``: by default scipy's trust-region
+   reflective method with jcalib's autodiff Jacobian, one start after another; ``fides``, Fides's
+   method with all starts in one vmapped solve and its own stopping rules; ``--max-steps`` caps the
+   iterations; for TRF, ``--stop fides``, the default, stops a start as the reference's Fides does
+   by default, when an accepted step changed -llh by less than 1e-8 (1 + |llh|), with llh at the
+   published optimum (`jcalib.estimation.trf_stop_options`); ``--stop scipy`` by scipy's own
+   tests, ftol = xtol = gtol = 1e-8, ftol relative to the cost); then the batch and
    the multistart again on ``--processes`` local processes (default: the CPU count, as AMICI's
    OpenMP batch and pyPESTO's pool use every core; `benchmarks.petab_tools_jcalib_worker` over
    `jcalib.distributed`), because one jcalib process uses one core;
@@ -55,7 +56,8 @@ cached in the venv folder, ``models/``).
 
 Usage:
     python -m benchmarks.petab_tools [--quick] [--no-reference] [--problems A B ...]
-        [--n-starts N] [--n-batch N] [--max-steps N] [--repeats R] [--stop fides|scipy] [--processes P] [--seed S]
+        [--n-starts N] [--n-batch N] [--max-steps N] [--repeats R] [--method trf|fides|lm] [--stop fides|scipy]
+        [--processes P] [--seed S]
         [--venv PATH] [--out PATH]
 """
 
@@ -88,6 +90,7 @@ from experiments.petab_collection import (  # noqa: E402
 )
 from experiments.petab_multistart import run_problem  # noqa: E402
 from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, sample_starts, trf_stop_options  # noqa: E402
+from jcalib.estimation.multistart import LOCAL_METHODS  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKER = ROOT / "benchmarks" / "petab_tools_reference.py"
@@ -115,7 +118,7 @@ LLH_RTOL = 1e-6  # the two tools agree on the nominal log-likelihood to this rel
 GRADIENT_RTOL = 1e-3  # ... and on the gradient to this (relative, floor GRAD_FLOOR = 1)
 # full / quick
 SETTINGS = {"n_starts": (24, 4), "n_batch": (1000, 32), "max_steps": (None, None), "repeats": (10, 3),
-            "stop": ("fides", "fides")}
+            "stop": ("fides", "fides"), "method": ("trf", "trf")}
 
 
 # --- the reference installation ---------------------------------------------------------------
@@ -246,7 +249,7 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
     batch_timing = _timed(lambda: batch_fn(zs), BATCH_REPEATS)
     llh_batch = batch_timing.pop("_out")
     warm_s = batch_timing["median_ms"] / 1e3
-    row = run_problem(collection_root() / name, s["n_starts"], seed, s["max_steps"], stop=s["stop"])
+    row = run_problem(collection_root() / name, s["n_starts"], seed, s["max_steps"], s["method"], _stop(s))
     result = row.pop("_starts")
     if not np.allclose(result.starts, _physical(pp, starts), rtol=1e-10):
         raise RuntimeError(f"{name}: the multistart's starts are not the ones given to the reference")
@@ -257,12 +260,25 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
                                  "warm_s": warm_s, "per_second": len(batch) / warm_s,
                                  "per_second_with_compile": len(batch) / batch_timing["first_call_s"],
                                  "n_finite": int(np.isfinite(llh_batch).sum()), "_llh": llh_batch},
-        "multistart": row | {"optimizer": f"{row['method']} (experiments.petab_multistart.run_problem's default: "
-                                          "scipy's trust-region reflective with jcalib's autodiff Jacobian), "
-                                          f"max_steps {s['max_steps']}, stop {s['stop']!r}: "
-                                          f"{trf_stop_options(s['stop'], row['llh_nominal']) or 'scipy tests'}",
+        "multistart": row | {"optimizer": _optimizer(s, row["llh_nominal"]),
                              "timing": "wall time of the whole batch, compilation included"},
     }
+
+
+def _stop(s: dict) -> str:
+    """The stop rule the local method takes: ``--stop`` for TRF; Fides's method and LM stop by their own."""
+    return s["stop"] if s["method"] == "trf" else "scipy"
+
+
+def _optimizer(s: dict, llh_nominal: float) -> str:
+    """jcalib's multistart recipe in words."""
+    if s["method"] == "fides":
+        return ("fides (jcalib.estimation.trust_region: Fides's trust-region reflective method, all starts in one "
+                f"vmapped solve, Fides's default stopping rules), max_steps {s['max_steps']}")
+    if s["method"] == "lm":
+        return f"lm (vmapped Levenberg-Marquardt), max_steps {s['max_steps']}"
+    return (f"trf (scipy's trust-region reflective with jcalib's autodiff Jacobian), max_steps {s['max_steps']}, "
+            f"stop {s['stop']!r}: {trf_stop_options(s['stop'], llh_nominal) or 'scipy tests'}")
 
 
 def _free_port() -> int:
@@ -278,7 +294,8 @@ def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dic
     out = tmp / f"{name}.processes.json"
     port = _free_port()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
-    extra = ["--repeats", str(BATCH_REPEATS), "--stop", s["stop"], "--llh-nominal", repr(llh_nominal)]
+    extra = ["--repeats", str(BATCH_REPEATS), "--method", s["method"], "--stop", _stop(s), "--llh-nominal",
+             repr(llh_nominal)]
     extra += [] if s["max_steps"] is None else ["--max-steps", str(s["max_steps"])]
     worker = "benchmarks.petab_tools_jcalib_worker"
     procs = [subprocess.Popen([sys.executable, "-m", worker, name, str(yaml), str(points),
@@ -414,6 +431,9 @@ def main(argv=None):
                         help="when jcalib's TRF starts stop (default fides: as the reference's optimiser by "
                              "default, an accepted step changed -llh by less than 1e-8 (1 + |llh|); scipy: "
                              "scipy's own tests)")
+    parser.add_argument("--method", choices=LOCAL_METHODS, default=None,
+                        help="jcalib's local method (default trf: one start after another; fides: Fides's "
+                             "trust-region reflective method, all starts vmapped; lm: vmapped Levenberg-Marquardt)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1,
                         help="jcalib's batch and multistart also on this many local processes (jcalib.distributed; "
                              "default: the CPU count, as AMICI's OpenMP batch and pyPESTO's pool; 1: skip)")

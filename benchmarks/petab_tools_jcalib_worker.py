@@ -55,18 +55,27 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
             "llh": llh.tolist()}
 
 
-def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float) -> dict:
-    """TRF from this process's block of ``starts`` (PEtab scale, ``(n, n_estimated)``); every
-    start's final log-likelihood (``-inf`` where the start could not be used) and the wall
-    time (s) of the whole multistart. ``stop``: one of `jcalib.estimation.STOP_RULES`, scaled by
-    ``llh_nominal`` (the parent's log-likelihood at the nominal parameters)."""
+def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float,
+                      method: str = "trf") -> dict:
+    """The local ``method`` from ``starts`` (PEtab scale, ``(n, n_estimated)``): TRF from this
+    process's block of them one after another, or Fides's method with the block in one vmapped
+    solve (`jcalib.estimation.trust_region_batch`); every start's final log-likelihood (``-inf``
+    where the start could not be used) and the wall time (s) of the whole multistart. ``stop``
+    (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by ``llh_nominal`` (the parent's
+    log-likelihood at the nominal parameters)."""
     import jax
 
-    from jcalib.estimation import least_squares_trf, trf_stop_options
+    from jcalib.estimation import final_log_likelihoods, least_squares_trf, trf_stop_options, trust_region_batch
     from jcalib.estimation.failures import FailedStartError
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
+    if method == "fides":
+        _barrier("multistart")
+        t = time.perf_counter()
+        result = trust_region_batch(problem, physical, **({} if max_steps is None else {"max_steps": max_steps}))
+        llh = final_log_likelihoods(problem, result)
+        return {"wall_time_s": time.perf_counter() - t, "own_s": time.perf_counter() - t, "llh_starts": llh.tolist()}
     options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()
@@ -95,7 +104,8 @@ def main(argv=None) -> None:
     parser.add_argument("num_processes", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument("--stop", default="scipy", help="one of jcalib.estimation.STOP_RULES")
+    parser.add_argument("--method", default="trf", choices=("trf", "fides"), help="jcalib's local method")
+    parser.add_argument("--stop", default="scipy", help="one of jcalib.estimation.STOP_RULES (trf)")
     parser.add_argument("--llh-nominal", type=float, required=True,
                         help="the log-likelihood at the nominal parameters (scales the fides stop)")
     args = parser.parse_args(argv)
@@ -111,7 +121,8 @@ def main(argv=None) -> None:
     points = np.load(args.points)
     report = {"processes": jax.process_count(), "devices": [str(d) for d in jax.devices()],
               "batch": batch_timing(pp, points["batch"], args.repeats),
-              "multistart": multistart_timing(pp, points["starts"], args.max_steps, args.stop, args.llh_nominal)}
+              "multistart": multistart_timing(pp, points["starts"], args.max_steps, args.stop, args.llh_nominal,
+                                            args.method)}
     if jax.process_index() == 0:
         write_json(args.out, report)
 

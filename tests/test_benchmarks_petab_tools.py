@@ -29,16 +29,20 @@ def _check_jcalib_side(row, n_starts, n_batch):
     assert (m["seconds_per_converged_start"] is None) == (m["n_converged"] == 0)
 
 
-@pytest.mark.slow  # ~70 s: two PEtab problems in two processes
-def test_petab_tools_quick_jcalib_side(tmp_path):
+@pytest.mark.slow  # ~70 s each: two PEtab problems in two processes
+@pytest.mark.parametrize("method", ["trf", "fides"])
+def test_petab_tools_quick_jcalib_side(tmp_path, method):
     """--quick --no-reference: Bertozzi_PNAS2020, 4 starts, a batch of 32, jcalib only (nothing installed),
-    in one process and on two (benchmarks/petab_tools_jcalib_worker.py over jcalib.distributed)."""
+    in one process and on two (benchmarks/petab_tools_jcalib_worker.py over jcalib.distributed), with
+    TRF or Fides's method as the local method."""
     out = tmp_path / "petab_tools.json"
     report = load_script("benchmarks/petab_tools.py").main(["--quick", "--no-reference", "--processes", "2",
-                                                           "--out", str(out)])
+                                                           "--method", method, "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["benchmark"] == "petab_tools" and report["quick"]
-    assert report["settings"] == {"n_starts": 4, "n_batch": 32, "max_steps": None, "repeats": 3, "stop": "fides"}
+    assert report["settings"] == {"n_starts": 4, "n_batch": 32, "max_steps": None, "repeats": 3, "stop": "fides",
+                                  "method": method}
+    assert report["problems"][0]["jcalib"]["multistart"]["method"] == method
     assert report["reference"] == {"skipped": "--no-reference"} and len(report["problems"]) == 1
     row = report["problems"][0]
     _check_jcalib_side(row, 4, 32)
@@ -48,7 +52,7 @@ def test_petab_tools_quick_jcalib_side(tmp_path):
     assert two["batch"]["n"] == 32 and two["batch"]["warm_s"] > 0 and "llh" not in two["batch"]
     # the same solves of the same rows, vmapped 16 wide instead of 32: round-off apart
     assert two["batch"]["max_abs_difference_to_one_process"] <= 1e-8 * abs(BERTOZZI_LLH)
-    # each start runs the same TRF in another process: the same final log-likelihoods
+    # each start runs the same iteration in another process: the same final log-likelihoods
     np.testing.assert_allclose(two["multistart"]["llh_starts"], one["multistart"]["llh_starts"], rtol=1e-9)
     assert two["multistart"]["n_converged"] == one["multistart"]["n_converged"]
     assert "| Bertozzi_PNAS2020 | 3 / 8 |" in report["table"] and report["machine"]["cpu_count"] > 0
