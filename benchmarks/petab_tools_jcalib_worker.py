@@ -58,24 +58,33 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
 def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float,
                       method: str = "trf") -> dict:
     """The local ``method`` from ``starts`` (PEtab scale, ``(n, n_estimated)``): TRF from this
-    process's block of them one after another, or Fides's method with the block in one vmapped
-    solve (`jcalib.estimation.trust_region_batch`); every start's final log-likelihood (``-inf``
+    process's block of them one after another, or Fides's method or Levenberg-Marquardt with the
+    block in one vmapped solve (`jcalib.estimation.trust_region_batch`,
+    `jcalib.estimation.levenberg_marquardt_batch`); every start's final log-likelihood (``-inf``
     where the start could not be used) and the wall time (s) of the whole multistart. ``stop``
     (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by ``llh_nominal`` (the parent's
     log-likelihood at the nominal parameters)."""
     import jax
 
-    from jcalib.estimation import final_log_likelihoods, least_squares_trf, trf_stop_options, trust_region_batch
+    from jcalib.estimation import (
+        final_log_likelihoods,
+        least_squares_trf,
+        levenberg_marquardt_batch,
+        trf_stop_options,
+        trust_region_batch,
+    )
     from jcalib.estimation.failures import FailedStartError
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
-    if method == "fides":
+    if method in ("fides", "lm"):  # all starts of this process in one vmapped solve, gathered
+        batch = trust_region_batch if method == "fides" else levenberg_marquardt_batch
         _barrier("multistart")
         t = time.perf_counter()
-        result = trust_region_batch(problem, physical, **({} if max_steps is None else {"max_steps": max_steps}))
+        result = batch(problem, physical, **({} if max_steps is None else {"max_steps": max_steps}))
         llh = final_log_likelihoods(problem, result)
-        return {"wall_time_s": time.perf_counter() - t, "own_s": time.perf_counter() - t, "llh_starts": llh.tolist()}
+        wall = time.perf_counter() - t
+        return {"wall_time_s": wall, "own_s": wall, "llh_starts": llh.tolist()}
     options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()
@@ -104,7 +113,7 @@ def main(argv=None) -> None:
     parser.add_argument("num_processes", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument("--method", default="trf", choices=("trf", "fides"), help="jcalib's local method")
+    parser.add_argument("--method", default="trf", choices=("trf", "fides", "lm"), help="jcalib's local method")
     parser.add_argument("--stop", default="scipy", help="one of jcalib.estimation.STOP_RULES (trf)")
     parser.add_argument("--llh-nominal", type=float, required=True,
                         help="the log-likelihood at the nominal parameters (scales the fides stop)")
