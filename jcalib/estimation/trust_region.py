@@ -61,7 +61,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jcalib import distributed
-from jcalib.algorithm import Algorithm, run, vmap_chains
+from jcalib.algorithm import Algorithm, vmap_chains
 from jcalib.estimation.failures import jacobian_failure, point_failure
 from jcalib.estimation.least_squares import _inside
 from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
@@ -477,6 +477,7 @@ def trust_region_batch(
     coordinates: str = "physical",
     max_steps: int = 1000,
     options: TrustRegionOptions | None = None,
+    lanes: int | None = None,
     start_distribution: str = "given",
 ) -> MultistartResult:
     """Fides's trust-region reflective method (`trust_region_algorithm`) from many starts at once.
@@ -485,9 +486,9 @@ def trust_region_batch(
     and matrix ``J^T J`` from one forward-mode Jacobian per iteration; ``c`` makes ``f`` the
     negative log-likelihood at the first start (Gaussian noise: everywhere; 0 without a noise
     level), so that Fides's relative stopping tolerance refers to the value pyPESTO gives Fides. Bounds are the
-    problem's box in internal coordinates, reached exactly (reflections). All starts run in one
-    vmapped, jitted iteration (compiled once per problem structure and number of starts); a
-    stopped start is frozen. After `jcalib.distributed.initialize` with several processes, each
+    problem's box in internal coordinates, reached exactly (reflections). The starts run through
+    ``lanes`` lanes of one vmapped, jitted iteration (compiled once per problem structure and
+    number of lanes); a lane whose start stopped takes the next start. After `jcalib.distributed.initialize` with several processes, each
     process runs its block of the starts and every process gets all results.
 
     Args:
@@ -496,6 +497,9 @@ def trust_region_batch(
             (``"physical"`` or ``"internal"``).
         max_steps: Fides's ``maxiter``, the iteration budget per start.
         options: Fides's options (`TrustRegionOptions`; None: its defaults).
+        lanes: starts iterated at once (None: all). Lanes move in lockstep, each iteration's
+            simulation as long as the slowest lane's: few lanes where starts differ in
+            stiffness or iteration count (a CPU), many where a wide batch is nearly free (a GPU).
         start_distribution: label stored in the result (`jcalib.estimation.multistart`).
 
     Returns:
@@ -508,7 +512,7 @@ def trust_region_batch(
 
     Raises:
         ValueError: a free parameter without finite bounds; ``theta0`` not ``(n_starts,
-            n_free)``, not finite or outside the bounds; ``max_steps`` not a positive integer.
+            n_free)``, not finite or outside the bounds; ``max_steps`` or ``lanes`` not a positive integer.
     """
     start = time.perf_counter()
     problem.space.check_box("trust_region_batch")
@@ -519,23 +523,71 @@ def trust_region_batch(
     problem.space.check_shape(theta0, "trust_region_batch: theta0", batched=True)
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"trust_region_batch: max_steps must be a positive integer; got {max_steps!r}")
+    lanes = _lanes(lanes, len(theta0))
     z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
     offset = _offset(problem, z0s[0])
     settings = (problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays: traced, not
                 jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # keys of the compile cache
-    algorithm = Algorithm(lambda z: _tr_init(*settings, z), lambda states: _tr_step(*settings, states))
     local = distributed.process_rows(z0s)
-    out = run(None, algorithm, algorithm.init(jnp.asarray(local)), int(max_steps), chunk_size=1, compiled=False,
-              stop=lambda s: jnp.all(s.done), trace_fn=lambda s, info: None)
-    fields = (out.state.x_min, out.state.f_min, out.state.exitflag, out.state.iteration, out.state.n_evaluations)
-    x_min, f_min, flags, steps, evaluations = distributed.gather_rows([np.asarray(a) for a in fields], len(z0s))
+    fields, interrupted = _run_lanes(lambda z: _tr_init(*settings, z), lambda s: _tr_step(*settings, s),
+                                     np.asarray(local), min(lanes, len(local)), int(max_steps))
+    x_min, f_min, flags, steps, evaluations = distributed.gather_rows(fields, len(z0s))
     wall = time.perf_counter() - start
     results = [_start_result(problem, z0s[i], x_min[i], f_min[i] - offset, int(flags[i]), int(steps[i]),
-                             int(evaluations[i]), out.status == "interrupted", wall / len(z0s), max_steps, i)
+                             int(evaluations[i]), interrupted, wall / len(z0s), max_steps, i)
                for i in range(len(z0s))]
-    status = "interrupted" if out.status == "interrupted" else "completed"
+    status = "interrupted" if interrupted else "completed"
     return multistart_result("fides", start_distribution, problem, theta0, results, wall, status=status,
                               extra={"max_steps_taken": int(steps.max()), "objective_offset": offset})
+
+
+def _lanes(lanes: int | None, n_starts: int) -> int:
+    """The number of vmapped lanes: ``lanes`` (None: every start at once), at most ``n_starts``."""
+    if lanes is None:
+        return n_starts
+    if isinstance(lanes, bool) or not isinstance(lanes, (int, np.integer)) or lanes < 1:
+        raise ValueError(f"trust_region_batch: lanes must be a positive integer or None; got {lanes!r}")
+    return min(int(lanes), n_starts)
+
+
+def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int) -> tuple[list[np.ndarray], bool]:
+    """The starts ``z0s`` (``(n, n_free)``, internal) through ``lanes`` vmapped lanes: each start
+    iterates until it stops or reaches ``max_steps``, and a lane whose start stopped takes the next
+    start, so no lane waits for the slowest start and one compiled iteration serves them all.
+
+    Returns:
+        ``[x_min, f_min, exitflag, iteration, n_evaluations]``, one row per start, recorded after
+        every iteration, and whether a Ctrl-C ended the run (running starts keep their best point
+        so far; a start not begun has 0 evaluations).
+    """
+    n = len(z0s)
+    fields = [z0s.copy(), np.full(n, np.inf), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
+    held, upcoming = np.arange(lanes), lanes  # the start each lane holds (-1: none)
+    state = init(jnp.asarray(z0s[:lanes]))
+    try:
+        while True:
+            values = [np.asarray(a) for a in (state.x_min, state.f_min, state.exitflag, state.iteration,
+                                              state.n_evaluations)]
+            for field, value in zip(fields, values):
+                field[held[held >= 0]] = value[held >= 0]
+            stopped = (values[2] != 0) | (values[3] >= max_steps)
+            refill = np.flatnonzero(stopped & (held >= 0))[: n - upcoming]
+            held[stopped] = -1
+            if refill.size:
+                held[refill] = np.arange(upcoming, upcoming + refill.size)
+                upcoming += refill.size
+                z = np.asarray(state.x).copy()
+                z[refill] = z0s[held[refill]]
+                mask = jnp.asarray(np.isin(np.arange(lanes), refill))
+                state = jax.tree_util.tree_map(
+                    lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+                    init(jnp.asarray(z)), state)
+                continue
+            if np.all(held < 0):
+                return fields, False
+            state = jax.block_until_ready(step(state)[0])
+    except KeyboardInterrupt:
+        return fields, True
 
 
 def _offset(problem: AbstractProblem, z0) -> float:
@@ -551,11 +603,13 @@ def _offset(problem: AbstractProblem, z0) -> float:
 def _start_result(problem, z0, z, half_sum, flag, steps, evaluations, interrupted, wall, max_steps, i):
     """One start's `EstimationResult` (``half_sum``: ``|r|^2 / 2`` at ``z``)."""
     loss = 2 * float(half_sum) / problem.n_observed if math.isfinite(half_sum) else math.inf
-    if not math.isfinite(loss):
+    if not math.isfinite(loss) and not (interrupted and evaluations == 0):
         r0 = np.asarray(problem.residuals(jnp.asarray(z0)))
         why = point_failure(problem, z0, r0, "trust_region_batch", f"theta0[{i}]") or jacobian_failure(
             problem, z0, np.asarray(problem.jacobian(jnp.asarray(z0))), "trust_region_batch", f"theta0[{i}]")
         reason, z = "failed: " + (why or "the objective or its derivatives are not finite there"), z0
+    elif interrupted and evaluations == 0:
+        reason = f"{INTERRUPTED} (KeyboardInterrupt) before this start ran"
     elif interrupted and flag == 0:
         reason = f"{INTERRUPTED} (KeyboardInterrupt) after {steps} iterations: not converged; the best point so far"
     else:

@@ -14,6 +14,7 @@ from jcalib.estimation import multistart
 from jcalib.estimation.trust_region import (
     TrustRegionOptions,
     _least_squares,
+    _run_lanes,
     _solve_nd,
     trust_region_algorithm,
     trust_region_batch,
@@ -112,10 +113,15 @@ def test_a_vmapped_batch_gives_each_start_its_own_run():
     starts = jnp.array([[-1.2, 0.3], [1.5, -1.5], [0.0, 0.0]])
     batch = vmap_chains(algorithm)
     out = run(None, batch, batch.init(starts), 200, stop=lambda s: jnp.all(s.done))
+    # two lanes, a lane whose start stopped taking the next one (`trust_region_batch(lanes=2)`)
+    x_min, _, flags, iterations, _ = _run_lanes(jax.jit(batch.init), jax.jit(batch.step), np.asarray(starts), 2, 200)[0]
     for i, x0 in enumerate(starts):
         alone = run(None, algorithm, algorithm.init(x0), 200, stop=lambda s: s.done)
         np.testing.assert_allclose(out.state.x_min[i], alone.state.x_min, rtol=1e-12)
-        assert int(out.state.iteration[i]) == int(alone.state.iteration)
+        assert int(out.state.iteration[i]) == int(alone.state.iteration) == iterations[i]
+        np.testing.assert_allclose(x_min[i], alone.state.x_min, rtol=1e-12)
+        assert flags[i] == int(alone.state.exitflag) > 0
+    assert len(set(iterations)) > 1  # the starts stop at different iterations
 
 
 def test_a_point_that_cannot_be_evaluated_shrinks_the_region_and_a_bad_start_stops_at_once():
@@ -179,6 +185,8 @@ def test_the_batch_refuses_bad_starts_and_budgets(bounded_linear):
         trust_region_batch(problem, np.zeros(3))
     with pytest.raises(ValueError, match="max_steps"):
         trust_region_batch(problem, np.zeros((1, 3)), max_steps=0)
+    with pytest.raises(ValueError, match="lanes"):
+        trust_region_batch(problem, np.zeros((1, 3)), lanes=0)
     with pytest.raises(ValueError, match="outside|bounds"):
         trust_region_batch(problem, np.array([[0.0, 0.0, 5.0]]))
     with pytest.raises(ValueError, match="rule of the TRF method"):

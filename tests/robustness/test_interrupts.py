@@ -23,6 +23,7 @@ from tests.io.test_petab import _case
 
 # the module (`jcalib.estimation.multistart` the attribute is the function of that name)
 multistart_module = importlib.import_module("jcalib.estimation.multistart")
+trust_region_module = importlib.import_module("jcalib.estimation.trust_region")
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +66,41 @@ def test_levenberg_marquardt_interrupted_before_any_step(problem, monkeypatch):
         np.testing.assert_allclose(r.theta, start)
 
 
-def test_fides_keeps_each_starts_best_point_as_not_converged(problem, monkeypatch):
-    """A Ctrl-C in the third iteration of the vmapped Fides batch: every start keeps the best point
-    it had evaluated, with that point's own loss, 'interrupted ... not converged'."""
-    interrupt_run(monkeypatch, compiled=False, n=3)
-    cut = trust_region_batch(problem, STARTS)
-    assert cut.extra["status"] == "interrupted" and cut.extra["n_finished_starts"] == 0
-    for r in cut.results:
+def _interrupt_fides_step(monkeypatch, n: int) -> None:
+    """A Ctrl-C at the ``n``-th vmapped iteration of `trust_region_batch` (its Python loop)."""
+    calls, real = {"n": 0}, trust_region_module._tr_step
+
+    def interrupted(*args):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(trust_region_module, "_tr_step", interrupted)
+
+
+def test_fides_keeps_the_finished_starts_and_each_running_starts_best_point(problem, monkeypatch):
+    """Two lanes over four starts; a Ctrl-C in the second iteration after the first start
+    finished (its lane took the third start): the finished start is kept exactly, the running
+    ones keep the best point they evaluated with its own loss ('interrupted ... not converged'),
+    the start not begun says so."""
+    full = trust_region_batch(problem, STARTS, lanes=2)
+    steps = [r.n_steps for r in full.results]
+    first, other = int(np.argmin(steps[:2])), int(np.argmax(steps[:2]))
+    assert steps[other] > steps[first] + 1  # still running when the Ctrl-C comes
+    _interrupt_fides_step(monkeypatch, steps[first] + 2)
+    cut = trust_region_batch(problem, STARTS, lanes=2)
+    assert cut.extra["status"] == "interrupted" and cut.extra["n_finished_starts"] == 1
+    np.testing.assert_array_equal(cut.results[first].theta_internal, full.results[first].theta_internal)
+    assert cut.results[first].reason == full.results[first].reason and cut.results[first].converged
+    for k, n_steps in ((other, steps[first] + 1), (2, 1)):
+        r = cut.results[k]
         assert r.reason.startswith(INTERRUPTED) and "not converged" in r.reason and not r.converged
-        assert r.n_steps == 2 and math.isfinite(r.loss)
-        assert r.loss == pytest.approx(float(problem.loss(r.theta_internal)), rel=1e-9)
+        assert r.n_steps == n_steps and math.isfinite(r.loss)
+        assert r.loss == pytest.approx(float(problem.loss(r.theta_internal)), rel=1e-9)  # the point's own loss
+    assert cut.results[3].reason == f"{INTERRUPTED} (KeyboardInterrupt) before this start ran"
+    assert cut.results[3].loss == math.inf and not cut.results[3].converged and cut.results[3].n_steps == 0
+    np.testing.assert_allclose(cut.results[3].theta, STARTS[3])
 
 
 def _interrupt_second_trf_start(monkeypatch):
