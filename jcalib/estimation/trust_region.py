@@ -61,7 +61,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jcalib import distributed
-from jcalib.algorithm import Algorithm, vmap_chains
+from jcalib.algorithm import Algorithm
 from jcalib.estimation.failures import jacobian_failure, point_failure
 from jcalib.estimation.least_squares import _inside
 from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
@@ -377,31 +377,49 @@ def trust_region_algorithm(
     lower, upper = jnp.asarray(lower, dtype=jnp.float64), jnp.asarray(upper, dtype=jnp.float64)
     o = TrustRegionOptions() if options is None else options
 
-    def evaluate(x):
-        f, g, fim = objective(x)
-        return jnp.asarray(f, dtype=jnp.float64), jnp.asarray(g, dtype=jnp.float64), jnp.asarray(fim, jnp.float64)
-
     def init(x0) -> TrustRegionState:
         x = _off_bounds(jnp.asarray(x0, dtype=jnp.float64), lower, upper)
-        f, g, _ = evaluate(x)
-        eye = jnp.eye(x.shape[0], dtype=x.dtype)
-        finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
-        inside = jnp.all((x >= lower) & (x <= upper))
-        return TrustRegionState(x, f, g, eye, eye, jnp.asarray(o.delta_init, dtype=x.dtype), jnp.array(0),
-                                jnp.array(0), jnp.asarray(False), x, jnp.where(finite & inside, f, jnp.inf),
-                                jnp.where(inside, jnp.where(finite, 0, -3), -4), jnp.array(1))
+        return _start(x, _evaluation(objective, x), lower, upper, o)
 
     def step(state: TrustRegionState) -> tuple[TrustRegionState, TrustRegionInfo]:
-        frame, dv = _frame(state.x, state.g, state.hess, state.delta, lower, upper, o.theta_max)
-        proposal = _best_step(frame)
-        x_new = state.x + proposal.s + proposal.s0
-        f_new, g_new, fim_new = evaluate(x_new)
-        new, ratio, accepted = _advance(state, proposal, dv, x_new, (f_new, g_new, fim_new), lower, upper, o)
-        active = ~state.done
-        new = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, state)
-        return new, TrustRegionInfo(x_new, new.f, ratio, active & accepted, new.delta, active)
+        proposed = _propose(state, lower, upper, o)
+        return _finish_step(state, proposed, _evaluation(objective, proposed[2]), lower, upper, o)
 
     return Algorithm(init, step)
+
+
+def _evaluation(objective, x):
+    """``objective(x)`` as float64 ``(f, gradient, J^T J)``."""
+    return tuple(jnp.asarray(v, dtype=jnp.float64) for v in objective(x))
+
+
+def _start(x, evaluation, lower, upper, o: TrustRegionOptions) -> TrustRegionState:
+    """The first state at ``x`` (already off the bounds) from the objective's value there: exit
+    flag -3 where it is not finite, -4 outside the box."""
+    f, g, _ = evaluation
+    eye = jnp.eye(x.shape[0], dtype=x.dtype)
+    finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
+    inside = jnp.all((x >= lower) & (x <= upper))
+    return TrustRegionState(x, f, g, eye, eye, jnp.asarray(o.delta_init, dtype=x.dtype), jnp.array(0),
+                            jnp.array(0), jnp.asarray(False), x, jnp.where(finite & inside, f, jnp.inf),
+                            jnp.where(inside, jnp.where(finite, 0, -3), -4), jnp.array(1))
+
+
+def _propose(state: TrustRegionState, lower, upper, o: TrustRegionOptions) -> tuple[_Step, Array, Array]:
+    """The step of the scaled subproblem, the scaling's derivative ``dv`` and the point to try."""
+    frame, dv = _frame(state.x, state.g, state.hess, state.delta, lower, upper, o.theta_max)
+    proposal = _best_step(frame)
+    return proposal, dv, state.x + proposal.s + proposal.s0
+
+
+def _finish_step(state: TrustRegionState, proposed, evaluation, lower, upper,
+                 o: TrustRegionOptions) -> tuple[TrustRegionState, TrustRegionInfo]:
+    """The next state from the tried point's ``evaluation``; a stopped start is left as it is."""
+    proposal, dv, x_new = proposed
+    new, ratio, accepted = _advance(state, proposal, dv, x_new, evaluation, lower, upper, o)
+    active = ~state.done
+    new = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, state)
+    return new, TrustRegionInfo(x_new, new.f, ratio, active & accepted, new.delta, active)
 
 
 def _ratio(state: TrustRegionState, proposal: _Step, dv, f_new, g_new):
@@ -460,14 +478,41 @@ def _least_squares(problem: AbstractProblem, offset):
 
 
 @eqx.filter_jit
-def _tr_init(problem, lower, upper, offset, options, z0s):
-    return vmap_chains(trust_region_algorithm(_least_squares(problem, offset), lower, upper, options)).init(z0s)
+def _tr_evaluate(problem, offset, zs):
+    """The objective of every lane, ``(f, J^T r, J^T J)``: the one compiled simulation (with its
+    sensitivities) that the first state and every iteration share."""
+    return jax.vmap(lambda z: _evaluation(_least_squares(problem, offset), z))(zs)
 
 
 @eqx.filter_jit
-def _tr_step(problem, lower, upper, offset, options, states):
-    """One vmapped iteration, compiled once per problem structure and batch size (cached)."""
-    return vmap_chains(trust_region_algorithm(_least_squares(problem, offset), lower, upper, options)).step(states)
+def _tr_start(lower, upper, options, zs, evaluation):
+    return jax.vmap(lambda z, e: _start(z, e, lower, upper, options))(zs, evaluation)
+
+
+@eqx.filter_jit
+def _tr_propose(lower, upper, options, states):
+    return jax.vmap(lambda s: _propose(s, lower, upper, options))(states)
+
+
+@eqx.filter_jit
+def _tr_finish(lower, upper, options, states, proposed, evaluation):
+    return jax.vmap(lambda s, p, e: _finish_step(s, p, e, lower, upper, options))(states, proposed, evaluation)
+
+
+def _batch_algorithm(problem: AbstractProblem, lower, upper, offset, options) -> Algorithm:
+    """`trust_region_algorithm` on ``problem``'s residuals, vmapped over lanes, with the objective
+    compiled apart from the bookkeeping (once per problem structure and number of lanes)."""
+    o = TrustRegionOptions() if options is None else options
+
+    def init(zs):
+        zs = jax.vmap(lambda z: _off_bounds(z, lower, upper))(jnp.asarray(zs, dtype=jnp.float64))
+        return _tr_start(lower, upper, o, zs, _tr_evaluate(problem, offset, zs))
+
+    def step(states):
+        proposed = _tr_propose(lower, upper, o, states)
+        return _tr_finish(lower, upper, o, states, proposed, _tr_evaluate(problem, offset, proposed[2]))
+
+    return Algorithm(init, step)
 
 
 def trust_region_batch(
@@ -485,11 +530,13 @@ def trust_region_batch(
     The objective is ``f = |r|^2 / 2 + c`` of the problem's residuals, its gradient ``J^T r``
     and matrix ``J^T J`` from one forward-mode Jacobian per iteration; ``c`` makes ``f`` the
     negative log-likelihood at the first start (Gaussian noise: everywhere; 0 without a noise
-    level), so that Fides's relative stopping tolerance refers to the value pyPESTO gives Fides. Bounds are the
-    problem's box in internal coordinates, reached exactly (reflections). The starts run through
-    ``lanes`` lanes of one vmapped, jitted iteration (compiled once per problem structure and
-    number of lanes); a lane whose start stopped takes the next start. After `jcalib.distributed.initialize` with several processes, each
-    process runs its block of the starts and every process gets all results.
+    level), so that Fides's relative stopping tolerance refers to the value pyPESTO gives Fides.
+    Bounds are the problem's box in internal coordinates, reached exactly (reflections). The
+    starts run through ``lanes`` lanes of one vmapped iteration; a lane whose start stopped takes
+    the next start. The objective (the simulation with its sensitivities) is compiled once per
+    problem structure and number of lanes, apart from the method's bookkeeping. After
+    `jcalib.distributed.initialize` with several processes, each process runs its block of the
+    starts and every process gets all results.
 
     Args:
         problem: the calibration problem.
@@ -526,11 +573,11 @@ def trust_region_batch(
     lanes = _lanes(lanes, len(theta0))
     z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
     offset = _offset(problem, z0s[0])
-    settings = (problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays: traced, not
-                jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # keys of the compile cache
+    algorithm = _batch_algorithm(problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays:
+                                 jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # traced
     local = distributed.process_rows(z0s)
-    fields, interrupted = _run_lanes(lambda z: _tr_init(*settings, z), lambda s: _tr_step(*settings, s),
-                                     np.asarray(local), min(lanes, len(local)), int(max_steps))
+    fields, interrupted = _run_lanes(algorithm.init, algorithm.step, np.asarray(local), min(lanes, len(local)),
+                                     int(max_steps))
     x_min, f_min, flags, steps, evaluations = distributed.gather_rows(fields, len(z0s))
     wall = time.perf_counter() - start
     results = [_start_result(problem, z0s[i], x_min[i], f_min[i] - offset, int(flags[i]), int(steps[i]),
@@ -576,18 +623,23 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int) -> tuple
             if refill.size:
                 held[refill] = np.arange(upcoming, upcoming + refill.size)
                 upcoming += refill.size
-                z = np.asarray(state.x).copy()
-                z[refill] = z0s[held[refill]]
-                mask = jnp.asarray(np.isin(np.arange(lanes), refill))
-                state = jax.tree_util.tree_map(
-                    lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-                    init(jnp.asarray(z)), state)
+                state = _refill(init, state, refill, z0s[held[refill]])
                 continue
             if np.all(held < 0):
                 return fields, False
             state = jax.block_until_ready(step(state)[0])
     except KeyboardInterrupt:
         return fields, True
+
+
+def _refill(init, state: TrustRegionState, lanes: np.ndarray, z0s: np.ndarray) -> TrustRegionState:
+    """``state`` with the lanes ``lanes`` started afresh at ``z0s`` (one vmapped ``init`` of all
+    lanes, kept where refilled)."""
+    z = np.asarray(state.x).copy()
+    z[lanes] = z0s
+    fresh = np.isin(np.arange(z.shape[0]), lanes)
+    return jax.tree_util.tree_map(lambda new, old: jnp.where(fresh.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+                                  init(jnp.asarray(z)), state)
 
 
 def _offset(problem: AbstractProblem, z0) -> float:

@@ -68,7 +68,7 @@ def test_levenberg_marquardt_interrupted_before_any_step(problem, monkeypatch):
 
 def _interrupt_fides_step(monkeypatch, n: int) -> None:
     """A Ctrl-C at the ``n``-th vmapped iteration of `trust_region_batch` (its Python loop)."""
-    calls, real = {"n": 0}, trust_region_module._tr_step
+    calls, real = {"n": 0}, trust_region_module._tr_propose
 
     def interrupted(*args):
         calls["n"] += 1
@@ -76,7 +76,7 @@ def _interrupt_fides_step(monkeypatch, n: int) -> None:
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(trust_region_module, "_tr_step", interrupted)
+    monkeypatch.setattr(trust_region_module, "_tr_propose", interrupted)
 
 
 def test_fides_keeps_the_finished_starts_and_each_running_starts_best_point(problem, monkeypatch):
