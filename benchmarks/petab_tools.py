@@ -63,6 +63,7 @@ Usage:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -290,17 +291,23 @@ def _free_port() -> int:
 def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dict, n_processes: int,
                      tmp: pathlib.Path, llh_nominal: float) -> dict:
     """jcalib's batch and multistart over ``n_processes`` local processes
-    (`benchmarks.petab_tools_jcalib_worker`, `jcalib.distributed` on 127.0.0.1)."""
+    (`benchmarks.petab_tools_jcalib_worker`, `jcalib.distributed` on 127.0.0.1), process ``i``
+    pinned to the ``i``-th core this process may use (XLA's idle threads would spin on the
+    others); ``s["lanes"]`` and ``s["multistart_only"]`` (no batch) where given."""
     out = tmp / f"{name}.processes.json"
     port = _free_port()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
     extra = ["--repeats", str(BATCH_REPEATS), "--method", s["method"], "--stop", _stop(s), "--llh-nominal",
              repr(llh_nominal)]
     extra += [] if s["max_steps"] is None else ["--max-steps", str(s["max_steps"])]
+    extra += [] if s.get("lanes") is None else ["--lanes", str(s["lanes"])]
+    extra += ["--multistart-only"] if s.get("multistart_only") else []
     worker = "benchmarks.petab_tools_jcalib_worker"
+    cores = sorted(os.sched_getaffinity(0))
     procs = [subprocess.Popen([sys.executable, "-m", worker, name, str(yaml), str(points),
                                str(out), str(port), str(i), str(n_processes), *extra],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=functools.partial(os.sched_setaffinity, 0, {cores[i % len(cores)]}))
              for i in range(n_processes)]
     try:
         logs = [p.communicate(timeout=PROCESS_TIMEOUT_S)[0] for p in procs]
@@ -318,9 +325,10 @@ def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dic
     llh = np.asarray(report["multistart"]["llh_starts"], dtype=float)
     n_converged = int((llh >= llh_nominal - LLH_TOLERANCE).sum())
     wall = report["multistart"]["wall_time_s"]
-    report["batch"] |= {"n": len(report["batch"]["llh"]), "per_second": len(report["batch"]["llh"]) /
-                        report["batch"]["warm_s"],
-                        "how": "jax.jit(jax.vmap(pp.log_likelihood)) on each process's block of rows, gathered"}
+    if "batch" in report:
+        report["batch"] |= {"n": len(report["batch"]["llh"]), "per_second": len(report["batch"]["llh"]) /
+                            report["batch"]["warm_s"],
+                            "how": "jax.jit(jax.vmap(pp.log_likelihood)) on each process's block of rows, gathered"}
     report["multistart"] |= {"n_starts": int(llh.size), "n_converged": n_converged,
                              "seconds_per_converged_start": wall / n_converged if n_converged else None,
                              "timing": "barrier after the import to the gathered result; every process's "

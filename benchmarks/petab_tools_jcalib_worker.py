@@ -12,14 +12,16 @@ over the cores or machines of a cluster:
   barrier to the gathered result; first call (compilation) apart, then ``repeats`` warm calls.
 - **multistart**: each process runs scipy's trust-region reflective method with the autodiff
   Jacobian (`jcalib.estimation.least_squares_trf`, as `experiments.petab_multistart`) from its
-  block of the starts, one after another; the final log-likelihoods are gathered. Wall time
-  from a barrier after the import to the gathered result: every process's compilation
-  included.
+  block of the starts, one after another, or Fides's method (``--method fides``, its block
+  through ``--lanes`` vmapped lanes, compiled first) or the vmapped Levenberg-Marquardt; the
+  final log-likelihoods are gathered. Wall time from a barrier after the import (and Fides's
+  compilation) to the gathered result; TRF's and LM's compilation included.
 
 Process 0 writes the JSON. Usage (one line per process; `benchmarks.petab_tools` starts them)::
 
     python -m benchmarks.petab_tools_jcalib_worker NAME YAML POINTS.npz OUT.json PORT PROCESS_ID NUM_PROCESSES \\
-        --llh-nominal LLH [--repeats R] [--max-steps N] [--stop scipy|fides]
+        --llh-nominal LLH [--repeats R] [--max-steps N] [--stop scipy|fides] [--method trf|fides|lm]
+        [--lanes L] [--multistart-only]
 """
 
 from __future__ import annotations
@@ -56,14 +58,15 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
 
 
 def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float,
-                      method: str = "trf") -> dict:
+                      method: str = "trf", lanes: int | None = None) -> dict:
     """The local ``method`` from ``starts`` (PEtab scale, ``(n, n_estimated)``): TRF from this
     process's block of them one after another, or Fides's method or Levenberg-Marquardt with the
-    block in one vmapped solve (`jcalib.estimation.trust_region_batch`,
+    block in one vmapped solve (`jcalib.estimation.trust_region_batch` through ``lanes`` lanes,
     `jcalib.estimation.levenberg_marquardt_batch`); every start's final log-likelihood (``-inf``
-    where the start could not be used) and the wall time (s) of the whole multistart. ``stop``
-    (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by ``llh_nominal`` (the parent's
-    log-likelihood at the nominal parameters)."""
+    where the start could not be used), the wall time (s) of the whole multistart and every
+    process's CPU time. Fides's method is compiled first (one iteration from other starts, timed
+    as ``compile_s``). ``stop`` (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by
+    ``llh_nominal`` (the parent's log-likelihood at the nominal parameters)."""
     import jax
 
     from jcalib.estimation import (
@@ -77,14 +80,25 @@ def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, 
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
+    steps = {} if max_steps is None else {"max_steps": max_steps}
     if method in ("fides", "lm"):  # all starts of this process in one vmapped solve, gathered
         batch = trust_region_batch if method == "fides" else levenberg_marquardt_batch
+        compile_s = None
+        if method == "fides":
+            steps |= {"lanes": lanes}
+            n_lanes = min(lanes or len(physical), len(distributed.process_rows(physical)))
+            t = time.perf_counter()  # compile: the run's shapes, n_lanes starts per process
+            batch(problem, physical[::-1][:n_lanes * jax.process_count()], max_steps=1, lanes=n_lanes)
+            compile_s = distributed.gather_rows(np.array([time.perf_counter() - t]), jax.process_count()).tolist()
         _barrier("multistart")
-        t = time.perf_counter()
-        result = batch(problem, physical, **({} if max_steps is None else {"max_steps": max_steps}))
+        t, cpu = time.perf_counter(), time.process_time()
+        result = batch(problem, physical, **steps)
+        cpu = distributed.gather_rows(np.array([time.process_time() - cpu]), jax.process_count())
         llh = final_log_likelihoods(problem, result)
         wall = time.perf_counter() - t
-        return {"wall_time_s": wall, "own_s": wall, "llh_starts": llh.tolist()}
+        return {"wall_time_s": wall, "own_s": wall, "llh_starts": llh.tolist(), "cpu_s_per_process": cpu.tolist(),
+                "compile_s_per_process": compile_s, "n_jacobians": result.n_jacobians,
+                "n_jacobians_per_start": [r.n_jacobians for r in result.results]}
     options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()
@@ -115,6 +129,8 @@ def main(argv=None) -> None:
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--method", default="trf", choices=("trf", "fides", "lm"), help="jcalib's local method")
     parser.add_argument("--stop", default="scipy", help="one of jcalib.estimation.STOP_RULES (trf)")
+    parser.add_argument("--lanes", type=int, default=None, help="Fides's vmapped lanes per process (default: all)")
+    parser.add_argument("--multistart-only", action="store_true", help="skip the batch")
     parser.add_argument("--llh-nominal", type=float, required=True,
                         help="the log-likelihood at the nominal parameters (scales the fides stop)")
     args = parser.parse_args(argv)
@@ -128,10 +144,11 @@ def main(argv=None) -> None:
 
     pp = load_problem(args.yaml, args.name)
     points = np.load(args.points)
-    report = {"processes": jax.process_count(), "devices": [str(d) for d in jax.devices()],
-              "batch": batch_timing(pp, points["batch"], args.repeats),
-              "multistart": multistart_timing(pp, points["starts"], args.max_steps, args.stop, args.llh_nominal,
-                                            args.method)}
+    report = {"processes": jax.process_count(), "devices": [str(d) for d in jax.devices()]}
+    if not args.multistart_only:
+        report["batch"] = batch_timing(pp, points["batch"], args.repeats)
+    report["multistart"] = multistart_timing(pp, points["starts"], args.max_steps, args.stop, args.llh_nominal,
+                                             args.method, args.lanes)
     if jax.process_index() == 0:
         write_json(args.out, report)
 

@@ -41,6 +41,7 @@ import logging
 import os
 import pathlib
 import platform
+import resource
 import statistics
 import time
 import traceback
@@ -142,9 +143,9 @@ def multistart(problem, objective, starts: np.ndarray, n_procs: int, llh_nominal
     problem.set_x_guesses(np.array([problem.get_full_vector(x) for x in starts]))
     engine = pypesto.engine.MultiProcessEngine(n_procs=n_procs) if n_procs > 1 else pypesto.engine.SingleCoreEngine()
     optimizer = pypesto.optimize.FidesOptimizer(verbose=logging.WARNING)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _cpu_with_children()
     result = pypesto.optimize.minimize(problem, optimizer, n_starts=len(starts), engine=engine, progress_bar=False)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, _cpu_with_children() - cpu
     by_id = sorted(result.optimize_result.list, key=lambda r: int(r["id"]))
     x0 = np.array([r["x0"][problem.x_free_indices] for r in by_id])
     if not np.allclose(x0, starts, rtol=1e-12, atol=1e-12):
@@ -161,7 +162,16 @@ def multistart(problem, objective, starts: np.ndarray, n_procs: int, llh_nominal
             "n_gradient_evaluations": int(sum(r["n_grad"] or 0 for r in by_id)),
             "exit_messages": sorted({str(r["message"]) for r in by_id}),
             "wall_time_s": wall, "seconds_per_converged_start": wall / n_converged if n_converged else None,
-            "timing": "wall time of pyPESTO's minimize (model already compiled)"}
+            "cpu_s": cpu, "cpu_s_per_converged_start": cpu / n_converged if n_converged else None,
+            "n_gradient_evaluations_per_start": [int(r["n_grad"] or 0) for r in by_id],
+            "timing": "wall time of pyPESTO's minimize (model already compiled); CPU time of this process and "
+                      "its pool's processes"}
+
+
+def _cpu_with_children() -> float:
+    """CPU seconds (user + system) of this process and its finished child processes."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def import_problem(task: dict, model_dir: pathlib.Path):
@@ -213,6 +223,10 @@ def run_problem(task: dict, job: dict, n_threads: int) -> dict:
     problem, objective, x, info = import_problem(task, pathlib.Path(job["model_dir"]))
     call = info.pop("call")
     solver = configure_solver(objective.amici_solver, task)
+    if job.get("multistart_only"):
+        llh_nominal = -float(call(x, (0,))["fval"])
+        return info | {"solver": solver, "llh_nominal": llh_nominal, "multistart": multistart(
+            problem, objective, points["starts"], n_threads, llh_nominal, float(job["llh_tolerance"]))}
 
     # the negative log-likelihood and its gradient with respect to the estimated parameters
     sim, out = _timed(lambda: call(x, (0,)), repeats)
