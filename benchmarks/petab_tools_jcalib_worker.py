@@ -60,39 +60,34 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
 def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float,
                       method: str = "trf", lanes: int | None = None) -> dict:
     """The local ``method`` from ``starts`` (PEtab scale, ``(n, n_estimated)``): TRF from this
-    process's block of them one after another, or Fides's method or Levenberg-Marquardt with the
-    block in one vmapped solve (`jcalib.estimation.trust_region_batch` through ``lanes`` lanes,
-    `jcalib.estimation.levenberg_marquardt_batch`); every start's final log-likelihood (``-inf``
+    process's block of them one after another, or Fides's method or Levenberg-Marquardt
+    (`jcalib.estimation.multistart` on the given starts: each process its block, vmapped; Fides
+    through ``lanes`` lanes); every start's final log-likelihood (``-inf``
     where the start could not be used), the wall time (s) of the whole multistart and every
     process's CPU time. Fides's method is compiled first (one iteration from other starts, timed
     as ``compile_s``). ``stop`` (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by
     ``llh_nominal`` (the parent's log-likelihood at the nominal parameters)."""
     import jax
 
-    from jcalib.estimation import (
-        final_log_likelihoods,
-        least_squares_trf,
-        levenberg_marquardt_batch,
-        trf_stop_options,
-        trust_region_batch,
-    )
+    from jcalib.estimation import final_log_likelihoods, least_squares_trf, multistart, trf_stop_options
     from jcalib.estimation.failures import FailedStartError
+    from jcalib.estimation.trust_region import n_lanes
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
     steps = {} if max_steps is None else {"max_steps": max_steps}
-    if method in ("fides", "lm"):  # all starts of this process in one vmapped solve, gathered
-        batch = trust_region_batch if method == "fides" else levenberg_marquardt_batch
+    if method in ("fides", "lm"):  # jcalib.estimation.multistart on the given starts, each process its block
         compile_s = None
         if method == "fides":
             steps |= {"lanes": lanes}
-            n_lanes = min(lanes or len(physical), len(distributed.process_rows(physical)))
-            t = time.perf_counter()  # compile: the run's shapes, n_lanes starts per process
-            batch(problem, physical[::-1][:n_lanes * jax.process_count()], max_steps=1, lanes=n_lanes)
+            width = n_lanes(lanes, len(distributed.process_rows(physical)))
+            warm = physical[::-1][:width * jax.process_count()]  # the run's shapes: `width` starts per process
+            t = time.perf_counter()
+            multistart(None, problem, len(warm), method, starts=warm, max_steps=1, lanes=width)
             compile_s = distributed.gather_rows(np.array([time.perf_counter() - t]), jax.process_count()).tolist()
         _barrier("multistart")
         t, cpu = time.perf_counter(), time.process_time()
-        result = batch(problem, physical, **steps)
+        result = multistart(None, problem, len(physical), method, starts=physical, **steps)
         cpu = distributed.gather_rows(np.array([time.process_time() - cpu]), jax.process_count())
         llh = final_log_likelihoods(problem, result)
         wall = time.perf_counter() - t

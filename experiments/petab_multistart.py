@@ -2,12 +2,14 @@
 
 For each problem: `jcalib.io.petab.load`, then ``--n-starts`` starts drawn uniformly over the
 PEtab bounds (uniform in each parameter's scale: lin, log or log10), each fitted with the
-forward-mode autodiff Jacobian by scipy's trust-region reflective method, one start after the
-other (`jcalib.estimation.multistart`, method ``"trf"``, the default), or by Levenberg-Marquardt
-with all starts in one vmapped, jitted solve (``--method lm``). TRF treats the bounds as
-constraints; the LM's sine box transform reaches a bound only asymptotically and crawls along
-flat valleys: with 200 iterations it brought 6 of 24 Armistead_CellDeathDis2024 starts to the
-published optimum (every start still iterating) where TRF brought 23, in 40 s against 66 s. Estimated noise parameters
+forward-mode autodiff Jacobian by `jcalib.estimation.multistart`'s default, Fides's trust-region
+reflective method (``--method fides``: vmapped lanes, a lane whose start stopped taking the
+next), by scipy's trust-region reflective method, one start after the other (``--method
+trf``), or by Levenberg-Marquardt with all starts in one vmapped, jitted solve (``--method
+lm``). TRF and Fides treat the bounds as constraints; the LM's sine box transform reaches a
+bound only asymptotically and crawls along flat valleys: with 200 iterations it brought 6 of 24
+Armistead_CellDeathDis2024 starts to the published optimum (every start still iterating) where
+TRF brought 23, in 40 s against 66 s. Estimated noise parameters
 enter the least-squares residuals through AMICI's sigma residuals
 (`jcalib.io.petab.PetabCalibrationProblem`), so minimising the sum of squares maximises PEtab's
 log-likelihood. Solver: jcalib.io.sbml's default, the Rosenbrock method Rodas5P (rtol 1e-8, atol
@@ -21,7 +23,8 @@ problem: the best log-likelihood, the fraction of converged starts, the wall tim
 batch (compilation included, and without it from a second, warm run where asked) and the
 time per converged start (wall time / converged starts).
 
-Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--stop scipy|fides]
+Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--method fides|trf|lm]
+[--stop scipy|fides]
 [--problems A B]`` (``--stop fides``: stop a TRF start as Fides does, `jcalib.estimation.multistart`);
 writes ``results/petab_multistart/metrics.json``, ``table.md`` and one waterfall plot per
 problem. The collection is found beside the checkout (``../shared/petab``) or in
@@ -41,6 +44,7 @@ from experiments.petab_collection import collection_root, problem_files
 from jcalib import plotting
 from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, clusters, final_log_likelihoods, multistart
 from jcalib.estimation.multistart import LOCAL_METHODS, check_method
+from jcalib.estimation.trust_region import n_lanes
 from jcalib.io import petab as jpetab
 
 jax.config.update("jax_enable_x64", True)
@@ -53,7 +57,7 @@ QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 
 
 def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int | None = None,
-                method: str = "trf", stop: str = "scipy", lanes: int | None = None, warm_up: bool = False) -> dict:
+                method: str = "fides", stop: str = "scipy", lanes: int | None = None, warm_up: bool = False) -> dict:
     """Import, evaluate at the nominal parameters, multistart; the metrics of one problem.
     ``stop``: one of `jcalib.estimation.STOP_RULES` (TRF only); the Fides rule takes |f| at the
     published optimum (`jcalib.estimation.multistart.multistart`'s ``objective_scale``).
@@ -99,8 +103,8 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
 def _warm_up(problem, n_starts: int, lanes: int | None, seed: int) -> float:
     """Seconds to compile Fides's batch for ``lanes`` lanes: one iteration from other starts."""
     t = time.perf_counter()
-    multistart(jax.random.key(seed + 1), problem, min(lanes or n_starts, n_starts), "fides", "uniform",
-               max_steps=1, lanes=lanes)
+    width = n_lanes(lanes, n_starts)
+    multistart(jax.random.key(seed + 1), problem, width, "fides", "uniform", max_steps=1, lanes=width)
     return time.perf_counter() - t
 
 
@@ -152,10 +156,10 @@ def main(argv=None):
     parser.add_argument("--max-steps", type=int, default=None,
                         help="iterations per start (default: the method's own, LM 200, Fides 1000, TRF scipy's "
                              "100 n)")
-    parser.add_argument("--method", choices=LOCAL_METHODS, default="trf",
-                        help="lm: vmapped Levenberg-Marquardt (all starts at once); fides: Fides's trust-region "
-                             "reflective method (all starts at once, its own stopping rule); trf: scipy's "
-                             "trust-region reflective, one start after another (bounds handled as active constraints)")
+    parser.add_argument("--method", choices=LOCAL_METHODS, default="fides",
+                        help="fides (default, jcalib.estimation.multistart's): Fides's trust-region reflective "
+                             "method (vmapped lanes, its own stopping rule); lm: vmapped Levenberg-Marquardt (all "
+                             "starts at once); trf: scipy's trust-region reflective, one start after another")
     parser.add_argument("--stop", choices=STOP_RULES, default="scipy",
                         help="when a TRF start stops: scipy's tests (default) or Fides's (pyPESTO's default "
                              "optimiser: an accepted step changed -llh by less than 1e-8 (1 + |llh|))")

@@ -137,8 +137,8 @@ MATCHED_TODAY = 14  # measured 2026-11-24 (with --timeout 480 Alkan_SciSignal201
 
 @pytest.mark.slow
 def test_petab_multistart_quick(tmp_path):
-    """experiments/petab_multistart.py (issue 21 §5) --quick: a trust-region reflective multistart
-    (the default) from the PEtab bounds reaches the published optimum of Bertozzi_PNAS2020."""
+    """experiments/petab_multistart.py (issue 21 §5) --quick: Fides's trust-region reflective
+    multistart (the default) from the PEtab bounds reaches the published optimum of Bertozzi_PNAS2020."""
     script = load_script("experiments/petab_multistart.py")
     metrics = script.main(["--out", str(tmp_path), "--quick"])
     (row,) = metrics["problems"]
@@ -146,7 +146,7 @@ def test_petab_multistart_quick(tmp_path):
     assert row["llh_best"] >= row["llh_nominal"] - script.LLH_TOLERANCE
     assert row["n_converged"] >= 4, row["llh_starts"]
     assert len(row["llh_starts"]) == 8 and row["seconds_per_converged_start"] > 0
-    assert "| Bertozzi_PNAS2020 | trf | 3 | 8 | 8 |" in (tmp_path / "table.md").read_text()
+    assert "| Bertozzi_PNAS2020 | fides | 3 | 8 | 8 |" in (tmp_path / "table.md").read_text()
     assert "| yes |" in (tmp_path / "paper_comparison.md").read_text()
     assert (tmp_path / "waterfall_Bertozzi_PNAS2020.png").stat().st_size > 0
 

@@ -165,12 +165,14 @@ def _petab_sample(problem, z0, seed: int, steps: int, chains: int, out: pathlib.
 
 def _petab_multistart(problem, seed: int, n_starts: int, llh_nominal: float, metrics: dict, figures: dict,
                       out: pathlib.Path):
-    """`jcalib petab --method multistart`: TRF from uniform starts (the PEtab multistart of
-    `experiments.petab_multistart` and `benchmarks.petab_tools`); the best start's internal
+    """`jcalib petab --method multistart`: `jcalib.estimation.multistart` with its default method
+    (Fides's) from starts uniform over the bounds (the PEtab multistart of
+    `experiments.petab_multistart` and `benchmarks.petab_multistart`); the best start's internal
     parameters (its metrics and waterfall plot go to ``metrics`` and ``figures``)."""
     from jcalib import estimation, plotting
 
-    starts = estimation.multistart(jax.random.key(seed), problem, n_starts, "trf", "uniform", progress=True)
+    starts = estimation.multistart(jax.random.key(seed), problem, n_starts, start_distribution="uniform",
+                                   progress=True)
     _exit_if_interrupted(starts, out, metrics)
     llh = estimation.final_log_likelihoods(problem, starts)
     reached = llh >= llh_nominal - estimation.LLH_TOLERANCE

@@ -117,12 +117,13 @@ def sample_starts(
 
 
 def multistart(
-    key: PRNGKeyArray,
+    key: PRNGKeyArray | None,
     problem: AbstractProblem,
     n_starts: int,
-    method: str = "lm",
+    method: str = "fides",
     start_distribution: str = "aka2023",
     *,
+    starts: Float[ArrayLike, "n_starts n_free"] | None = None,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     coordinates: str = "physical",
     stop: str = "scipy",
@@ -133,15 +134,21 @@ def multistart(
     """A local least-squares method from ``n_starts`` starts (Aka et al. 2023, Table 2).
 
     Args:
-        key: a ``jax.random`` key for the starts; the same key gives the same result.
+        key: a ``jax.random`` key for the starts; the same key gives the same result (None
+            with ``starts``).
         problem: the calibration problem.
         n_starts: number of starts.
-        method: ``"lm"`` (`levenberg_marquardt_batch`: all starts in one jitted, vmapped
-            solve), ``"fides"`` (`jcalib.estimation.trust_region.trust_region_batch`: Fides's
-            method with its own stopping rule, all starts in one vmapped solve) or ``"trf"``
+        method: ``"fides"`` (the default: `jcalib.estimation.trust_region.trust_region_batch`,
+            Fides's trust-region reflective method with its own stopping rule, the starts
+            through vmapped lanes; pyPESTO's default optimiser), ``"lm"``
+            (`levenberg_marquardt_batch`: all starts in one jitted, vmapped solve) or ``"trf"``
             (`least_squares_trf` with the autodiff Jacobian, one start after another).
         start_distribution: ``"aka2023"``, ``"lhs"``, ``"sobol"`` or ``"uniform"`` (see
-            `sample_starts`).
+            `sample_starts`); for a PEtab problem ``"uniform"`` (its nominal values are the
+            published optimum, not a guess).
+        starts: the starts themselves, ``(n_starts, n_free)``, physical, within the bounds
+            (``start_distribution`` and ``theta0`` are then not used; the result says
+            ``"given"``).
         theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values; see
             `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
         stop: ``"trf"``'s stop rule, one of `STOP_RULES`: ``"scipy"`` (scipy's own tests) or
@@ -149,7 +156,7 @@ def multistart(
             ``1e-8 + 1e-8 |f|``; `jcalib.estimation.least_squares.trf_stop_options`).
         objective_scale: the |f| of the Fides rule (default: -log-likelihood at the nominal
             values, e.g. a PEtab problem's published optimum).
-        progress: progress bar over the starts (``"trf"`` only).
+        progress: progress bar over the starts (``"fides"`` and ``"trf"``).
         **local_options: passed to the local method (e.g. ``max_steps`` for ``"lm"``,
             ``max_steps`` for ``"trf"``).
 
@@ -170,10 +177,14 @@ def multistart(
     """
     check_method(method, stop)
     start = time.perf_counter()
-    starts = sample_starts(key, problem, n_starts, start_distribution, theta0, coordinates=coordinates)
+    if starts is None:
+        starts = sample_starts(key, problem, n_starts, start_distribution, theta0, coordinates=coordinates)
+    else:
+        starts, start_distribution = _given_starts(problem, n_starts, starts), "given"
     if method in ("lm", "fides"):
         batch = levenberg_marquardt_batch if method == "lm" else trust_region_batch
-        result = batch(problem, starts, start_distribution=start_distribution, **local_options)
+        options = local_options | ({"progress": progress} if method == "fides" else {})
+        result = batch(problem, starts, start_distribution=start_distribution, **options)
         return eqx.tree_at(lambda r: r.wall_time_s, result, time.perf_counter() - start)
     if stop != "scipy":
         scale = objective_scale if objective_scale is not None else \
@@ -195,6 +206,16 @@ def multistart(
                                                              "fit: its iterates are lost", n_simulations=0))
     return multistart_result("trf", start_distribution, problem, starts, results,
                               time.perf_counter() - start, status=status)
+
+
+def _given_starts(problem: AbstractProblem, n_starts: int, starts) -> np.ndarray:
+    """``starts`` as a physical ``(n_starts, n_free)`` array within the bounds, or a ValueError."""
+    starts = np.asarray(starts, dtype=np.float64)
+    if starts.shape != (n_starts, problem.n_free):
+        raise ValueError(f"multistart: starts must be (n_starts={n_starts}, n_free={problem.n_free}); got shape "
+                         f"{starts.shape}")
+    start_internal(problem, starts, where="multistart", rows="n_starts")  # finite and within the bounds
+    return starts
 
 
 def _unused_start(problem: AbstractProblem, theta0, reason: str, n_simulations: int = 1) -> EstimationResult:

@@ -82,6 +82,23 @@ def test_bad_method_or_stop(problem, method, stop, message):
         multistart(jax.random.key(0), problem, 2, method, "uniform", stop=stop)
 
 
+def test_given_starts_are_fitted_as_given(problem):
+    """``starts=``: each start's result is the local method's from that start, the result says
+    "given"; starts of the wrong shape or outside the bounds are refused."""
+    starts = sample_starts(jax.random.key(7), problem, 2, "uniform")
+    ms = multistart(None, problem, 2, "trf", starts=starts)
+    assert ms.start_distribution == "given"
+    np.testing.assert_array_equal(ms.starts, starts)
+    for k, theta0 in enumerate(starts):
+        np.testing.assert_array_equal(ms.results[k].theta_internal, least_squares_trf(problem, theta0).theta_internal)
+    with pytest.raises(ValueError, match=r"starts must be \(n_starts=3, n_free=3\); got shape \(2, 3\)"):
+        multistart(None, problem, 3, "trf", starts=starts)
+    outside = starts.copy()
+    outside[1, 0] = problem.space.upper[0] + 1.0
+    with pytest.raises(ValueError, match="bound"):
+        multistart(None, problem, 2, "trf", starts=outside)
+
+
 def test_sobol_starts_are_the_spaces_scrambled_sobol_points(problem):
     key = jax.random.key(4)
     starts = sample_starts(key, problem, 8, "sobol")

@@ -130,18 +130,18 @@ def test_trf_multistart_keeps_the_finished_starts(problem, monkeypatch):
 
 
 def test_cli_multistart_exits_130_and_keeps_what_finished(tmp_path, monkeypatch):
-    """`jcalib petab --method multistart` interrupted in its second start: exit code 130, a line
-    saying 1 of 2 starts finished, metrics.json with status 'interrupted', no simulation table
-    or plots of a 'fit'."""
+    """`jcalib petab --method multistart` (Fides's method, two lanes) interrupted in its first
+    iteration: exit code 130, a line saying 0 of 2 starts finished, metrics.json with status
+    'interrupted', no simulation table or plots of a 'fit'."""
     folder, _ = _case("0001")
-    _interrupt_second_trf_start(monkeypatch)
+    _interrupt_fides_step(monkeypatch, 1)
     out = tmp_path / "ms"
     result = CliRunner().invoke(app, ["petab", str(folder / "_0001.yaml"), "--method", "multistart", "--n-starts", "2",
                                       "--out", str(out)])
     assert result.exit_code == 130, result.output
-    assert "interrupted (Ctrl-C): 1 of 2 starts had finished" in result.output
+    assert "interrupted (Ctrl-C): 0 of 2 starts had finished" in result.output
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["status"] == "interrupted" and metrics["multistart"]["extra"]["n_finished_starts"] == 1
+    assert metrics["status"] == "interrupted" and metrics["multistart"]["extra"]["n_finished_starts"] == 0
     assert not (out / "simulation.tsv").exists() and not (out / "waterfall.png").exists()
 
 
