@@ -469,11 +469,12 @@ def _advance(state: TrustRegionState, proposal: _Step, dv, x_new, evaluation, lo
 
 # --- on a calibration problem -------------------------------------------------------------------
 def _least_squares(problem: AbstractProblem, offset):
-    """``z -> (|r|^2 / 2 + offset, J^T r, J^T J)`` from one forward-mode linearisation of the
-    residuals (the simulation carrying its sensitivities)."""
+    """``z -> (|r|^2 / 2 + offset, J^T r, J^T J)`` from one forward-mode Jacobian of the residuals:
+    one simulation carrying its sensitivities (``jax.jacfwd``, the residuals as its aux; a
+    ``jax.linearize`` would run the simulation again inside its tangent map: Armistead's
+    objective 8.7 ms against 6.0 ms, the same numbers)."""
     def objective(z):
-        r, tangent = jax.linearize(problem.residuals, z)
-        jac = jax.vmap(tangent, out_axes=1)(jnp.eye(z.shape[0], dtype=z.dtype))
+        jac, r = jax.jacfwd(lambda x: (problem.residuals(x),) * 2, has_aux=True)(z)
         return 0.5 * r @ r + offset, jac.T @ r, jac.T @ jac
     return objective
 
