@@ -9,11 +9,11 @@ Fides.
   taken in internal coordinates (so log-uniform parameters spread over their decades). ``"lhs"``,
   ``"sobol"`` and ``"uniform"`` fill the box instead (no initial guess; uniform is the field's
   usual choice for PEtab problems).
-- the local method: `jcalib.estimation.least_squares.levenberg_marquardt_batch` (all starts in one
-  vmapped solve), `jcalib.estimation.trust_region.trust_region_batch` (Fides's trust-region
-  reflective method, all starts in one vmapped solve) or
-  `jcalib.estimation.least_squares.least_squares_trf` (one start after another), stopped by scipy's
-  tests or Fides's default rule (``stop=``).
+- the local method: `jcalib.estimation.trust_region.trust_region_batch` (the default, Fides's
+  trust-region reflective method: the starts through vmapped lanes, each process its block after
+  `jcalib.distributed.initialize`), `jcalib.estimation.least_squares.levenberg_marquardt_batch`
+  (all starts in one vmapped solve) or `jcalib.estimation.least_squares.least_squares_trf` (one
+  start after another, stopped by scipy's tests or Fides's default rule, ``stop=``).
 - which starts converged: `final_log_likelihoods` against a reference (e.g. a published optimum),
   within `LLH_TOLERANCE`.
 
