@@ -104,14 +104,16 @@ def f(value, spec: str = ".3g") -> str:
     return "–" if value is None else format(value, spec)
 
 
-def _at_most(ours: float | None, theirs: float | None) -> bool:
-    """jcalib's CPU seconds per converged start at most pyPESTO's (no converged start: missed;
-    pyPESTO without one: met)."""
+def _at_most(ours: float | None, theirs: float | None) -> bool | None:
+    """jcalib's CPU seconds per converged start at most pyPESTO's (jcalib without a converged
+    start: missed; pyPESTO without one: met; neither: None, nothing to compare)."""
+    if ours is None and theirs is None:
+        return None
     return ours is not None and (theirs is None or ours <= theirs)
 
 
-def _verdict(met: bool) -> str:
-    return "met" if met else "missed"
+def _verdict(met: bool | None) -> str:
+    return "–" if met is None else "met" if met else "missed"
 
 
 def table(rows: list[dict]) -> str:

@@ -37,6 +37,8 @@ def test_the_figures_and_goals_follow_from_the_records(tmp_path):
     assert lines[3].startswith("| Broken_2026 | 1 / 1 | 4 | error: process 0 failed |")
     no_start = rows[0] | {"jcalib": rows[0]["jcalib"] | {"n_converged": 0}}
     assert script.table([no_start]).splitlines()[2].endswith("missed, missed (missed) |")
+    neither = no_start | {"pypesto": rows[0]["pypesto"] | {"n_converged": 0}}
+    assert script.table([neither]).splitlines()[2].endswith("met, – (–) |")  # no CPU per converged start
     path = tmp_path / "waterfalls.png"
     script.plot_waterfalls(rows, path)
     assert path.stat().st_size > 0
