@@ -20,8 +20,8 @@ log-likelihood at the published parameters, or above. CPU time: user + system of
 per problem and tool: converged starts, the best log-likelihood, gradient evaluations (a
 forward-sensitivity Jacobian for both), converged starts per 1,000 gradient evaluations and per
 CPU minute, CPU seconds per converged start (jcalib: without and with compilation), wall time.
-Writes JSON after every problem (default results/benchmarks/petab_multistart.json, nothing lost
-when a run is cut short), a Markdown table under ``"table"``, and the waterfall plots of both
+Writes JSON after each tool on every problem (default results/benchmarks/petab_multistart.json,
+nothing finished is lost when a run is cut short), a Markdown table under ``"table"``, and the waterfall plots of both
 tools (``<out>_waterfalls.png`` beside the JSON).
 
 Usage:
@@ -203,13 +203,15 @@ def main(argv=None):
             ref = reference_side([name], problems, args, tmp)
             a = ref.get("problems", {}).get(name, {"error": ref.get("error", "not run")})
             row = {"problem": name, "size": f"{len(pp.model.state_names)} / {len(pp.parameter_ids)}",
-                   "n_starts": n_starts, "pypesto": a.get("multistart", a) | {"llh_nominal": a.get("llh_nominal")}}
+                   "n_starts": n_starts, "pypesto": a.get("multistart", a) | {"llh_nominal": a.get("llh_nominal")},
+                   "jcalib": {"error": "not finished (the run was cut short)"}}
+            rows.append(row)
+            common.write_report(args.out, report | {"table": table(rows)})  # the reference's side kept
             print(f"{name}: jcalib ...", flush=True)
             t = time.perf_counter()
             llh_nominal = float(jax.jit(pp.log_likelihood)(pp.nominal_internal))
             row["jcalib"] = jcalib_side(name, problems[name], args, llh_nominal) | {
                 "process_wall_s": time.perf_counter() - t}
-            rows.append(row)
             print(table([row]).splitlines()[-1], flush=True)
             report |= {"table": table(rows), "machine": common.machine_info(load_at_start)}
             common.write_report(args.out, report)
