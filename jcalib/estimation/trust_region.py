@@ -594,9 +594,10 @@ def trust_region_batch(
 
 
 CPU_LANES = 8
-"""Default lanes on a CPU: Armistead_CellDeathDis2024, 24 starts, warm, one core: 45 s with 1 lane,
-41 s with 4, 35 s with 8, 67 s with all 24 (lockstep simulations); Bertozzi_PNAS2020, whose starts
-cost alike: 0.8 s with 24 lanes, 4.1 s with one."""
+"""Default lanes on a CPU. Lanes vectorise small simulations and hold each other to the stiffest
+start's step count (README, "Multistart against pyPESTO + Fides"): per gradient evaluation 8 lanes
+took 1.2-2.8x less CPU than one on Bertozzi, Rahman and Armistead, and 1.6-2x more on Boehm,
+Fiedler and Raia (pass ``lanes=1`` there)."""
 
 
 def n_lanes(lanes: int | None, n_starts: int) -> int:
