@@ -631,8 +631,8 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int,
     fields = [z0s.copy(), np.full(n, np.inf), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
     held, upcoming = np.arange(lanes), lanes  # the start each lane holds (-1: none)
     bar = tqdm(total=n, desc=f"multistart fides ({lanes} lanes)", unit="start", disable=not progress)
-    state = init(jnp.asarray(z0s[:lanes]))
     try:
+        state = init(jnp.asarray(z0s[:lanes]))
         while True:
             values = [np.asarray(a) for a in (state.x_min, state.f_min, state.exitflag, state.iteration,
                                               state.n_evaluations)]
