@@ -165,15 +165,16 @@ def multistart(
         waterfall plot (`jcalib.plotting.plot_multistart_waterfall`). A Ctrl-C ends the
         multistart with ``extra["status"] == "interrupted"``: the finished starts are kept as
         they are, the others say so in their ``reason`` (``"trf"``: the start being fitted
-        and the later ones have no estimate; ``"lm"``: the running starts keep their iterate,
-        not converged).
+        and the later ones have no estimate; ``"lm"`` and ``"fides"``: the running starts keep
+        their iterate or best point, not converged).
 
     Raises:
         ValueError: unknown ``method``, ``start_distribution`` or ``stop``; a stop rule other
-            than scipy's with ``"lm"``; bad ``n_starts`` or ``theta0``. A start that cannot be
-            used (failed solve, overflowing loss or non-finite Jacobian there) is not an error: it gets ``loss = inf``,
-            ``converged=False`` and the reason; ``extra["n_failed_starts"]`` counts them and,
-            when every start failed, ``extra["failure"]`` says why.
+            than scipy's with ``"lm"`` or ``"fides"``; bad ``n_starts``, ``starts`` or ``theta0``.
+            A start that cannot be used (failed solve, overflowing loss or non-finite Jacobian
+            there) is not an error: it gets ``loss = inf``, ``converged=False`` and the reason;
+            ``extra["n_failed_starts"]`` counts them and, when every start failed,
+            ``extra["failure"]`` says why.
     """
     check_method(method, stop)
     start = time.perf_counter()
@@ -190,6 +191,15 @@ def multistart(
         scale = objective_scale if objective_scale is not None else \
             float(problem.log_likelihood(problem.initial_internal()))
         local_options = trf_stop_options(stop, scale) | local_options
+    results, status = _trf_starts(problem, starts, local_options, progress)
+    return multistart_result("trf", start_distribution, problem, starts, results,
+                              time.perf_counter() - start, status=status)
+
+
+def _trf_starts(problem: AbstractProblem, starts: np.ndarray, options: dict,
+                progress: bool) -> tuple[list[EstimationResult], str]:
+    """`least_squares_trf` from each start in turn; the results and ``"completed"`` or
+    ``"interrupted"`` (a Ctrl-C: the start being fitted and the later ones get no estimate)."""
     results, status = [], "completed"
     for i in tqdm(range(starts.shape[0]), desc="multistart trf", unit="start", disable=not progress):
         if status == "interrupted":
@@ -197,15 +207,14 @@ def multistart(
                                                              "ran", n_simulations=0))
             continue
         try:
-            results.append(least_squares_trf(problem, starts[i], **local_options))
+            results.append(least_squares_trf(problem, starts[i], **options))
         except FailedStartError as e:
             results.append(_unused_start(problem, starts[i], f"failed: {e}"))
         except KeyboardInterrupt:
             status = "interrupted"
             results.append(_unused_start(problem, starts[i], f"{INTERRUPTED} (KeyboardInterrupt) during this start's "
                                                              "fit: its iterates are lost", n_simulations=0))
-    return multistart_result("trf", start_distribution, problem, starts, results,
-                              time.perf_counter() - start, status=status)
+    return results, status
 
 
 def _given_starts(problem: AbstractProblem, n_starts: int, starts) -> np.ndarray:
