@@ -417,6 +417,7 @@ def test_each_preequilibration_condition_is_solved_once_and_starts_its_simulatio
     np.testing.assert_allclose(pp.simulation_table(pp.nominal_internal)["simulation"], expected, rtol=1e-6)
 
 
+@pytest.mark.slow  # 14-60 s of compiling; make test keeps the fast gradient/import checks (moved 2026-12-02)
 def test_reverse_and_forward_gradients_agree_with_central_differences(tmp_path):
     """``load(gradient=)``: reverse mode through the solver (the default with Rodas5P) and
     forward sensitivities give the same gradient, component by component, and both match
@@ -443,6 +444,7 @@ def test_reverse_and_forward_gradients_agree_with_central_differences(tmp_path):
         jpetab.load(path, gradient="adjoint")
 
 
+@pytest.mark.slow  # 14-60 s of compiling; make test keeps the fast gradient/import checks (moved 2026-12-02)
 def test_an_output_that_is_nan_where_nobody_reads_it_leaves_the_reverse_gradient_finite(tmp_path):
     """Case 0001 (A(0) = 1, B(0) = 0) with an assignment rule ``ratio = B / sqrt(B^2)`` (0 / 0 at
     t = 0, 1 after) observed only at t = 1, beside A at t = 0: reverse mode (zero cotangent
@@ -466,6 +468,7 @@ def test_an_output_that_is_nan_where_nobody_reads_it_leaves_the_reverse_gradient
     np.testing.assert_allclose(g_reverse, np.asarray(jax.grad(forward.log_likelihood)(z)), rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.slow  # 14-60 s of compiling; make test keeps the fast gradient/import checks (moved 2026-12-02)
 def test_the_traced_likelihood_does_not_grow_with_the_number_of_conditions(tmp_path):
     """Case 0009's A <-> B under 2 and under 12 conditions (k1 a number or the estimated k2,
     by condition): each condition's parameters come from one gather over index tables, so the

@@ -207,6 +207,7 @@ SHARED_MODEL = _sbml(f"""<listOfCompartments><compartment id="c" size="1" consta
     </listOfReactions>""")
 
 
+@pytest.mark.slow  # 14-60 s of compiling; make test keeps the fast gradient/import checks (moved 2026-12-02)
 def test_a_subexpression_shared_by_initial_assignments_is_computed_once():
     """The generated code computes a repeated subexpression once (sympy.cse): traced,
     differentiated and compiled once, not per occurrence (an analytic steady state repeated in
@@ -635,6 +636,7 @@ def test_a_pure_mass_action_model_needs_no_autodiff_for_its_jacobian(volume_mode
                                [[-k / 2, 0.0], [k, 0.0]], rtol=1e-15)
 
 
+@pytest.mark.slow  # 14-60 s of compiling; make test keeps the fast gradient/import checks (moved 2026-12-02)
 def test_the_generated_code_is_the_same_in_every_process():
     """The generated source does not depend on Python's hash seed (set iteration orders): the same
     text under two PYTHONHASHSEEDs, for models with many rules and initial assignments (Alkan) and
