@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 from benchmarks import common  # noqa: E402
 from benchmarks.petab_tools import (  # noqa: E402
     DEFAULT_VENV,
+    _fmt,
     draw_points,
     ensure_reference_venv,
     jcalib_processes,
@@ -99,11 +100,6 @@ def summary(ms: dict) -> dict:
     return out
 
 
-def f(value, spec: str = ".3g") -> str:
-    """``value`` formatted, "–" for None."""
-    return "–" if value is None else format(value, spec)
-
-
 def _at_most(ours: float | None, theirs: float | None) -> bool | None:
     """jcalib's CPU seconds per converged start at most pyPESTO's (jcalib without a converged
     start: missed; pyPESTO without one: met; neither: None, nothing to compare)."""
@@ -134,10 +130,10 @@ def table(rows: list[dict]) -> str:
                               ("cpu_s_per_converged_start", "cpu_s_per_converged_start_with_compile"))
         lines.append(
             f"| {r['problem']} | {r['size']} | {r['n_starts']} | {sj['converged']} / {sa['converged']} | "
-            f"{sj['llh_best']:.6g} / {sa['llh_best']:.6g} | {f(sj['per_1000_gradients'])} / "
-            f"{f(sa['per_1000_gradients'])} | {f(sj['per_cpu_minute'])} / {f(sa['per_cpu_minute'])} | "
-            f"{f(sj['cpu_s_per_converged_start'])} ({f(sj['cpu_s_per_converged_start_with_compile'])}) / "
-            f"{f(sa['cpu_s_per_converged_start'])} | {j['wall_time_s']:.3g} ({j['compile_s']:.3g}) / "
+            f"{sj['llh_best']:.6g} / {sa['llh_best']:.6g} | {_fmt(sj['per_1000_gradients'])} / "
+            f"{_fmt(sa['per_1000_gradients'])} | {_fmt(sj['per_cpu_minute'])} / {_fmt(sa['per_cpu_minute'])} | "
+            f"{_fmt(sj['cpu_s_per_converged_start'])} ({_fmt(sj['cpu_s_per_converged_start_with_compile'])}) / "
+            f"{_fmt(sa['cpu_s_per_converged_start'])} | {j['wall_time_s']:.3g} ({j['compile_s']:.3g}) / "
             f"{a['wall_time_s']:.3g} | {_verdict(reach)}, {_verdict(cpu)} ({_verdict(cpu_compiling)}) |")
     return "\n".join(lines) + "\n"
 

@@ -44,7 +44,6 @@ from experiments.petab_collection import collection_root, problem_files
 from jcalib import plotting
 from jcalib.estimation import LLH_TOLERANCE, STOP_RULES, clusters, final_log_likelihoods, multistart
 from jcalib.estimation.multistart import LOCAL_METHODS, check_method
-from jcalib.estimation.trust_region import n_lanes
 from jcalib.io import petab as jpetab
 
 jax.config.update("jax_enable_x64", True)
@@ -57,13 +56,10 @@ QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 
 
 def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int | None = None,
-                method: str = "fides", stop: str = "scipy", lanes: int | None = None, warm_up: bool = False) -> dict:
+                method: str = "fides", stop: str = "scipy") -> dict:
     """Import, evaluate at the nominal parameters, multistart; the metrics of one problem.
     ``stop``: one of `jcalib.estimation.STOP_RULES` (TRF only); the Fides rule takes |f| at the
-    published optimum (`jcalib.estimation.multistart.multistart`'s ``objective_scale``).
-    ``lanes``: Fides's vmapped lanes (`jcalib.estimation.trust_region_batch`). ``warm_up``
-    (Fides): compile first, with one iteration from as many other starts as there are lanes,
-    timed as ``compile_s``, so that ``wall_time_s`` is the compiled multistart's."""
+    published optimum (`jcalib.estimation.multistart.multistart`'s ``objective_scale``)."""
     check_method(method, stop)  # before the import, which can take minutes
     name = folder.name
     t0 = time.perf_counter()
@@ -75,8 +71,7 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
     nominal = pp.to_problem_internal(pp.nominal_internal)
     llh_nominal = float(problem.log_likelihood(nominal))
     import_s = time.perf_counter() - t0
-    options = ({} if max_steps is None else {"max_steps": max_steps}) | ({"lanes": lanes} if method == "fides" else {})
-    compile_s = _warm_up(problem, n_starts, lanes, seed) if warm_up and method == "fides" else None
+    options = {} if max_steps is None else {"max_steps": max_steps}
     cpu = time.process_time()
     starts = multistart(jax.random.key(seed), problem, n_starts, method, "uniform", stop=stop,
                         objective_scale=llh_nominal, **options)
@@ -92,20 +87,11 @@ def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int |
         "n_converged": n_converged, "fraction_converged": n_converged / n_starts,
         "n_failed_starts": int(starts.extra.get("n_failed_starts", 0)),
         "optima_found": clusters(-llh), "n_simulations": starts.n_simulations, "n_jacobians": starts.n_jacobians,
-        "wall_time_s": starts.wall_time_s, "import_and_nominal_s": import_s, "compile_s": compile_s, "cpu_s": cpu_s,
-        "lanes": lanes,
+        "wall_time_s": starts.wall_time_s, "import_and_nominal_s": import_s, "cpu_s": cpu_s,
         "seconds_per_converged_start": starts.wall_time_s / n_converged if n_converged else None,
         "best_estimate": problem.estimate_dict(starts.results[int(np.argmax(llh))].theta_internal),
         "_starts": starts,
     }
-
-
-def _warm_up(problem, n_starts: int, lanes: int | None, seed: int) -> float:
-    """Seconds to compile Fides's batch for ``lanes`` lanes: one iteration from other starts."""
-    t = time.perf_counter()
-    width = n_lanes(lanes, n_starts)
-    multistart(jax.random.key(seed + 1), problem, width, "fides", "uniform", max_steps=1, lanes=width)
-    return time.perf_counter() - t
 
 
 def table(rows: list[dict]) -> str:

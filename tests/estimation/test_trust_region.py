@@ -90,6 +90,7 @@ def test_the_iteration_is_fides_s(case, switch_iteration):
     assert bool(out.state.switched) == opt.hessian_update._switched
 
 
+@pytest.mark.slow  # 9-16 s of compiling; moved out of make test to keep it under 10 min (2026-12-02)
 def test_the_subproblem_solution_is_the_constrained_minimum():
     """Inside, on the boundary (positive definite and indefinite) and the hard case, against a
     fine search over the disc."""

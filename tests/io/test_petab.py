@@ -197,6 +197,7 @@ def test_petab_problem_is_the_same_objective(noise_case):
     np.testing.assert_array_equal(table["simulation"], pp.simulation_table(z)["simulation"])
 
 
+@pytest.mark.slow  # 9-16 s of compiling; moved out of make test to keep it under 10 min (2026-12-02)
 def test_petab_problem_residuals_with_estimated_noise(noise_case):
     """With sigma estimated, the residuals carry one sigma term per row (AMICI's trick):
     0.5 sum r^2 + llh is the same constant at any parameters, and the first half of the

@@ -36,6 +36,7 @@ def problem():
 STARTS = np.array([[5.0, 5.0, 5.0], [-5.0, 2.0, 1.0], [9.0, -9.0, 9.0], [-9.0, 9.0, -9.0]])
 
 
+@pytest.mark.slow  # 9-16 s of compiling; moved out of make test to keep it under 10 min (2026-12-02)
 def test_levenberg_marquardt_keeps_the_finished_blocks(problem, monkeypatch):
     """Blocks of two starts: a Ctrl-C in the second block's third step keeps the first block's
     results exactly, keeps the second block's iterates as 'interrupted ... not converged'."""
@@ -129,6 +130,7 @@ def test_trf_multistart_keeps_the_finished_starts(problem, monkeypatch):
     assert cut.best_index == 0
 
 
+@pytest.mark.slow  # 9-16 s of compiling; moved out of make test to keep it under 10 min (2026-12-02)
 def test_cli_multistart_exits_130_and_keeps_what_finished(tmp_path, monkeypatch):
     """`jcalib petab --method multistart` (Fides's method, two lanes) interrupted in its first
     iteration: exit code 130, a line saying 0 of 2 starts finished, metrics.json with status

@@ -67,6 +67,7 @@ def test_a_noise_level_that_turns_negative_is_no_likelihood(tmp_path):
     assert pp.problem.why_not_finite(nominal).endswith("noise level -1: the noise level must be positive")
 
 
+@pytest.mark.slow  # 9-16 s of compiling; moved out of make test to keep it under 10 min (2026-12-02)
 def test_an_overflowing_likelihood_is_named(tmp_path):
     pp = jpetab.load(_problem(tmp_path, measurements={"measurement": [0.7, 1e300]}))
     nominal = pp.to_problem_internal(pp.nominal_internal)
