@@ -8,11 +8,12 @@ Both tools get the same starts, uniform over the PEtab bounds in each parameter'
   forward sensitivities, jcalib's tolerances), one process per core (pyPESTO's
   ``MultiProcessEngine``), in the reference environment of `benchmarks.petab_tools` (built on
   the first run). AMICI's model compilation is done before and not counted.
-- **jcalib**: `jcalib.estimation.trust_region_batch` (Fides's method in JAX, ``--lanes`` vmapped
-  lanes per process, a lane whose start stopped taking the next) on ``--processes`` processes
-  over `jcalib.distributed`, each pinned to its own core
-  (`benchmarks.petab_tools.jcalib_processes`). jcalib's compilation (one iteration from other
-  starts, in every process) is timed apart, as AMICI's is.
+- **jcalib**: `jcalib.estimation.trust_region_batch` (Fides's method in JAX, vmapped lanes per
+  process, a lane whose start stopped taking the next; ``--lanes`` of them, or by default 8 that
+  go on in one lane where that is measured cheaper) on ``--processes`` processes over
+  `jcalib.distributed`, each pinned to its own core (`benchmarks.petab_tools.jcalib_processes`).
+  jcalib's compilation (one iteration from other starts in every process, for both lane counts
+  by default) is timed apart, as AMICI's is.
 
 A start converges when it ends within `jcalib.estimation.LLH_TOLERANCE` of the tool's own
 log-likelihood at the published parameters, or above. CPU time: user + system of every process

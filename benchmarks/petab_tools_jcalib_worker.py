@@ -64,8 +64,9 @@ def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, 
     (`jcalib.estimation.multistart` on the given starts: each process its block, vmapped; Fides
     through ``lanes`` lanes); every start's final log-likelihood (``-inf``
     where the start could not be used), the wall time (s) of the whole multistart and every
-    process's CPU time. Fides's method is compiled first (one iteration from other starts, timed
-    as ``compile_s``). ``stop`` (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by
+    process's CPU time and lanes at the end. Fides's method is compiled first (one iteration from
+    other starts, timed as ``compile_s``), with ``lanes`` None for its lanes and for one lane.
+    ``stop`` (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by
     ``llh_nominal`` (the parent's log-likelihood at the nominal parameters)."""
     import jax
 
@@ -81,9 +82,10 @@ def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, 
         if method == "fides":
             steps |= {"lanes": lanes}
             width = n_lanes(lanes, len(distributed.process_rows(physical)))
-            warm = physical[::-1][:width * jax.process_count()]  # the run's shapes: `width` starts per process
             t = time.perf_counter()
-            multistart(None, problem, len(warm), method, starts=warm, max_steps=1, lanes=width)
+            for w in {width, 1 if lanes is None else width}:  # lanes=None may go on in one lane: both compiled
+                warm = physical[::-1][:w * jax.process_count()]  # the run's shapes: `w` starts per process
+                multistart(None, problem, len(warm), method, starts=warm, max_steps=1, lanes=w)
             compile_s = distributed.gather_rows(np.array([time.perf_counter() - t]), jax.process_count()).tolist()
         _barrier("multistart")
         t, cpu = time.perf_counter(), time.process_time()
@@ -91,9 +93,11 @@ def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, 
         cpu = distributed.gather_rows(np.array([time.process_time() - cpu]), jax.process_count())
         llh = final_log_likelihoods(problem, result)
         wall = time.perf_counter() - t
+        lanes_at_end = None if method == "lm" else distributed.gather_rows(
+            np.array([result.extra["lanes_at_end"]]), jax.process_count()).tolist()
         return {"wall_time_s": wall, "own_s": wall, "llh_starts": llh.tolist(), "cpu_s_per_process": cpu.tolist(),
-                "compile_s_per_process": compile_s, "n_jacobians": result.n_jacobians,
-                "n_jacobians_per_start": [r.n_jacobians for r in result.results]}
+                "compile_s_per_process": compile_s, "lanes_at_end_per_process": lanes_at_end,
+                "n_jacobians": result.n_jacobians, "n_jacobians_per_start": [r.n_jacobians for r in result.results]}
     options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
     _barrier("multistart")
     t = time.perf_counter()

@@ -547,10 +547,12 @@ def trust_region_batch(
             (``"physical"`` or ``"internal"``).
         max_steps: Fides's ``maxiter``, the iteration budget per start.
         options: Fides's options (`TrustRegionOptions`; None: its defaults).
-        lanes: starts iterated at once (None: `CPU_LANES` on a CPU, all on an accelerator).
-            Lanes move in lockstep, each iteration's simulation as long as the slowest lane's:
-            few lanes where starts differ in stiffness (a CPU), many where a wide batch is nearly
-            free (a GPU).
+        lanes: starts iterated at once (None: on a CPU `CPU_LANES`, and after
+            `MEASURED_ITERATIONS` one, where one start stepped alone takes less CPU time per
+            iteration than a start in the lanes did and the rest of the run outweighs compiling
+            it; on an accelerator every start at once). Lanes move in lockstep, each iteration's
+            simulation as long as the slowest lane's: few lanes where starts differ in stiffness
+            (a CPU), many where a wide batch is nearly free (a GPU).
         start_distribution: label stored in the result (`jcalib.estimation.multistart`).
         progress: a progress bar over the finished starts.
 
@@ -567,22 +569,14 @@ def trust_region_batch(
             n_free)``, not finite or outside the bounds; ``max_steps`` or ``lanes`` not a positive integer.
     """
     start = time.perf_counter()
-    problem.space.check_box("trust_region_batch")
-    theta0 = np.asarray(theta0, dtype=np.float64)
-    if theta0.ndim != 2 or theta0.shape[0] == 0:
-        raise ValueError(f"trust_region_batch: theta0 must be (n_starts, n_free={problem.n_free}) with at least one "
-                         f"start; got shape {theta0.shape}")
-    problem.space.check_shape(theta0, "trust_region_batch: theta0", batched=True)
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"trust_region_batch: max_steps must be a positive integer; got {max_steps!r}")
-    n_lanes(lanes, len(theta0))  # refuses a bad value before any work
-    z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
-    offset = _offset(problem, z0s[0])
-    algorithm = _batch_algorithm(problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays:
-                                 jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # traced
-    local = distributed.process_rows(z0s)
-    fields, interrupted = _run_lanes(algorithm.init, algorithm.step, np.asarray(local), n_lanes(lanes, len(local)),
-                                     int(max_steps), progress)
+    n_lanes(lanes, 1)  # refuses a bad value before any work
+    algorithm, z0s, offset = _prepared(problem, theta0, coordinates, options)
+    local = np.asarray(distributed.process_rows(z0s))
+    fields, interrupted, width = _run_lanes(algorithm.init, algorithm.step, local, n_lanes(lanes, len(local)),
+                                            int(max_steps), progress,
+                                            one_lane=lanes is None and jax.default_backend() == "cpu")
     x_min, f_min, flags, steps, evaluations = distributed.gather_rows(fields, len(z0s))
     wall = time.perf_counter() - start
     results = [_start_result(problem, z0s[i], x_min[i], f_min[i] - offset, int(flags[i]), int(steps[i]),
@@ -590,20 +584,49 @@ def trust_region_batch(
                for i in range(len(z0s))]
     status = "interrupted" if interrupted else "completed"
     return multistart_result("fides", start_distribution, problem, theta0, results, wall, status=status,
-                              extra={"max_steps_taken": int(steps.max()), "objective_offset": offset})
+                              extra={"max_steps_taken": int(steps.max()), "objective_offset": offset,
+                                     "lanes_at_end": width})
+
+
+def _prepared(problem: AbstractProblem, theta0, coordinates: str, options) -> tuple[Algorithm, np.ndarray, float]:
+    """`trust_region_batch`'s checked starts (internal), its vmapped algorithm and the objective's
+    offset ``c``."""
+    problem.space.check_box("trust_region_batch")
+    theta0 = np.asarray(theta0, dtype=np.float64)
+    if theta0.ndim != 2 or theta0.shape[0] == 0:
+        raise ValueError(f"trust_region_batch: theta0 must be (n_starts, n_free={problem.n_free}) with at least one "
+                         f"start; got shape {theta0.shape}")
+    problem.space.check_shape(theta0, "trust_region_batch: theta0", batched=True)
+    z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
+    offset = _offset(problem, z0s[0])
+    algorithm = _batch_algorithm(problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays:
+                                 jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # traced
+    return algorithm, np.asarray(z0s), offset
 
 
 CPU_LANES = 8
-"""Default lanes on a CPU. Lanes vectorise small simulations and hold each other to the stiffest
-start's step count (README, "Multistart against pyPESTO + Fides"): per gradient evaluation 8 lanes
-took 1.2-2.8x less CPU than one on Bertozzi, Rahman and Armistead, and 1.6-2x more on Boehm,
-Fiedler and Raia (pass ``lanes=1`` there)."""
+"""Lanes on a CPU unless one lane is measured cheaper (`_run_lanes`). Lanes vectorise small
+simulations and hold each other to the stiffest start's step count (README, "Multistart against
+pyPESTO + Fides"): per gradient evaluation 8 lanes took 1.2-2.8x less CPU than one on Bertozzi,
+Rahman and Armistead, and 1.6-2x more on Boehm, Fiedler and Raia."""
+
+MEASURED_ITERATIONS = 10
+"""Iterations of the vmapped lanes whose CPU time decides whether one lane is tried (`_run_lanes`)."""
+
+NOMINAL_ITERATIONS = 100
+"""Iterations per start assumed when the rest of a run is weighed against a compilation (Fides
+took 20-600 per start on the benchmark problems)."""
+
+LEAST_COMPILE_S = 10.0
+"""The least a compilation is taken to cost (s) when the rest of a run is weighed against one:
+the lanes' first iteration measures it, unless it was compiled before (PEtab benchmark problems:
+16-34 s)."""
 
 
 def n_lanes(lanes: int | None, n_starts: int) -> int:
-    """The number of vmapped lanes `trust_region_batch` uses for ``n_starts`` starts in a process:
-    ``lanes`` (None: `CPU_LANES` on a CPU, every start at once on an accelerator), at most
-    ``n_starts``.
+    """The vmapped lanes `trust_region_batch` starts with for ``n_starts`` starts in a process:
+    ``lanes`` (None: `CPU_LANES` on a CPU, then one where that is measured cheaper; every start at
+    once on an accelerator), at most ``n_starts``.
 
     Example:
         >>> n_lanes(4, 3), n_lanes(4, 10)
@@ -616,54 +639,137 @@ def n_lanes(lanes: int | None, n_starts: int) -> int:
     return min(int(lanes), n_starts)
 
 
-def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int,
-               progress: bool = False) -> tuple[list[np.ndarray], bool]:
+def _one_lane_cheaper(n_left: int, lanes_cpu: float, compile_s: float, one_lane_cpu: Callable[[], float]) -> bool:
+    """Whether the rest of a run (``n_left`` starts, `NOMINAL_ITERATIONS` each) goes on in one
+    lane: ``one_lane_cpu()`` (its CPU time per iteration, s; timed only where the rest of the run
+    at the lanes' measured ``lanes_cpu`` per start and iteration outweighs a compilation,
+    ``compile_s``) below ``lanes_cpu``."""
+    if n_left * NOMINAL_ITERATIONS * lanes_cpu <= compile_s:
+        return False
+    return one_lane_cpu() < lanes_cpu
+
+
+class _LaneClock:
+    """CPU time per running start and iteration of the vmapped lanes over `MEASURED_ITERATIONS`
+    iterations after the first (which compiles, and is timed as such)."""
+
+    def __init__(self):
+        self.iterations, self.cpu, self.start_iterations, self.compile_s = 0, 0.0, 0, 0.0
+
+    def step(self, step, state, running: int):
+        cpu, wall = time.process_time(), time.perf_counter()
+        state = jax.block_until_ready(step(state)[0])
+        if self.iterations == 0:
+            self.compile_s = time.perf_counter() - wall
+        else:
+            self.cpu += time.process_time() - cpu
+            self.start_iterations += running
+        self.iterations += 1
+        return state
+
+    @property
+    def measured(self) -> bool:
+        return self.iterations == MEASURED_ITERATIONS + 1
+
+
+def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress: bool = False,
+               one_lane: bool = False) -> tuple[list[np.ndarray], bool, int]:
     """The starts ``z0s`` (``(n, n_free)``, internal) through ``lanes`` vmapped lanes: each start
     iterates until it stops or reaches ``max_steps``, and a lane whose start stopped takes the next
     start, so no lane waits for the slowest start and one compiled iteration serves them all.
+    ``one_lane``: after `MEASURED_ITERATIONS`, the running starts go on one at a time (in one
+    lane) where `_one_lane_cheaper` (one of them stepped alone is the measurement).
 
     Returns:
         ``[x_min, f_min, exitflag, iteration, n_evaluations]``, one row per start, recorded after
-        every iteration, and whether a Ctrl-C ended the run (running starts keep their best point
-        so far; a start not begun has 0 evaluations).
+        every iteration; whether a Ctrl-C ended the run (running starts keep their best point
+        so far; a start not begun has 0 evaluations); the lanes at the end.
     """
     n = len(z0s)
-    fields = [z0s.copy(), np.full(n, np.inf), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
-    held, upcoming = np.arange(lanes), lanes  # the start each lane holds (-1: none)
+    fields, queue, parked, held = _fields(z0s), list(range(n)), {}, np.full(lanes, -1)
+    clock = _LaneClock() if one_lane and lanes > 1 else None
     bar = tqdm(total=n, desc=f"multistart fides ({lanes} lanes)", unit="start", disable=not progress)
+    state = None
     try:
-        state = init(jnp.asarray(z0s[:lanes]))
         while True:
-            values = [np.asarray(a) for a in (state.x_min, state.f_min, state.exitflag, state.iteration,
-                                              state.n_evaluations)]
-            for field, value in zip(fields, values):
-                field[held[held >= 0]] = value[held >= 0]
-            stopped = (values[2] != 0) | (values[3] >= max_steps)
-            refill = np.flatnonzero(stopped & (held >= 0))[: n - upcoming]
-            bar.update(int(np.sum(stopped & (held >= 0))))
-            held[stopped] = -1
-            if refill.size:
-                held[refill] = np.arange(upcoming, upcoming + refill.size)
-                upcoming += refill.size
-                state = _refill(init, state, refill, z0s[held[refill]])
+            if state is not None:
+                values = [np.asarray(a) for a in (state.x_min, state.f_min, state.exitflag, state.iteration,
+                                                  state.n_evaluations)]
+                for field, value in zip(fields, values):
+                    field[held[held >= 0]] = value[held >= 0]
+                stopped = (held >= 0) & ((values[2] != 0) | (values[3] >= max_steps))
+                bar.update(int(stopped.sum()))
+                held[stopped] = -1
+            free = np.flatnonzero(held < 0)[:len(queue)]
+            if free.size:
+                held[free] = [queue.pop(0) for _ in free]
+                state = _refill(init, state, free, held[free], z0s, parked)
                 continue
             if np.all(held < 0):
-                return fields, False
-            state = jax.block_until_ready(step(state)[0])
+                return fields, False, held.size
+            if clock is None:
+                state = jax.block_until_ready(step(state)[0])
+                continue
+            state = clock.step(step, state, int(np.sum(held >= 0)))
+            if clock.measured:
+                clock, state, held = None, *_maybe_one_lane(step, state, held, queue, parked, clock, bar)
     except KeyboardInterrupt:
-        return fields, True
+        return fields, True, held.size
     finally:
         bar.close()
 
 
-def _refill(init, state: TrustRegionState, lanes: np.ndarray, z0s: np.ndarray) -> TrustRegionState:
-    """``state`` with the lanes ``lanes`` started afresh at ``z0s`` (one vmapped ``init`` of all
-    lanes, kept where refilled)."""
-    z = np.asarray(state.x).copy()
-    z[lanes] = z0s
+def _maybe_one_lane(step, state: TrustRegionState, held: np.ndarray, queue: list, parked: dict,
+                    clock: _LaneClock, bar) -> tuple[TrustRegionState | None, np.ndarray]:
+    """After the measured iterations: the lanes as they are, or, where `_one_lane_cheaper`, every
+    running start parked (its one-lane state in ``parked``, first in ``queue``) and one empty lane.
+    The measurement steps the first running start alone (a compilation, then two timed
+    iterations), and its lane keeps the result."""
+    running = np.flatnonzero(held >= 0)
+    lane = int(running[0])
+    alone = jax.tree_util.tree_map(lambda a: a[lane:lane + 1], state)
+
+    def one_lane_cpu() -> float:
+        nonlocal alone
+        alone = jax.block_until_ready(step(alone)[0])
+        cpu = time.process_time()
+        for _ in range(2):
+            alone = jax.block_until_ready(step(alone)[0])
+        return (time.process_time() - cpu) / 2
+
+    lanes_cpu = clock.cpu / max(clock.start_iterations, 1)
+    compile_s = max(clock.compile_s, LEAST_COMPILE_S)
+    narrow = _one_lane_cheaper(len(queue) + running.size, lanes_cpu, compile_s, one_lane_cpu)
+    state = jax.tree_util.tree_map(lambda a, b: a.at[lane].set(b[0]), state, alone)
+    if not narrow:
+        return state, held
+    for k in running:
+        parked[int(held[k])] = jax.tree_util.tree_map(lambda a, k=k: a[k:k + 1], state)
+    queue[:0] = [int(held[k]) for k in running]
+    bar.set_description("multistart fides (1 lane)")
+    return None, np.full(1, -1)
+
+
+def _fields(z0s: np.ndarray) -> list[np.ndarray]:
+    """`_run_lanes`'s record before any start has begun."""
+    n = len(z0s)
+    return [z0s.copy(), np.full(n, np.inf), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
+
+
+def _refill(init, state: TrustRegionState | None, lanes: np.ndarray, starts: np.ndarray, z0s: np.ndarray,
+            parked: dict) -> TrustRegionState:
+    """``state`` with the lanes ``lanes`` given the starts ``starts``: a parked start's state (one
+    lane), else the lanes started afresh at their ``z0s`` rows (one vmapped ``init`` of all lanes,
+    kept where refilled; every lane where ``state`` is None)."""
+    if int(starts[0]) in parked:
+        return parked.pop(int(starts[0]))
+    z = np.asarray(z0s[starts] if state is None else state.x).copy()
+    z[lanes] = z0s[starts]
     fresh = np.isin(np.arange(z.shape[0]), lanes)
-    return jax.tree_util.tree_map(lambda new, old: jnp.where(fresh.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-                                  init(jnp.asarray(z)), state)
+    new = init(jnp.asarray(z))
+    if state is None:
+        return new
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(fresh.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, state)
 
 
 def _offset(problem: AbstractProblem, z0) -> float:

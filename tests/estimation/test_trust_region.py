@@ -12,8 +12,10 @@ import pytest
 from jcalib.algorithm import run, vmap_chains
 from jcalib.estimation import multistart
 from jcalib.estimation.trust_region import (
+    NOMINAL_ITERATIONS,
     TrustRegionOptions,
     _least_squares,
+    _one_lane_cheaper,
     _run_lanes,
     _solve_nd,
     trust_region_algorithm,
@@ -123,6 +125,42 @@ def test_a_vmapped_batch_gives_each_start_its_own_run():
         np.testing.assert_allclose(x_min[i], alone.state.x_min, rtol=1e-12)
         assert flags[i] == int(alone.state.exitflag) > 0
     assert len(set(iterations)) > 1  # the starts stop at different iterations
+
+
+def test_one_lane_is_timed_only_where_the_run_outweighs_a_compilation_and_taken_where_cheaper():
+    """The rest of the run, 16 starts of ``NOMINAL_ITERATIONS`` at 0.02 s each in the lanes, is
+    weighed against a compilation; one lane is timed only where the run is longer, and taken
+    where its CPU time per iteration is lower."""
+    timed = []
+
+    def one_lane(cpu):
+        return lambda: timed.append(cpu) or cpu
+
+    run_s = 16 * NOMINAL_ITERATIONS * 0.02
+    assert not _one_lane_cheaper(16, 0.02, run_s + 1.0, one_lane(0.001)) and timed == []
+    assert _one_lane_cheaper(16, 0.02, run_s - 1.0, one_lane(0.01)) and timed == [0.01]
+    assert not _one_lane_cheaper(16, 0.02, run_s - 1.0, one_lane(0.03)) and timed == [0.01, 0.03]
+
+
+def test_starts_moved_to_one_lane_mid_run_end_as_each_start_alone(monkeypatch):
+    """Three lanes over five Rosenbrock starts, switched to one lane after two measured iterations
+    (`_one_lane_cheaper` forced): the running starts go on from where they were, the others begin
+    in the one lane, and every start ends where it ends alone, after as many iterations."""
+    import jcalib.estimation.trust_region as tr
+
+    monkeypatch.setattr(tr, "MEASURED_ITERATIONS", 2)
+    monkeypatch.setattr(tr, "_one_lane_cheaper", lambda n_left, lanes_cpu, compile_s, one_lane_cpu: True)
+    lower, upper = jnp.array([-2.0, -2.0]), jnp.array([2.0, 0.5])
+    algorithm = trust_region_algorithm(_objective(_rosenbrock), lower, upper)
+    batch = vmap_chains(algorithm)
+    starts = np.array([[-1.2, 0.3], [1.5, -1.5], [0.0, 0.0], [-0.5, 0.4], [1.9, 0.1]])
+    (x_min, _, flags, iterations, _), interrupted, lanes = _run_lanes(jax.jit(batch.init), jax.jit(batch.step),
+                                                                      starts, 3, 200, one_lane=True)
+    assert not interrupted and lanes == 1
+    for i, x0 in enumerate(starts):
+        alone = run(None, algorithm, algorithm.init(jnp.asarray(x0)), 200, stop=lambda s: s.done)
+        np.testing.assert_allclose(x_min[i], alone.state.x_min, rtol=1e-12)
+        assert iterations[i] == int(alone.state.iteration) and flags[i] == int(alone.state.exitflag) > 0
 
 
 def test_a_point_that_cannot_be_evaluated_shrinks_the_region_and_a_bad_start_stops_at_once():
