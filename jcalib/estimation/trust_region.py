@@ -563,6 +563,7 @@ def trust_region_batch(
         flags, the reason in words and ``extra["exitflag"]``. A start where the objective
         or its derivatives are not finite gets ``loss = inf`` and the reason. A Ctrl-C keeps
         every start's best point so far, not converged, ``extra["status"] == "interrupted"``.
+        ``extra["lanes_at_end"]``: this process's lanes when it finished (1 after a switch).
 
     Raises:
         ValueError: a free parameter without finite bounds; ``theta0`` not ``(n_starts,
@@ -651,16 +652,18 @@ def _one_lane_cheaper(n_left: int, lanes_cpu: float, compile_s: float, one_lane_
 
 class _LaneClock:
     """CPU time per running start and iteration of the vmapped lanes over `MEASURED_ITERATIONS`
-    iterations after the first (which compiles, and is timed as such)."""
+    iterations after the first; the wall time from its creation (before the lanes' first state)
+    to the end of the first iteration, which compile, is ``compile_s``."""
 
     def __init__(self):
         self.iterations, self.cpu, self.start_iterations, self.compile_s = 0, 0.0, 0, 0.0
+        self.began = time.perf_counter()
 
     def step(self, step, state, running: int):
-        cpu, wall = time.process_time(), time.perf_counter()
+        cpu = time.process_time()
         state = jax.block_until_ready(step(state)[0])
         if self.iterations == 0:
-            self.compile_s = time.perf_counter() - wall
+            self.compile_s = time.perf_counter() - self.began
         else:
             self.cpu += time.process_time() - cpu
             self.start_iterations += running
@@ -678,7 +681,7 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
     iterates until it stops or reaches ``max_steps``, and a lane whose start stopped takes the next
     start, so no lane waits for the slowest start and one compiled iteration serves them all.
     ``one_lane``: after `MEASURED_ITERATIONS`, the running starts go on one at a time (in one
-    lane) where `_one_lane_cheaper` (one of them stepped alone is the measurement).
+    lane) where `_one_lane_cheaper` (each of them stepped alone is the measurement).
 
     Returns:
         ``[x_min, f_min, exitflag, iteration, n_evaluations]``, one row per start, recorded after
@@ -712,7 +715,7 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
                 continue
             state = clock.step(step, state, int(np.sum(held >= 0)))
             if clock.measured:
-                clock, state, held = None, *_maybe_one_lane(step, state, held, queue, parked, clock, bar)
+                clock, state, held = None, *_maybe_one_lane(step, state, held, queue, parked, clock, max_steps, bar)
     except KeyboardInterrupt:
         return fields, True, held.size
     finally:
@@ -720,27 +723,30 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
 
 
 def _maybe_one_lane(step, state: TrustRegionState, held: np.ndarray, queue: list, parked: dict,
-                    clock: _LaneClock, bar) -> tuple[TrustRegionState | None, np.ndarray]:
+                    clock: _LaneClock, max_steps: int, bar) -> tuple[TrustRegionState | None, np.ndarray]:
     """After the measured iterations: the lanes as they are, or, where `_one_lane_cheaper`, every
     running start parked (its one-lane state in ``parked``, first in ``queue``) and one empty lane.
-    The measurement steps the first running start alone (a compilation, then two timed
-    iterations), and its lane keeps the result."""
+    The measurement steps each running start alone, three iterations (the first compiles, then two
+    timed ones; starts with fewer left in ``max_steps`` are not measured), and the lanes keep the
+    results."""
+    iteration = np.asarray(state.iteration)
     running = np.flatnonzero(held >= 0)
-    lane = int(running[0])
-    alone = jax.tree_util.tree_map(lambda a: a[lane:lane + 1], state)
+    measured = [int(k) for k in running if iteration[k] + 3 <= max_steps]
+    alone = {k: jax.tree_util.tree_map(lambda a, k=k: a[k:k + 1], state) for k in measured}
 
     def one_lane_cpu() -> float:
-        nonlocal alone
-        alone = jax.block_until_ready(step(alone)[0])
+        alone[measured[0]] = jax.block_until_ready(step(alone[measured[0]])[0])  # compiles one lane
         cpu = time.process_time()
-        for _ in range(2):
-            alone = jax.block_until_ready(step(alone)[0])
-        return (time.process_time() - cpu) / 2
+        for k in measured:
+            for _ in range(2):
+                alone[k] = jax.block_until_ready(step(alone[k])[0])
+        return (time.process_time() - cpu) / (2 * len(measured))
 
     lanes_cpu = clock.cpu / max(clock.start_iterations, 1)
     compile_s = max(clock.compile_s, LEAST_COMPILE_S)
-    narrow = _one_lane_cheaper(len(queue) + running.size, lanes_cpu, compile_s, one_lane_cpu)
-    state = jax.tree_util.tree_map(lambda a, b: a.at[lane].set(b[0]), state, alone)
+    narrow = bool(measured) and _one_lane_cheaper(len(queue) + running.size, lanes_cpu, compile_s, one_lane_cpu)
+    for k, one in alone.items():
+        state = jax.tree_util.tree_map(lambda a, b, k=k: a.at[k].set(b[0]), state, one)
     if not narrow:
         return state, held
     for k in running:

@@ -142,21 +142,24 @@ def test_one_lane_is_timed_only_where_the_run_outweighs_a_compilation_and_taken_
     assert not _one_lane_cheaper(16, 0.02, run_s - 1.0, one_lane(0.03)) and timed == [0.01, 0.03]
 
 
-def test_starts_moved_to_one_lane_mid_run_end_as_each_start_alone(monkeypatch):
-    """Three lanes over five Rosenbrock starts, switched to one lane after two measured iterations
-    (`_one_lane_cheaper` forced): the running starts go on from where they were, the others begin
-    in the one lane, and every start ends where it ends alone, after as many iterations."""
+@pytest.mark.parametrize("switch", [True, False])
+def test_starts_measured_alone_or_moved_to_one_lane_mid_run_end_as_each_start_alone(monkeypatch, switch):
+    """Three lanes over five Rosenbrock starts; after two measured iterations each running start
+    is stepped alone (the measurement), then the run goes on in one lane (``switch``) or in the
+    lanes: the running starts go on from where they were, the others begin later, and every start
+    ends where it ends alone, after as many iterations."""
     import jcalib.estimation.trust_region as tr
 
     monkeypatch.setattr(tr, "MEASURED_ITERATIONS", 2)
-    monkeypatch.setattr(tr, "_one_lane_cheaper", lambda n_left, lanes_cpu, compile_s, one_lane_cpu: True)
+    monkeypatch.setattr(tr, "_one_lane_cheaper",
+                        lambda n_left, lanes_cpu, compile_s, one_lane_cpu: one_lane_cpu() >= 0 and switch)
     lower, upper = jnp.array([-2.0, -2.0]), jnp.array([2.0, 0.5])
     algorithm = trust_region_algorithm(_objective(_rosenbrock), lower, upper)
     batch = vmap_chains(algorithm)
     starts = np.array([[-1.2, 0.3], [1.5, -1.5], [0.0, 0.0], [-0.5, 0.4], [1.9, 0.1]])
     (x_min, _, flags, iterations, _), interrupted, lanes = _run_lanes(jax.jit(batch.init), jax.jit(batch.step),
                                                                       starts, 3, 200, one_lane=True)
-    assert not interrupted and lanes == 1
+    assert not interrupted and lanes == (1 if switch else 3)
     for i, x0 in enumerate(starts):
         alone = run(None, algorithm, algorithm.init(jnp.asarray(x0)), 200, stop=lambda s: s.done)
         np.testing.assert_allclose(x_min[i], alone.state.x_min, rtol=1e-12)
