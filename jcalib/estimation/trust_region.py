@@ -112,6 +112,7 @@ class TrustRegionState(NamedTuple):
         x_min, f_min: the best point evaluated and its value (the result).
         exitflag: `EXIT_FLAGS` key (0 while running).
         n_evaluations: objective evaluations (each with gradient and ``J^T J``).
+        fim_min: ``J^T J`` at ``x_min``, ``(n, n)``.
     """
 
     x: Float[Array, " n"]
@@ -127,6 +128,7 @@ class TrustRegionState(NamedTuple):
     f_min: Float[Array, ""]
     exitflag: Int[Array, ""]
     n_evaluations: Int[Array, ""]
+    fim_min: Float[Array, "n n"]
 
     @property
     def done(self) -> Bool[Array, "*starts"]:
@@ -397,13 +399,13 @@ def _evaluation(objective, x):
 def _start(x, evaluation, lower, upper, o: TrustRegionOptions) -> TrustRegionState:
     """The first state at ``x`` (already off the bounds) from the objective's value there: exit
     flag -3 where it is not finite, -4 outside the box."""
-    f, g, _ = evaluation
+    f, g, fim = evaluation
     eye = jnp.eye(x.shape[0], dtype=x.dtype)
     finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
     inside = jnp.all((x >= lower) & (x <= upper))
     return TrustRegionState(x, f, g, eye, eye, jnp.asarray(o.delta_init, dtype=x.dtype), jnp.array(0),
                             jnp.array(0), jnp.asarray(False), x, jnp.where(finite & inside, f, jnp.inf),
-                            jnp.where(inside, jnp.where(finite, 0, -3), -4), jnp.array(1))
+                            jnp.where(inside, jnp.where(finite, 0, -3), -4), jnp.array(1), fim)
 
 
 def _propose(state: TrustRegionState, lower, upper, o: TrustRegionOptions) -> tuple[_Step, Array, Array]:
@@ -463,7 +465,8 @@ def _advance(state: TrustRegionState, proposal: _Step, dv, x_new, evaluation, lo
     x = jnp.where(accepted, _off_bounds(x_new, lower, upper), state.x)
     flag = jnp.where((flag == 0) & (delta < _EPS), -5, flag)
     new = TrustRegionState(x, jnp.where(accepted, f_new, state.f), jnp.where(accepted, g_new, state.g), hess, bfgs,
-                           delta, iteration, since, switched, x_min, f_min, flag, state.n_evaluations + 1)
+                           delta, iteration, since, switched, x_min, f_min, flag, state.n_evaluations + 1,
+                           jnp.where(better, fim_new, state.fim_min))
     return new, ratio, accepted
 
 
@@ -578,9 +581,9 @@ def trust_region_batch(
     fields, interrupted, width = _run_lanes(algorithm.init, algorithm.step, local, n_lanes(lanes, len(local)),
                                             int(max_steps), progress,
                                             one_lane=lanes is None and jax.default_backend() == "cpu")
-    x_min, f_min, flags, steps, evaluations = distributed.gather_rows(fields, len(z0s))
+    x_min, f_min, flags, steps, evaluations, fims = distributed.gather_rows(fields, len(z0s))
     wall = time.perf_counter() - start
-    results = [_start_result(problem, z0s[i], x_min[i], f_min[i] - offset, int(flags[i]), int(steps[i]),
+    results = [_start_result(problem, z0s[i], x_min[i], f_min[i] - offset, fims[i], int(flags[i]), int(steps[i]),
                              int(evaluations[i]), interrupted, wall / len(z0s), max_steps, i)
                for i in range(len(z0s))]
     status = "interrupted" if interrupted else "completed"
@@ -684,7 +687,7 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
     lane) where `_one_lane_cheaper` (each of them stepped alone is the measurement).
 
     Returns:
-        ``[x_min, f_min, exitflag, iteration, n_evaluations]``, one row per start, recorded after
+        ``[x_min, f_min, exitflag, iteration, n_evaluations, fim_min]``, one row per start, recorded after
         every iteration; whether a Ctrl-C ended the run (running starts keep their best point
         so far; a start not begun has 0 evaluations); the lanes at the end.
     """
@@ -697,7 +700,7 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
         while True:
             if state is not None:
                 values = [np.asarray(a) for a in (state.x_min, state.f_min, state.exitflag, state.iteration,
-                                                  state.n_evaluations)]
+                                                  state.n_evaluations, state.fim_min)]
                 for field, value in zip(fields, values):
                     field[held[held >= 0]] = value[held >= 0]
                 stopped = (held >= 0) & ((values[2] != 0) | (values[3] >= max_steps))
@@ -758,8 +761,9 @@ def _maybe_one_lane(step, state: TrustRegionState, held: np.ndarray, queue: list
 
 def _fields(z0s: np.ndarray) -> list[np.ndarray]:
     """`_run_lanes`'s record before any start has begun."""
-    n = len(z0s)
-    return [z0s.copy(), np.full(n, np.inf), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)]
+    n, n_free = z0s.shape
+    return [z0s.copy(), np.full(n, np.inf), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.full((n, n_free, n_free), np.nan)]
 
 
 def _refill(init, state: TrustRegionState | None, lanes: np.ndarray, starts: np.ndarray, z0s: np.ndarray,
@@ -788,8 +792,9 @@ def _offset(problem: AbstractProblem, z0) -> float:
     return c if math.isfinite(c) else 0.0
 
 
-def _start_result(problem, z0, z, half_sum, flag, steps, evaluations, interrupted, wall, max_steps, i):
-    """One start's `EstimationResult` (``half_sum``: ``|r|^2 / 2`` at ``z``)."""
+def _start_result(problem, z0, z, half_sum, fim, flag, steps, evaluations, interrupted, wall, max_steps, i):
+    """One start's `EstimationResult` (``half_sum``: ``|r|^2 / 2`` at ``z``; ``fim``: ``J^T J`` there,
+    whose eigenvalues are the squared singular values of the residuals' Jacobian)."""
     loss = 2 * float(half_sum) / problem.n_observed if math.isfinite(half_sum) else math.inf
     if not math.isfinite(loss) and not (interrupted and evaluations == 0):
         r0 = np.asarray(problem.residuals(jnp.asarray(z0)))
@@ -803,8 +808,12 @@ def _start_result(problem, z0, z, half_sum, flag, steps, evaluations, interrupte
     else:
         reason = EXIT_FLAGS[flag] if flag else f"stopped: max_steps={max_steps} iterations reached"
     z, theta = _inside(problem, z)
+    singular = (np.sqrt(np.clip(np.linalg.eigvalsh(fim), 0.0, None))[::-1] if np.all(np.isfinite(fim))
+                and math.isfinite(loss) else np.zeros(0))
+    condition = float(singular[0] / singular[-1]) if singular.size and singular[-1] > 0 else math.inf
     return EstimationResult(
         method="fides", names=problem.free_names, theta=theta, theta_internal=z, loss=loss,
-        singular_values=np.zeros(0), condition_number=math.nan, n_essential_directions=problem.n_free,
+        singular_values=singular, condition_number=condition if singular.size else math.nan,
+        n_essential_directions=problem.n_free,
         n_steps=steps, n_simulations=evaluations, n_jacobians=evaluations, wall_time_s=wall,
         converged=flag > 0 and math.isfinite(loss), reason=reason, history={}, extra={"exitflag": flag})

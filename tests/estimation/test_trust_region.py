@@ -117,13 +117,16 @@ def test_a_vmapped_batch_gives_each_start_its_own_run():
     batch = vmap_chains(algorithm)
     out = run(None, batch, batch.init(starts), 200, stop=lambda s: jnp.all(s.done))
     # two lanes, a lane whose start stopped taking the next one (`trust_region_batch(lanes=2)`)
-    x_min, _, flags, iterations, _ = _run_lanes(jax.jit(batch.init), jax.jit(batch.step), np.asarray(starts), 2, 200)[0]
+    x_min, _, flags, iterations, _, fims = _run_lanes(jax.jit(batch.init), jax.jit(batch.step), np.asarray(starts), 2,
+                                                      200)[0]
     for i, x0 in enumerate(starts):
         alone = run(None, algorithm, algorithm.init(x0), 200, stop=lambda s: s.done)
         np.testing.assert_allclose(out.state.x_min[i], alone.state.x_min, rtol=1e-12)
         assert int(out.state.iteration[i]) == int(alone.state.iteration) == iterations[i]
         np.testing.assert_allclose(x_min[i], alone.state.x_min, rtol=1e-12)
         assert flags[i] == int(alone.state.exitflag) > 0
+        jac = jax.jacfwd(_rosenbrock)(jnp.asarray(x_min[i]))  # J^T J at the best point, kept for the result
+        np.testing.assert_allclose(fims[i], jac.T @ jac, rtol=1e-12)
     assert len(set(iterations)) > 1  # the starts stop at different iterations
 
 
@@ -157,7 +160,7 @@ def test_starts_measured_alone_or_moved_to_one_lane_mid_run_end_as_each_start_al
     algorithm = trust_region_algorithm(_objective(_rosenbrock), lower, upper)
     batch = vmap_chains(algorithm)
     starts = np.array([[-1.2, 0.3], [1.5, -1.5], [0.0, 0.0], [-0.5, 0.4], [1.9, 0.1]])
-    (x_min, _, flags, iterations, _), interrupted, lanes = _run_lanes(jax.jit(batch.init), jax.jit(batch.step),
+    (x_min, _, flags, iterations, *_), interrupted, lanes = _run_lanes(jax.jit(batch.init), jax.jit(batch.step),
                                                                       starts, 3, 200, one_lane=True)
     assert not interrupted and lanes == (1 if switch else 3)
     for i, x0 in enumerate(starts):

@@ -86,6 +86,10 @@ def test_fides_keeps_the_finished_starts_and_each_running_starts_best_point(prob
     ones keep the best point they evaluated with its own loss ('interrupted ... not converged'),
     the start not begun says so."""
     full = trust_region_batch(problem, STARTS, lanes=2)
+    for r in full.results:  # the singular values of the residual Jacobian at each start's result
+        expected = np.linalg.svd(np.asarray(problem.jacobian(r.theta_internal)), compute_uv=False)
+        np.testing.assert_allclose(r.singular_values, expected, rtol=1e-9)
+        assert r.condition_number == pytest.approx(expected[0] / expected[-1], rel=1e-9)
     steps = [r.n_steps for r in full.results]
     first, other = int(np.argmin(steps[:2])), int(np.argmax(steps[:2]))
     assert steps[other] > steps[first] + 1  # still running when the Ctrl-C comes
