@@ -93,7 +93,8 @@ def summary(ms: dict) -> dict:
     """The comparison's figures of one tool's multistart."""
     n = ms["n_converged"]
     grads, cpu = ms["n_gradient_evaluations"], ms["cpu_s"]
-    out = {"converged": f"{n}/{ms['n_starts']}", "llh_best": max(ms["llh_starts"]),
+    finished = [llh for llh in ms["llh_starts"] if llh is not None]  # None: a start pyPESTO could not run
+    out = {"converged": f"{n}/{ms['n_starts']}", "llh_best": max(finished) if finished else None,
            "per_1000_gradients": 1000 * n / grads if grads else None, "per_cpu_minute": 60 * n / cpu if cpu else None,
            "cpu_s_per_converged_start": cpu / n if n else None, "wall_s": ms["wall_time_s"]}
     if "cpu_s_with_compile" in ms:
@@ -107,6 +108,10 @@ def _at_most(ours: float | None, theirs: float | None) -> bool | None:
     if ours is None and theirs is None:
         return None
     return ours is not None and (theirs is None or ours <= theirs)
+
+
+def _llh(value: float | None) -> str:
+    return "–" if value is None else f"{value:.6g}"
 
 
 def _verdict(met: bool | None) -> str:
@@ -131,7 +136,7 @@ def table(rows: list[dict]) -> str:
                               ("cpu_s_per_converged_start", "cpu_s_per_converged_start_with_compile"))
         lines.append(
             f"| {r['problem']} | {r['size']} | {r['n_starts']} | {sj['converged']} / {sa['converged']} | "
-            f"{sj['llh_best']:.6g} / {sa['llh_best']:.6g} | {_fmt(sj['per_1000_gradients'])} / "
+            f"{_llh(sj['llh_best'])} / {_llh(sa['llh_best'])} | {_fmt(sj['per_1000_gradients'])} / "
             f"{_fmt(sa['per_1000_gradients'])} | {_fmt(sj['per_cpu_minute'])} / {_fmt(sa['per_cpu_minute'])} | "
             f"{_fmt(sj['cpu_s_per_converged_start'])} ({_fmt(sj['cpu_s_per_converged_start_with_compile'])}) / "
             f"{_fmt(sa['cpu_s_per_converged_start'])} | {j['wall_time_s']:.3g} ({j['compile_s']:.3g}) / "
@@ -209,6 +214,7 @@ def main(argv=None):
             llh_nominal = float(jax.jit(pp.log_likelihood)(pp.nominal_internal))
             row["jcalib"] = jcalib_side(name, problems[name], args, llh_nominal) | {
                 "process_wall_s": time.perf_counter() - t}
+            common.write_report(args.out, report | {"table": table(rows)})  # both sides kept before any summary
             print(table([row]).splitlines()[-1], flush=True)
             report |= {"table": table(rows), "machine": common.machine_info(load_at_start)}
             common.write_report(args.out, report)

@@ -39,8 +39,11 @@ def test_the_figures_and_goals_follow_from_the_records(tmp_path):
     assert script.table([no_start]).splitlines()[2].endswith("missed, missed (missed) |")
     neither = no_start | {"pypesto": rows[0]["pypesto"] | {"n_converged": 0}}
     assert script.table([neither]).splitlines()[2].endswith("met, – (–) |")  # no CPU per converged start
+    failed = rows[0] | {"pypesto": rows[0]["pypesto"] | {"llh_starts": [None, -10.0, -10.02, -11.0]}}
+    assert script.summary(failed["pypesto"])["llh_best"] == -10.0  # a start pyPESTO could not run: None
+    assert " | 2/4 / 3/4 | -10 / -10 | " in script.table([failed]).splitlines()[2]
     path = tmp_path / "waterfalls.png"
-    script.plot_waterfalls(rows, path)
+    script.plot_waterfalls([*rows, failed], path)
     assert path.stat().st_size > 0
 
 

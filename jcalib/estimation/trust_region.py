@@ -550,12 +550,13 @@ def trust_region_batch(
             (``"physical"`` or ``"internal"``).
         max_steps: Fides's ``maxiter``, the iteration budget per start.
         options: Fides's options (`TrustRegionOptions`; None: its defaults).
-        lanes: starts iterated at once (None: on a CPU `CPU_LANES`, and after
-            `MEASURED_ITERATIONS` one, where one start stepped alone takes less CPU time per
-            iteration than a start in the lanes did and the rest of the run outweighs compiling
-            it; on an accelerator every start at once). Lanes move in lockstep, each iteration's
-            simulation as long as the slowest lane's: few lanes where starts differ in stiffness
-            (a CPU), many where a wide batch is nearly free (a GPU).
+        lanes: starts iterated at once (None: on a CPU `CPU_LANES`, then one from the point
+            where each running start, stepped alone, takes less CPU time per iteration than a
+            start in the lanes did and the rest of the run outweighs compiling it, measured after
+            `MEASURED_ITERATIONS` and 4x as many each time; on an accelerator every start at
+            once). Lanes move in lockstep, each iteration's simulation as long as the slowest
+            lane's: few lanes where starts differ in stiffness (a CPU), many where a wide batch is
+            nearly free (a GPU).
         start_distribution: label stored in the result (`jcalib.estimation.multistart`).
         progress: a progress bar over the finished starts.
 
@@ -615,7 +616,9 @@ pyPESTO + Fides"): per gradient evaluation 8 lanes took 1.2-2.8x less CPU than o
 Rahman and Armistead, and 1.6-2x more on Boehm, Fiedler and Raia."""
 
 MEASURED_ITERATIONS = 10
-"""Iterations of the vmapped lanes whose CPU time decides whether one lane is tried (`_run_lanes`)."""
+"""Iterations of the vmapped lanes whose CPU time decides whether the run goes on in one lane
+(`_run_lanes`); where it does not, the lanes are measured again over 4x as many, and so on (their
+cost grows as the starts move apart in stiffness)."""
 
 NOMINAL_ITERATIONS = 100
 """Iterations per start assumed when the rest of a run is weighed against a compilation (Fides
@@ -654,13 +657,13 @@ def _one_lane_cheaper(n_left: int, lanes_cpu: float, compile_s: float, one_lane_
 
 
 class _LaneClock:
-    """CPU time per running start and iteration of the vmapped lanes over `MEASURED_ITERATIONS`
-    iterations after the first; the wall time from its creation (before the lanes' first state)
-    to the end of the first iteration, which compile, is ``compile_s``."""
+    """CPU time per running start and iteration of the vmapped lanes over ``window`` iterations
+    after the first; the wall time from its creation (before the lanes' first state) to the end of
+    the first iteration (which compile, in a run's first clock) is ``compile_s``."""
 
-    def __init__(self):
+    def __init__(self, window: int):
         self.iterations, self.cpu, self.start_iterations, self.compile_s = 0, 0.0, 0, 0.0
-        self.began = time.perf_counter()
+        self.window, self.began = window, time.perf_counter()
 
     def step(self, step, state, running: int):
         cpu = time.process_time()
@@ -675,7 +678,7 @@ class _LaneClock:
 
     @property
     def measured(self) -> bool:
-        return self.iterations == MEASURED_ITERATIONS + 1
+        return self.iterations == self.window + 1
 
 
 def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress: bool = False,
@@ -683,8 +686,9 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
     """The starts ``z0s`` (``(n, n_free)``, internal) through ``lanes`` vmapped lanes: each start
     iterates until it stops or reaches ``max_steps``, and a lane whose start stopped takes the next
     start, so no lane waits for the slowest start and one compiled iteration serves them all.
-    ``one_lane``: after `MEASURED_ITERATIONS`, the running starts go on one at a time (in one
-    lane) where `_one_lane_cheaper` (each of them stepped alone is the measurement).
+    ``one_lane``: after `MEASURED_ITERATIONS` (and 4x as many after each measurement that kept the
+    lanes), the running starts go on one at a time (in one lane) where `_one_lane_cheaper` (each of
+    them stepped alone is the measurement).
 
     Returns:
         ``[x_min, f_min, exitflag, iteration, n_evaluations, fim_min]``, one row per start, recorded after
@@ -693,7 +697,7 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
     """
     n = len(z0s)
     fields, queue, parked, held = _fields(z0s), list(range(n)), {}, np.full(lanes, -1)
-    clock = _LaneClock() if one_lane and lanes > 1 else None
+    clock = _LaneClock(MEASURED_ITERATIONS) if one_lane and lanes > 1 else None
     bar = tqdm(total=n, desc=f"multistart fides ({lanes} lanes)", unit="start", disable=not progress)
     state = None
     try:
@@ -718,7 +722,8 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
                 continue
             state = clock.step(step, state, int(np.sum(held >= 0)))
             if clock.measured:
-                clock, state, held = None, *_maybe_one_lane(step, state, held, queue, parked, clock, max_steps, bar)
+                state, held = _maybe_one_lane(step, state, held, queue, parked, clock, max_steps, bar)
+                clock = _LaneClock(4 * clock.window) if held.size > 1 else None
     except KeyboardInterrupt:
         return fields, True, held.size
     finally:
@@ -735,9 +740,10 @@ def _maybe_one_lane(step, state: TrustRegionState, held: np.ndarray, queue: list
     iteration = np.asarray(state.iteration)
     running = np.flatnonzero(held >= 0)
     measured = [int(k) for k in running if iteration[k] + 3 <= max_steps]
-    alone = {k: jax.tree_util.tree_map(lambda a, k=k: a[k:k + 1], state) for k in measured}
+    alone = {}
 
     def one_lane_cpu() -> float:
+        alone.update({k: jax.tree_util.tree_map(lambda a, k=k: a[k:k + 1], state) for k in measured})
         alone[measured[0]] = jax.block_until_ready(step(alone[measured[0]])[0])  # compiles one lane
         cpu = time.process_time()
         for k in measured:
@@ -748,8 +754,9 @@ def _maybe_one_lane(step, state: TrustRegionState, held: np.ndarray, queue: list
     lanes_cpu = clock.cpu / max(clock.start_iterations, 1)
     compile_s = max(clock.compile_s, LEAST_COMPILE_S)
     narrow = bool(measured) and _one_lane_cheaper(len(queue) + running.size, lanes_cpu, compile_s, one_lane_cpu)
-    for k, one in alone.items():
-        state = jax.tree_util.tree_map(lambda a, b, k=k: a.at[k].set(b[0]), state, one)
+    if alone:  # the lanes take their starts' iterations alone
+        index = np.asarray(list(alone))
+        state = jax.tree_util.tree_map(lambda a, *one: a.at[index].set(jnp.concatenate(one)), state, *alone.values())
     if not narrow:
         return state, held
     for k in running:
