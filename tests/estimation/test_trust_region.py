@@ -110,23 +110,33 @@ def test_the_subproblem_solution_is_the_constrained_minimum():
         assert q <= grid.min() + 1e-9
 
 
-def test_a_vmapped_batch_gives_each_start_its_own_run():
-    lower, upper = jnp.array([-2.0, -2.0]), jnp.array([2.0, 0.5])
-    algorithm = trust_region_algorithm(_objective(_rosenbrock), lower, upper)
-    starts = jnp.array([[-1.2, 0.3], [1.5, -1.5], [0.0, 0.0]])
+ROSENBROCK_STARTS = np.array([[-1.2, 0.3], [1.5, -1.5], [0.0, 0.0], [-0.5, 0.4], [1.9, 0.1]])
+
+
+@pytest.fixture(scope="module")
+def rosenbrock_batch():
+    """Fides's method on the Rosenbrock residuals with the bound x1 <= 0.5: the algorithm, its
+    vmapped ``init`` and ``step`` jitted (shared by the lane tests) and the final states of one
+    vmapped run from every start of `ROSENBROCK_STARTS`."""
+    algorithm = trust_region_algorithm(_objective(_rosenbrock), jnp.array([-2.0, -2.0]), jnp.array([2.0, 0.5]))
     batch = vmap_chains(algorithm)
-    out = run(None, batch, batch.init(starts), 200, stop=lambda s: jnp.all(s.done))
+    out = run(None, batch, batch.init(jnp.asarray(ROSENBROCK_STARTS)), 200, stop=lambda s: jnp.all(s.done))
+    return algorithm, jax.jit(batch.init), jax.jit(batch.step), out.state
+
+
+def test_a_vmapped_batch_gives_each_start_its_own_run(rosenbrock_batch):
+    algorithm, init, step, batched = rosenbrock_batch
+    starts = ROSENBROCK_STARTS[:3]
     # two lanes, a lane whose start stopped taking the next one (`trust_region_batch(lanes=2)`)
-    x_min, _, flags, iterations, _, fims = _run_lanes(jax.jit(batch.init), jax.jit(batch.step), np.asarray(starts), 2,
-                                                      200)[0]
+    x_min, _, flags, iterations, _, fims = _run_lanes(init, step, starts, 2, 200)[0]
+    gram = jax.jit(lambda x: jax.jacfwd(_rosenbrock)(x).T @ jax.jacfwd(_rosenbrock)(x))
     for i, x0 in enumerate(starts):
-        alone = run(None, algorithm, algorithm.init(x0), 200, stop=lambda s: s.done)
-        np.testing.assert_allclose(out.state.x_min[i], alone.state.x_min, rtol=1e-12)
-        assert int(out.state.iteration[i]) == int(alone.state.iteration) == iterations[i]
+        alone = run(None, algorithm, algorithm.init(jnp.asarray(x0)), 200, stop=lambda s: s.done)
+        np.testing.assert_allclose(batched.x_min[i], alone.state.x_min, rtol=1e-12)
+        assert int(batched.iteration[i]) == int(alone.state.iteration) == iterations[i]
         np.testing.assert_allclose(x_min[i], alone.state.x_min, rtol=1e-12)
         assert flags[i] == int(alone.state.exitflag) > 0
-        jac = jax.jacfwd(_rosenbrock)(jnp.asarray(x_min[i]))  # J^T J at the best point, kept for the result
-        np.testing.assert_allclose(fims[i], jac.T @ jac, rtol=1e-12)
+        np.testing.assert_allclose(fims[i], gram(x_min[i]), rtol=1e-12)  # J^T J at the best point, for the result
     assert len(set(iterations)) > 1  # the starts stop at different iterations
 
 
@@ -146,27 +156,25 @@ def test_one_lane_is_timed_only_where_the_run_outweighs_a_compilation_and_taken_
 
 
 @pytest.mark.parametrize("switch", [True, False])
-def test_starts_measured_alone_or_moved_to_one_lane_mid_run_end_as_each_start_alone(monkeypatch, switch):
+def test_starts_measured_alone_or_moved_to_one_lane_mid_run_end_as_in_one_batch(monkeypatch, rosenbrock_batch,
+                                                                               switch):
     """Three lanes over five Rosenbrock starts; after two measured iterations each running start
     is stepped alone (the measurement), then the run goes on in one lane (``switch``) or in the
     lanes: the running starts go on from where they were, the others begin later, and every start
-    ends where it ends alone, after as many iterations."""
+    ends where it ends in one vmapped run (each start's own run, above), after as many iterations."""
     import jcalib.estimation.trust_region as tr
 
     monkeypatch.setattr(tr, "MEASURED_ITERATIONS", 2)
     monkeypatch.setattr(tr, "_one_lane_cheaper",
                         lambda n_left, lanes_cpu, compile_s, one_lane_cpu: one_lane_cpu() >= 0 and switch)
-    lower, upper = jnp.array([-2.0, -2.0]), jnp.array([2.0, 0.5])
-    algorithm = trust_region_algorithm(_objective(_rosenbrock), lower, upper)
-    batch = vmap_chains(algorithm)
-    starts = np.array([[-1.2, 0.3], [1.5, -1.5], [0.0, 0.0], [-0.5, 0.4], [1.9, 0.1]])
-    (x_min, _, flags, iterations, *_), interrupted, lanes = _run_lanes(jax.jit(batch.init), jax.jit(batch.step),
-                                                                      starts, 3, 200, one_lane=True)
+    _, init, step, batched = rosenbrock_batch
+    (x_min, _, flags, iterations, *_), interrupted, lanes = _run_lanes(init, step, ROSENBROCK_STARTS, 3, 200,
+                                                                      one_lane=True)
     assert not interrupted and lanes == (1 if switch else 3)
-    for i, x0 in enumerate(starts):
-        alone = run(None, algorithm, algorithm.init(jnp.asarray(x0)), 200, stop=lambda s: s.done)
-        np.testing.assert_allclose(x_min[i], alone.state.x_min, rtol=1e-12)
-        assert iterations[i] == int(alone.state.iteration) and flags[i] == int(alone.state.exitflag) > 0
+    np.testing.assert_allclose(x_min, batched.x_min, rtol=1e-12)
+    np.testing.assert_array_equal(iterations, batched.iteration)
+    np.testing.assert_array_equal(flags, batched.exitflag)
+    assert np.all(flags > 0) and iterations.min() > 3  # every start still ran when measured
 
 
 def test_a_point_that_cannot_be_evaluated_shrinks_the_region_and_a_bad_start_stops_at_once():
