@@ -611,9 +611,8 @@ def _prepared(problem: AbstractProblem, theta0, coordinates: str, options) -> tu
 
 CPU_LANES = 8
 """Lanes on a CPU unless one lane is measured cheaper (`_run_lanes`). Lanes vectorise small
-simulations and hold each other to the stiffest start's step count (README, "Multistart against
-pyPESTO + Fides"): per gradient evaluation 8 lanes took 1.2-2.8x less CPU than one on Bertozzi,
-Rahman and Armistead, and 1.6-2x more on Boehm, Fiedler and Raia."""
+simulations and hold each other to the stiffest start's step count; which wins depends on the
+problem (README, "Multistart against pyPESTO + Fides")."""
 
 MEASURED_ITERATIONS = 10
 """Iterations of the vmapped lanes whose CPU time decides whether the run goes on in one lane
@@ -621,13 +620,12 @@ MEASURED_ITERATIONS = 10
 cost grows as the starts move apart in stiffness)."""
 
 NOMINAL_ITERATIONS = 100
-"""Iterations per start assumed when the rest of a run is weighed against a compilation (Fides
-took 20-600 per start on the benchmark problems)."""
+"""Iterations per start assumed when the rest of a run is weighed against a compilation (a
+typical count for Fides on ODE problems)."""
 
 LEAST_COMPILE_S = 10.0
 """The least a compilation is taken to cost (s) when the rest of a run is weighed against one:
-the lanes' first iteration measures it, unless it was compiled before (PEtab benchmark problems:
-16-34 s)."""
+the lanes' first iteration measures it, unless it was compiled before."""
 
 
 def n_lanes(lanes: int | None, n_starts: int) -> int:
@@ -691,8 +689,8 @@ def _run_lanes(init, step, z0s: np.ndarray, lanes: int, max_steps: int, progress
     them stepped alone is the measurement).
 
     Returns:
-        ``[x_min, f_min, exitflag, iteration, n_evaluations, fim_min]``, one row per start, recorded after
-        every iteration; whether a Ctrl-C ended the run (running starts keep their best point
+        ``[x_min, f_min, exitflag, iteration, n_evaluations, fim_min]``, one row per start,
+        recorded after every iteration; whether a Ctrl-C ended the run (running starts keep their best point
         so far; a start not begun has 0 evaluations); the lanes at the end.
     """
     n = len(z0s)
