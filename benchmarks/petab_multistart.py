@@ -110,10 +110,6 @@ def _at_most(ours: float | None, theirs: float | None) -> bool | None:
     return ours is not None and (theirs is None or ours <= theirs)
 
 
-def _llh(value: float | None) -> str:
-    return "–" if value is None else f"{value:.6g}"
-
-
 def _verdict(met: bool | None) -> str:
     return "–" if met is None else "met" if met else "missed"
 
@@ -136,7 +132,7 @@ def table(rows: list[dict]) -> str:
                               ("cpu_s_per_converged_start", "cpu_s_per_converged_start_with_compile"))
         lines.append(
             f"| {r['problem']} | {r['size']} | {r['n_starts']} | {sj['converged']} / {sa['converged']} | "
-            f"{_llh(sj['llh_best'])} / {_llh(sa['llh_best'])} | {_fmt(sj['per_1000_gradients'])} / "
+            f"{_fmt(sj['llh_best'], '.6g')} / {_fmt(sa['llh_best'], '.6g')} | {_fmt(sj['per_1000_gradients'])} / "
             f"{_fmt(sa['per_1000_gradients'])} | {_fmt(sj['per_cpu_minute'])} / {_fmt(sa['per_cpu_minute'])} | "
             f"{_fmt(sj['cpu_s_per_converged_start'])} ({_fmt(sj['cpu_s_per_converged_start_with_compile'])}) / "
             f"{_fmt(sa['cpu_s_per_converged_start'])} | {j['wall_time_s']:.3g} ({j['compile_s']:.3g}) / "

@@ -778,13 +778,13 @@ def _refill(init, state: TrustRegionState | None, lanes: np.ndarray, starts: np.
     kept where refilled; every lane where ``state`` is None)."""
     if int(starts[0]) in parked:
         return parked.pop(int(starts[0]))
-    z = np.asarray(z0s[starts] if state is None else state.x).copy()
+    if state is None:
+        return init(jnp.asarray(z0s[starts]))
+    z = np.asarray(state.x).copy()
     z[lanes] = z0s[starts]
     fresh = np.isin(np.arange(z.shape[0]), lanes)
-    new = init(jnp.asarray(z))
-    if state is None:
-        return new
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(fresh.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, state)
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(fresh.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
+                                  init(jnp.asarray(z)), state)
 
 
 def _offset(problem: AbstractProblem, z0) -> float:
