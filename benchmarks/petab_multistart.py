@@ -77,7 +77,7 @@ def reference_side(names: list[str], problems: dict, args, tmp: pathlib.Path) ->
 
 def jcalib_side(name: str, p: dict, args, llh_nominal: float) -> dict:
     """jcalib's Fides multistart on ``args.processes`` processes, summarised like the reference's."""
-    s = {"method": "fides", "stop": "scipy", "max_steps": None, "lanes": args.lanes, "multistart_only": True}
+    s = {"method": "fides", "stop": "fides", "max_steps": None, "lanes": args.lanes, "multistart_only": True}
     with tempfile.TemporaryDirectory(prefix="jcalib-petab-multistart-") as tmp:
         report = jcalib_processes(name, p["yaml"], p["points"], s, args.processes, pathlib.Path(tmp), llh_nominal)
     if "error" in report:

@@ -266,9 +266,9 @@ def jcalib_side(name: str, pp, starts: np.ndarray, batch: np.ndarray, s: dict, s
     }
 
 
-def _stop(s: dict) -> str:
-    """The stop rule the local method takes: ``--stop`` for TRF; Fides's method and LM stop by their own."""
-    return s["stop"] if s["method"] == "trf" else "scipy"
+def _stop(s: dict) -> str | None:
+    """The stop rule the local method takes: ``--stop`` for TRF and Fides's method; LM stops by its own (None)."""
+    return None if s["method"] == "lm" else s["stop"]
 
 
 def _optimizer(s: dict, llh_nominal: float) -> str:
@@ -297,8 +297,8 @@ def jcalib_processes(name: str, yaml: pathlib.Path, points: pathlib.Path, s: dic
     out = tmp / f"{name}.processes.json"
     port = _free_port()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu")
-    extra = ["--repeats", str(BATCH_REPEATS), "--method", s["method"], "--stop", _stop(s), "--llh-nominal",
-             repr(llh_nominal)]
+    extra = ["--repeats", str(BATCH_REPEATS), "--method", s["method"], "--llh-nominal", repr(llh_nominal)]
+    extra += [] if _stop(s) is None else ["--stop", _stop(s)]
     extra += [] if s["max_steps"] is None else ["--max-steps", str(s["max_steps"])]
     extra += [] if s.get("lanes") is None else ["--lanes", str(s["lanes"])]
     extra += ["--multistart-only"] if s.get("multistart_only") else []
@@ -436,8 +436,8 @@ def main(argv=None):
                         help="jcalib's multistart iterations per start (default: the method's own)")
     parser.add_argument("--repeats", type=int, default=None, help="warm timed calls of a simulation and a gradient")
     parser.add_argument("--stop", choices=STOP_RULES, default=None,
-                        help="when jcalib's TRF starts stop (default fides: as the reference's optimiser by "
-                             "default, an accepted step changed -llh by less than 1e-8 (1 + |llh|); scipy: "
+                        help="when jcalib's TRF and Fides starts stop (default fides: as the reference's optimiser "
+                             "by default, an accepted step changed -llh by less than 1e-8 (1 + |llh|); scipy: "
                              "scipy's own tests)")
     parser.add_argument("--method", choices=LOCAL_METHODS, default=None,
                         help="jcalib's local method (default trf: one start after another; fides: Fides's "

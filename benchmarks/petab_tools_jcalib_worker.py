@@ -10,12 +10,12 @@ over the cores or machines of a cluster:
   (`jcalib.distributed.process_rows`) with one jitted ``jax.vmap(pp.log_likelihood)`` and
   every process gets all log-likelihoods back (`jcalib.distributed.gather_rows`). Timed from a
   barrier to the gathered result; first call (compilation) apart, then ``repeats`` warm calls.
-- **multistart**: each process runs scipy's trust-region reflective method with the autodiff
-  Jacobian (`jcalib.estimation.least_squares_trf`, as `experiments.petab_multistart`) from its
-  block of the starts, one after another, or Fides's method (``--method fides``, its block
-  through ``--lanes`` vmapped lanes, compiled first) or the vmapped Levenberg-Marquardt; the
-  final log-likelihoods are gathered. Wall time from a barrier after the import (and Fides's
-  compilation) to the gathered result; TRF's and LM's compilation included.
+- **multistart**: `jcalib.estimation.multistart` on the given starts, each process its block:
+  scipy's trust-region reflective method with the autodiff Jacobian (one start after another),
+  Fides's method (``--method fides``, through ``--lanes`` vmapped lanes, compiled first) or the
+  vmapped Levenberg-Marquardt; the final log-likelihoods are gathered. Wall time from a barrier
+  after the import (and Fides's compilation) to the gathered result; TRF's and LM's compilation
+  included.
 
 Process 0 writes the JSON. Usage (one line per process; `benchmarks.petab_tools` starts them)::
 
@@ -27,7 +27,6 @@ Process 0 writes the JSON. Usage (one line per process; `benchmarks.petab_tools`
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import numpy as np
@@ -57,61 +56,44 @@ def batch_timing(pp, batch: np.ndarray, repeats: int) -> dict:
             "llh": llh.tolist()}
 
 
-def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str, llh_nominal: float,
+def multistart_timing(pp, starts: np.ndarray, max_steps: int | None, stop: str | None, llh_nominal: float,
                       method: str = "trf", lanes: int | None = None) -> dict:
-    """The local ``method`` from ``starts`` (PEtab scale, ``(n, n_estimated)``): TRF from this
-    process's block of them one after another, or Fides's method or Levenberg-Marquardt
-    (`jcalib.estimation.multistart` on the given starts: each process its block, vmapped; Fides
-    through ``lanes`` lanes); every start's final log-likelihood (``-inf``
+    """`jcalib.estimation.multistart` with the local ``method`` from ``starts`` (PEtab scale,
+    ``(n, n_estimated)``; each process its block): every start's final log-likelihood (``-inf``
     where the start could not be used), the wall time (s) of the whole multistart and every
-    process's CPU time and lanes at the end. Fides's method is compiled first (one iteration from
-    other starts, timed as ``compile_s``), with ``lanes`` None for its lanes and for one lane.
-    ``stop`` (TRF): one of `jcalib.estimation.STOP_RULES`, scaled by
-    ``llh_nominal`` (the parent's log-likelihood at the nominal parameters)."""
+    process's CPU time (and, for Fides's method, lanes at the end). Fides's method is compiled
+    first (one iteration from other starts, timed as ``compile_s``), with ``lanes`` None for its
+    lanes and for one lane. ``stop``: None (the method's own) or one of
+    `jcalib.estimation.STOP_RULES`; TRF's Fides rule is scaled by ``llh_nominal`` (the parent's
+    log-likelihood at the nominal parameters)."""
     import jax
 
-    from jcalib.estimation import final_log_likelihoods, least_squares_trf, multistart, trf_stop_options
-    from jcalib.estimation.failures import FailedStartError
+    from jcalib.estimation import final_log_likelihoods, multistart
     from jcalib.estimation.trust_region import n_lanes
 
     problem = pp.problem
     physical = np.asarray(jax.vmap(pp.to_physical)(jax.numpy.asarray(starts)))
-    steps = {} if max_steps is None else {"max_steps": max_steps}
-    if method in ("fides", "lm"):  # jcalib.estimation.multistart on the given starts, each process its block
-        compile_s = None
-        if method == "fides":
-            steps |= {"lanes": lanes}
-            width = n_lanes(lanes, len(distributed.process_rows(physical)))
-            t = time.perf_counter()
-            for w in {width, 1 if lanes is None else width}:  # lanes=None may go on in one lane: both compiled
-                warm = physical[::-1][:w * jax.process_count()]  # the run's shapes: `w` starts per process
-                multistart(None, problem, len(warm), method, starts=warm, max_steps=1, lanes=w)
-            compile_s = distributed.gather_rows(np.array([time.perf_counter() - t]), jax.process_count()).tolist()
-        _barrier("multistart")
-        t, cpu = time.perf_counter(), time.process_time()
-        result = multistart(None, problem, len(physical), method, starts=physical, **steps)
-        cpu = distributed.gather_rows(np.array([time.process_time() - cpu]), jax.process_count())
-        llh = final_log_likelihoods(problem, result)
-        wall = time.perf_counter() - t
-        lanes_at_end = None if method == "lm" else distributed.gather_rows(
-            np.array([result.extra["lanes_at_end"]]), jax.process_count()).tolist()
-        return {"wall_time_s": wall, "own_s": wall, "llh_starts": llh.tolist(), "cpu_s_per_process": cpu.tolist(),
-                "compile_s_per_process": compile_s, "lanes_at_end_per_process": lanes_at_end,
-                "n_jacobians": result.n_jacobians, "n_jacobians_per_start": [r.n_jacobians for r in result.results]}
-    options = trf_stop_options(stop, llh_nominal) | ({} if max_steps is None else {"max_steps": max_steps})
+    options = ({} if max_steps is None else {"max_steps": max_steps}) | {"stop": stop}
+    options |= {"lanes": lanes} if method == "fides" else {"objective_scale": llh_nominal} if method == "trf" else {}
+    compile_s = None
+    if method == "fides":
+        width = n_lanes(lanes, len(distributed.process_rows(physical)))
+        t = time.perf_counter()
+        for w in {width, 1 if lanes is None else width}:  # lanes=None may go on in one lane: both compiled
+            warm = physical[::-1][:w * jax.process_count()]  # the run's shapes: `w` starts per process
+            multistart(None, problem, len(warm), method, starts=warm, max_steps=1, lanes=w, stop=stop)
+        compile_s = distributed.gather_rows(np.array([time.perf_counter() - t]), jax.process_count()).tolist()
     _barrier("multistart")
-    t = time.perf_counter()
-    llh = []
-    for theta0 in distributed.process_rows(physical):
-        try:
-            result = least_squares_trf(problem, theta0, **options)
-        except FailedStartError:
-            llh.append(-math.inf)
-            continue
-        llh.append(float(problem.log_likelihood(result.theta_internal)) if np.isfinite(result.loss) else -math.inf)
-    own_s = time.perf_counter() - t
-    llh = distributed.gather_rows(np.asarray(llh), len(starts))
-    return {"wall_time_s": time.perf_counter() - t, "own_s": own_s, "llh_starts": llh.tolist()}
+    t, cpu = time.perf_counter(), time.process_time()
+    result = multistart(None, problem, len(physical), method, starts=physical, **options)
+    cpu = distributed.gather_rows(np.array([time.process_time() - cpu]), jax.process_count())
+    llh = final_log_likelihoods(problem, result)
+    wall = time.perf_counter() - t
+    lanes_at_end = None if method != "fides" else distributed.gather_rows(
+        np.array([result.extra["lanes_at_end"]]), jax.process_count()).tolist()
+    return {"wall_time_s": wall, "llh_starts": llh.tolist(), "cpu_s_per_process": cpu.tolist(),
+            "compile_s_per_process": compile_s, "lanes_at_end_per_process": lanes_at_end,
+            "n_jacobians": result.n_jacobians, "n_jacobians_per_start": [r.n_jacobians for r in result.results]}
 
 
 def main(argv=None) -> None:
@@ -127,7 +109,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--method", default="trf", choices=("trf", "fides", "lm"), help="jcalib's local method")
-    parser.add_argument("--stop", default="scipy", help="one of jcalib.estimation.STOP_RULES (trf)")
+    parser.add_argument("--stop", default=None, help="one of jcalib.estimation.STOP_RULES (default: the method's own)")
     parser.add_argument("--lanes", type=int, default=None, help="Fides's vmapped lanes per process (default: all)")
     parser.add_argument("--multistart-only", action="store_true", help="skip the batch")
     parser.add_argument("--llh-nominal", type=float, required=True,

@@ -25,7 +25,7 @@ time per converged start (wall time / converged starts).
 
 Usage: ``python -m experiments.petab_multistart [--quick] [--n-starts N] [--method fides|trf|lm]
 [--stop scipy|fides]
-[--problems A B]`` (``--stop fides``: stop a TRF start as Fides does, `jcalib.estimation.multistart`);
+[--problems A B]`` (``--stop``: scipy's tests or Fides's for a Fides or TRF start, `jcalib.estimation.multistart`);
 writes ``results/petab_multistart/metrics.json``, ``table.md`` and one waterfall plot per
 problem. The collection is found beside the checkout (``../shared/petab``) or in
 ``/work/shared/petab``; ``--root`` overrides.
@@ -56,10 +56,11 @@ QUICK_PROBLEMS = ("Bertozzi_PNAS2020",)
 
 
 def run_problem(folder: pathlib.Path, n_starts: int, seed: int, max_steps: int | None = None,
-                method: str = "fides", stop: str = "scipy") -> dict:
+                method: str = "fides", stop: str | None = None) -> dict:
     """Import, evaluate at the nominal parameters, multistart; the metrics of one problem.
-    ``stop``: one of `jcalib.estimation.STOP_RULES` (TRF only); the Fides rule takes |f| at the
-    published optimum (`jcalib.estimation.multistart.multistart`'s ``objective_scale``)."""
+    ``stop``: None (the method's own) or one of `jcalib.estimation.STOP_RULES` (Fides and TRF);
+    TRF's Fides rule takes |f| at the published optimum (`jcalib.estimation.multistart.multistart`'s
+    ``objective_scale``)."""
     check_method(method, stop)  # before the import, which can take minutes
     name = folder.name
     t0 = time.perf_counter()
@@ -146,9 +147,10 @@ def main(argv=None):
                         help="fides (default, jcalib.estimation.multistart's): Fides's trust-region reflective "
                              "method (vmapped lanes, its own stopping rule); lm: vmapped Levenberg-Marquardt (all "
                              "starts at once); trf: scipy's trust-region reflective, one start after another")
-    parser.add_argument("--stop", choices=STOP_RULES, default="scipy",
-                        help="when a TRF start stops: scipy's tests (default) or Fides's (pyPESTO's default "
-                             "optimiser: an accepted step changed -llh by less than 1e-8 (1 + |llh|))")
+    parser.add_argument("--stop", choices=STOP_RULES, default=None,
+                        help="when a Fides or TRF start stops (default: the method's own, Fides's for fides, scipy's "
+                             "for trf): scipy's tests or Fides's (pyPESTO's default optimiser: an accepted step "
+                             "changed -llh by less than 1e-8 (1 + |llh|))")
     parser.add_argument("--problems", nargs="+", default=None, help="collection problems (default: %(default)s)")
     parser.add_argument("--root", default=None, help="the collection's folder")
     args = parser.parse_args(argv)

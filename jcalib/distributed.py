@@ -5,7 +5,8 @@ all processes and ``jax.local_devices()`` this process's own; every process hold
 inputs (they draw from the same ``key``), takes its block of the rows (`process_rows`), works
 on it with its local devices, and gets the whole result back (`gather_rows`, one all-gather).
 This is how `jcalib.simulate_batch` (and with it Sobol' indices and training sets) and the
-multistart Levenberg-Marquardt (`jcalib.estimation.multistart`) spread their work. Network
+multistarts (`jcalib.estimation.multistart`) spread their work; a job whose results are Python
+objects takes its rows with `process_slice` and gathers them with `gather_objects`. Network
 training (`jcalib.nn.training.fit`) is data-parallel instead: parameters and data are
 replicated on all devices (`replicate`), each minibatch is split over them (`shard_rows`), and
 the gradient mean becomes a cross-device reduction.
@@ -30,6 +31,7 @@ arguments reads the job's environment)::
 from __future__ import annotations
 
 import math
+import pickle
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -41,11 +43,13 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 __all__ = [
+    "gather_objects",
     "gather_rows",
     "global_mesh",
     "initialize",
     "is_initialized",
     "process_rows",
+    "process_slice",
     "replicate",
     "shard_rows",
     "to_local",
@@ -172,6 +176,37 @@ def gather_rows(rows: Any, n: int) -> Any:
     gathered = multihost_utils.process_allgather(as_bytes, tiled=True)
     out = [g.view(a.dtype).reshape((-1,) + a.shape[1:])[:n] for g, a in zip(gathered, leaves)]
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def process_slice(n: int) -> slice:
+    """This process's rows of ``n`` as a slice, `process_rows`'s block without its padding (the
+    last blocks may be shorter or empty).
+
+    Example:
+        >>> process_slice(5)  # one process: every row
+        slice(0, 5, None)
+    """
+    m, p = _block(n), jax.process_index()
+    return slice(min(p * m, n), min((p + 1) * m, n))
+
+
+def gather_objects(objects: Sequence[Any]) -> list[Any]:
+    """Every process's ``objects`` (picklable, e.g. the results of its `process_slice` rows),
+    concatenated in process order, the same list on every process (two all-gathers of the pickled
+    bytes, `gather_rows`). Every process must call it. With one process, ``list(objects)``.
+
+    Example:
+        >>> gather_objects(["a", {"b": 1}])
+        ['a', {'b': 1}]
+    """
+    if jax.process_count() == 1:
+        return list(objects)
+    data = np.frombuffer(pickle.dumps(list(objects)), dtype=np.uint8)
+    sizes = gather_rows(np.array([data.size]), jax.process_count())
+    rows = np.zeros((1, int(sizes.max())), dtype=np.uint8)
+    rows[0, :data.size] = data
+    gathered = gather_rows(rows, jax.process_count())
+    return [item for row, size in zip(gathered, sizes) for item in pickle.loads(row[:size].tobytes())]
 
 
 def replicate(tree: Any) -> Any:

@@ -18,7 +18,7 @@ import numpy as np
 
 def jobs(checkpoint: str) -> dict[str, np.ndarray]:
     """Tiny instances of every job that `jcalib.distributed` spreads: a batch of simulations,
-    Sobol' indices, a multistart, a training set and three epochs of network training (written
+    Sobol' indices, multistarts (LM and TRF), a training set and three epochs of network training (written
     to the file ``checkpoint``, then resumed from it)."""
     import jax.numpy as jnp
     from flax import nnx
@@ -42,6 +42,9 @@ def jobs(checkpoint: str) -> dict[str, np.ndarray]:
     out["multistart_theta"] = np.stack([np.asarray(r.theta) for r in starts.results])
     out["multistart_loss"] = np.array([r.loss for r in starts.results])
     out["multistart_steps"] = np.array([r.n_steps for r in starts.results])
+    trf = multistart(jax.random.key(3), problem, 3, "trf", "lhs", max_steps=5)  # one start after another
+    out["trf_theta"] = np.stack([np.asarray(r.theta) for r in trf.results])
+    out["trf_steps"] = np.array([r.n_steps for r in trf.results])
 
     training = simulate_training_set(jax.random.key(4), model, 48, chunk_size=4)
     out["training_thetas"], out["training_trajectories"] = training.thetas, training.trajectories

@@ -29,7 +29,7 @@ WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
 TIMEOUT_S = 300  # a hung collective fails the test instead of the suite
 
 ROW_WISE = ("batch_values", "batch_status", "sobol_first", "sobol_total", "multistart_theta", "multistart_loss",
-            "multistart_steps", "training_thetas", "training_trajectories")
+            "multistart_steps", "trf_theta", "trf_steps", "training_thetas", "training_trajectories")
 
 
 def _free_port() -> int:

@@ -166,8 +166,8 @@ def test_petab_multistart_comparison_tells_reached_missed_and_exceeded():
 
 
 @pytest.mark.parametrize("method, stop, match", [
-    ("trf", "nope", r"stop must be one of \('scipy', 'fides'\); got 'nope'"),
-    ("lm", "fides", r"stop='fides' is a rule of the TRF method; got method='lm'"),
+    ("trf", "nope", r"stop must be None or one of \('scipy', 'fides'\); got 'nope'"),
+    ("lm", "fides", r"stop='fides' is a rule of the Fides and TRF methods"),
 ])
 def test_petab_multistart_bad_stop(tmp_path, method, stop, match):
     script = load_script("experiments/petab_multistart.py")

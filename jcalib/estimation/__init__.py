@@ -14,7 +14,7 @@ from jcalib.estimation.least_squares import (
 )
 from jcalib.estimation.multistart import LLH_TOLERANCE, clusters, final_log_likelihoods, multistart, sample_starts
 from jcalib.estimation.result import EstimationResult, MultistartResult
-from jcalib.estimation.trust_region import TrustRegionOptions, trust_region_batch
+from jcalib.estimation.trust_region import TrustRegionOptions, scipy_stop_options, trust_region_batch
 from jcalib.estimation.uncertainty import (
     ParameterCovariance,
     ProfileLikelihood,
@@ -28,5 +28,5 @@ __all__ = [
     "bottom_up", "clusters", "find_knee",
     "differential_evolution", "final_log_likelihoods", "gauss_newton", "least_squares_trf", "levenberg_marquardt_batch",
     "multistart", "parameter_covariance", "profile_likelihood", "sample_starts", "scipy_minimize",
-    "trf_stop_options", "trust_region_batch",
+    "scipy_stop_options", "trf_stop_options", "trust_region_batch",
 ]

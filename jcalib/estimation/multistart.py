@@ -10,10 +10,13 @@ Fides.
   ``"sobol"`` and ``"uniform"`` fill the box instead (no initial guess; uniform is the field's
   usual choice for PEtab problems).
 - the local method: `jcalib.estimation.trust_region.trust_region_batch` (the default, Fides's
-  trust-region reflective method: the starts through vmapped lanes, each process its block after
-  `jcalib.distributed.initialize`), `jcalib.estimation.least_squares.levenberg_marquardt_batch`
-  (all starts in one vmapped solve) or `jcalib.estimation.least_squares.least_squares_trf` (one
-  start after another, stopped by scipy's tests or Fides's default rule, ``stop=``).
+  trust-region reflective method: the starts through vmapped lanes),
+  `jcalib.estimation.least_squares.levenberg_marquardt_batch` (all starts in one vmapped solve)
+  or `jcalib.estimation.least_squares.least_squares_trf` (one start after another); after
+  `jcalib.distributed.initialize` with several processes each process runs its block of the
+  starts and every process gets all results.
+- the stop rule of Fides's method and TRF (``stop=``): Fides's default tests or scipy's (each
+  method's own by default).
 - which starts converged: `final_log_likelihoods` against a reference (e.g. a published optimum),
   within `LLH_TOLERANCE`.
 
@@ -42,6 +45,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from jcalib import distributed
 from jcalib.estimation.failures import FailedStartError
 from jcalib.estimation.least_squares import (
     STOP_RULES,
@@ -126,7 +130,7 @@ def multistart(
     starts: Float[ArrayLike, "n_starts n_free"] | None = None,
     theta0: Float[ArrayLike, " n_free"] | Mapping[str, float] | None = None,
     coordinates: str = "physical",
-    stop: str = "scipy",
+    stop: str | None = None,
     objective_scale: float | None = None,
     progress: bool = False,
     **local_options,
@@ -142,7 +146,8 @@ def multistart(
             Fides's trust-region reflective method with its own stopping rule, the starts
             through vmapped lanes; pyPESTO's default optimiser), ``"lm"``
             (`levenberg_marquardt_batch`: all starts in one jitted, vmapped solve) or ``"trf"``
-            (`least_squares_trf` with the autodiff Jacobian, one start after another).
+            (`least_squares_trf` with the autodiff Jacobian, one start after another). With
+            several processes (`jcalib.distributed`) each runs its block of the starts.
         start_distribution: ``"aka2023"``, ``"lhs"``, ``"sobol"`` or ``"uniform"`` (see
             `sample_starts`); for a PEtab problem ``"uniform"`` (its nominal values are the
             published optimum, not a guess).
@@ -151,14 +156,14 @@ def multistart(
             ``"given"``).
         theta0: the initial guess θ_init of ``"aka2023"`` (None: nominal values; see
             `jcalib.starts`), in ``coordinates`` (``"physical"`` or ``"internal"``).
-        stop: ``"trf"``'s stop rule, one of `STOP_RULES`: ``"scipy"`` (scipy's own tests) or
-            ``"fides"`` (Fides's default: a step that lowers the cost by at most
-            ``1e-8 + 1e-8 |f|``; `jcalib.estimation.least_squares.trf_stop_options`).
-        objective_scale: the |f| of the Fides rule (default: -log-likelihood at the nominal
-            values, e.g. a PEtab problem's published optimum).
+        stop: the stop rule of ``"fides"`` and ``"trf"`` (``"lm"`` has its own), None (the
+            method's own) or one of `STOP_RULES`: ``"scipy"`` (``least_squares``'s tests,
+            `jcalib.estimation.trust_region.scipy_stop_options`) or ``"fides"`` (Fides's default,
+            for ``"trf"`` `jcalib.estimation.least_squares.trf_stop_options`).
+        objective_scale: the |f| of ``"trf"``'s Fides rule (default: -log-likelihood at the
+            nominal values, e.g. a PEtab problem's published optimum).
         progress: progress bar over the starts (``"fides"`` and ``"trf"``).
-        **local_options: passed to the local method (e.g. ``max_steps`` for ``"lm"``,
-            ``max_steps`` for ``"trf"``).
+        **local_options: passed to the local method (e.g. ``max_steps``).
 
     Returns:
         `MultistartResult`: every local result, the best, and ``sorted_losses`` for a
@@ -169,8 +174,8 @@ def multistart(
         their iterate or best point, not converged).
 
     Raises:
-        ValueError: unknown ``method``, ``start_distribution`` or ``stop``; a stop rule other
-            than scipy's with ``"lm"`` or ``"fides"``; bad ``n_starts``, ``starts`` or ``theta0``.
+        ValueError: unknown ``method``, ``start_distribution`` or ``stop``; a stop rule with
+            ``"lm"``; bad ``n_starts``, ``starts`` or ``theta0``.
             A start that cannot be used (failed solve, overflowing loss or non-finite Jacobian
             there) is not an error: it gets ``loss = inf``, ``converged=False`` and the reason;
             ``extra["n_failed_starts"]`` counts them and, when every start failed,
@@ -184,10 +189,10 @@ def multistart(
         starts, start_distribution = _given_starts(problem, n_starts, starts), "given"
     if method in ("lm", "fides"):
         batch = levenberg_marquardt_batch if method == "lm" else trust_region_batch
-        options = local_options | ({"progress": progress} if method == "fides" else {})
+        options = local_options | ({"progress": progress, "stop": stop or "fides"} if method == "fides" else {})
         result = batch(problem, starts, start_distribution=start_distribution, **options)
         return eqx.tree_at(lambda r: r.wall_time_s, result, time.perf_counter() - start)
-    if stop != "scipy":
+    if stop == "fides":
         scale = objective_scale if objective_scale is not None else \
             float(problem.log_likelihood(problem.initial_internal()))
         local_options = trf_stop_options(stop, scale) | local_options
@@ -198,10 +203,12 @@ def multistart(
 
 def _trf_starts(problem: AbstractProblem, starts: np.ndarray, options: dict,
                 progress: bool) -> tuple[list[EstimationResult], str]:
-    """`least_squares_trf` from each start in turn; the results and ``"completed"`` or
-    ``"interrupted"`` (a Ctrl-C: the start being fitted and the later ones get no estimate)."""
+    """`least_squares_trf` from each of this process's starts (`jcalib.distributed.process_slice`)
+    in turn; every process's results and ``"completed"`` or ``"interrupted"`` (a Ctrl-C: the
+    start being fitted and the later ones of that process get no estimate)."""
     results, status = [], "completed"
-    for i in tqdm(range(starts.shape[0]), desc="multistart trf", unit="start", disable=not progress):
+    rows = range(starts.shape[0])[distributed.process_slice(starts.shape[0])]
+    for i in tqdm(rows, desc="multistart trf", unit="start", disable=not progress):
         if status == "interrupted":
             results.append(_unused_start(problem, starts[i], f"{INTERRUPTED} (KeyboardInterrupt) before this start "
                                                              "ran", n_simulations=0))
@@ -214,7 +221,9 @@ def _trf_starts(problem: AbstractProblem, starts: np.ndarray, options: dict,
             status = "interrupted"
             results.append(_unused_start(problem, starts[i], f"{INTERRUPTED} (KeyboardInterrupt) during this start's "
                                                              "fit: its iterates are lost", n_simulations=0))
-    return results, status
+    parts = distributed.gather_objects([(results, status)])  # every process's, in process order
+    interrupted = any(part_status == "interrupted" for _, part_status in parts)
+    return [r for part, _ in parts for r in part], "interrupted" if interrupted else "completed"
 
 
 def _given_starts(problem: AbstractProblem, n_starts: int, starts) -> np.ndarray:
@@ -236,16 +245,17 @@ def _unused_start(problem: AbstractProblem, theta0, reason: str, n_simulations: 
         n_simulations=n_simulations, n_jacobians=0, wall_time_s=0.0, converged=False, reason=reason)
 
 
-def check_method(method: str, stop: str = "scipy") -> None:
-    """Refuse a local method that is not one of `LOCAL_METHODS`, a stop rule that is not one of
-    `STOP_RULES`, and a stop rule other than scipy's for ``"lm"`` and ``"fides"`` (which stops by
-    its own rules). `multistart` checks them first; a script can check them before a long import."""
+def check_method(method: str, stop: str | None = None) -> None:
+    """Refuse a local method that is not one of `LOCAL_METHODS`, a stop rule that is neither None
+    (the method's own) nor one of `STOP_RULES`, and a stop rule for ``"lm"`` (which stops by its
+    own tests). `multistart` checks them first; a script can check them before a long import."""
     if method not in LOCAL_METHODS:
         raise ValueError(f"multistart: method must be one of {LOCAL_METHODS}; got {method!r}")
-    if stop not in STOP_RULES:
-        raise ValueError(f"multistart: stop must be one of {STOP_RULES}; got {stop!r}")
-    if stop != "scipy" and method != "trf":
-        raise ValueError(f"multistart: stop={stop!r} is a rule of the TRF method; got method={method!r}")
+    if stop is not None and stop not in STOP_RULES:
+        raise ValueError(f"multistart: stop must be None or one of {STOP_RULES}; got {stop!r}")
+    if stop is not None and method == "lm":
+        raise ValueError(f"multistart: stop={stop!r} is a rule of the Fides and TRF methods; Levenberg-Marquardt "
+                         "('lm') stops by its own tests (stop=None)")
 
 
 def final_log_likelihoods(problem: AbstractProblem, result: MultistartResult) -> Float[np.ndarray, " n_starts"]:

@@ -21,8 +21,9 @@ many starts run in one ``vmap``:
   a BFGS matrix, updated in the background from the identity, once the radius has not changed for
   ``switch_iteration = 20`` iterations (``fides.HybridFixed``: residuals too large for ``J^T J``).
 - **Stopping** (Fides's defaults): ``|f_new - f| < fatol + frtol |f|`` after a step whose ratio
-  exceeds ``mu``, ``|g| <= gatol``, ``|g| <= grtol |f|``, a step shorter than ``xtol``, the
-  radius below machine precision, or a value or derivative that is not finite.
+  exceeds ``mu``, ``|g| <= gatol``, ``|g| <= grtol |f|``, a scaled step shorter than ``xtol``, the
+  radius below machine precision, or a value or derivative that is not finite. scipy's tests
+  (``least_squares``'s ``ftol``, ``xtol``, ``gtol``) are options: `scipy_stop_options`.
 
 As Fides, the result is the best point evaluated (`TrustRegionState.x_min`), accepted or not.
 
@@ -64,26 +65,29 @@ from tqdm.auto import tqdm
 from jcalib import distributed
 from jcalib.algorithm import Algorithm
 from jcalib.estimation.failures import jacobian_failure, point_failure
-from jcalib.estimation.least_squares import _inside
+from jcalib.estimation.least_squares import STOP_RULES, _inside
 from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
 from jcalib.problems import AbstractProblem
 from jcalib.starts import start_internal
 
 __all__ = ["CPU_LANES", "EXIT_FLAGS", "TrustRegionInfo", "TrustRegionOptions", "TrustRegionState", "n_lanes",
-           "trust_region_algorithm", "trust_region_batch"]
+           "scipy_stop_options", "trust_region_algorithm", "trust_region_batch"]
 
 EXIT_FLAGS = {0: "running", -1: "maximum number of iterations reached", -3: "a value or derivative is not finite",
               -4: "the start is outside the bounds",
               -5: "trust-region radius below machine precision",
               1: "converged: the objective changed by less than fatol + frtol |f|",
-              2: "converged: step shorter than xtol", 3: "converged: gradient norm below gatol (or grtol |f|)"}
+              2: "converged: step shorter than xtol (+ xrtol |x|)",
+              3: "converged: gradient norm below gatol (or grtol |f|, or the scaled gradient below gstol)"}
 """Fides's exit flags (``fides.constants.ExitFlag``) and what they mean; 0 while iterating."""
 
 _EPS = float(np.finfo(np.float64).eps)
 
 
 class TrustRegionOptions(NamedTuple):
-    """Fides's options (``fides.constants.DEFAULT_OPTIONS``, fides 0.8) and its hybrid scheme's switch."""
+    """Fides's options (``fides.constants.DEFAULT_OPTIONS``, fides 0.8) and its hybrid scheme's switch;
+    ``xrtol`` and ``gstol`` (0: off) are scipy's relative step and scaled gradient tests
+    (`scipy_stop_options`)."""
 
     fatol: float = 1e-8
     frtol: float = 1e-8
@@ -97,6 +101,23 @@ class TrustRegionOptions(NamedTuple):
     gamma1: float = 0.25
     gamma2: float = 2.0
     switch_iteration: int = 20
+    xrtol: float = 0.0
+    gstol: float = 0.0
+
+
+def scipy_stop_options(ftol: float = 1e-8, xtol: float = 1e-8, gtol: float = 1e-8) -> TrustRegionOptions:
+    """Fides's method stopped by the tests of ``scipy.optimize.least_squares`` (its defaults) in
+    place of Fides's: an accepted step with ratio ``> mu = 0.25`` that lowered the cost by less
+    than ``ftol`` times the cost (``frtol``, with the cost ``|r|^2 / 2`` as the objective:
+    `trust_region_batch` with ``stop="scipy"``), a scaled step shorter than ``xtol (xtol + |x|)``
+    and a scaled gradient ``max_i |v_i g_i|`` (Coleman-Li's ``v``) below ``gtol``.
+
+    Example:
+        >>> o = scipy_stop_options()
+        >>> o.frtol, o.fatol, o.xrtol, o.gstol, o.gatol
+        (1e-08, 0.0, 1e-08, 1e-08, 0.0)
+    """
+    return TrustRegionOptions(fatol=0.0, frtol=ftol, xtol=xtol * xtol, xrtol=xtol, gatol=0.0, gstol=gtol)
 
 
 class TrustRegionState(NamedTuple):
@@ -331,14 +352,20 @@ def _best_step(frame: _Frame) -> _Step:
 def _frame(x, g, hess, delta, lower, upper, theta_max) -> tuple[_Frame, Array]:
     """Coleman and Li's affine scaling at ``x`` (Fides's ``get_affine_scaling``) and the scaled
     model; also ``dv``, the derivative of the scaling vector."""
-    bound = jnp.where(g < 0, upper, lower)
-    bounded = jnp.isfinite(bound)
-    v = jnp.where(bounded, x - bound, jnp.sign(g) + (g == 0).astype(g.dtype))
-    dv = bounded.astype(x.dtype)
+    v, dv = _scaling_vector(x, g, lower, upper)
     scaling = jnp.sqrt(jnp.abs(v))
     theta = jnp.maximum(theta_max, 1 - jnp.max(jnp.abs(v * g)))
     shess = scaling[:, None] * hess * scaling[None, :] + jnp.diag(jnp.abs(g) * dv)
     return _Frame(x, lower, upper, scaling, shess, scaling * g, delta, theta), dv
+
+
+def _scaling_vector(x, g, lower, upper):
+    """Coleman and Li's ``v`` (the signed distance to the bound the gradient points at; ``sign(g)``
+    where there is none) and its derivative ``dv``."""
+    bound = jnp.where(g < 0, upper, lower)
+    bounded = jnp.isfinite(bound)
+    v = jnp.where(bounded, x - bound, jnp.sign(g) + (g == 0).astype(g.dtype))
+    return v, bounded.astype(x.dtype)
 
 
 def _bfgs(mat, s, y):
@@ -451,9 +478,11 @@ def _advance(state: TrustRegionState, proposal: _Step, dv, x_new, evaluation, lo
     accepted = finite & (ratio > 0)
     iteration = state.iteration + 1
     gnorm = jnp.linalg.norm(g_new)
+    scaled_g = jnp.max(jnp.abs(_scaling_vector(x_new, g_new, lower, upper)[0] * g_new))
+    small_g = (gnorm <= o.gatol) | (gnorm <= o.grtol * jnp.abs(state.f)) | (scaled_g < o.gstol)
     flag = jnp.where((ratio > o.mu) & (jnp.abs(f_new - state.f) < o.fatol + o.frtol * jnp.abs(state.f)), 1,
-                     jnp.where((iteration > 1) & (nsx < o.xtol), 2,
-                               jnp.where((gnorm <= o.gatol) | (gnorm <= o.grtol * jnp.abs(state.f)), 3, 0)))
+                     jnp.where((iteration > 1) & (nsx < o.xtol + o.xrtol * jnp.linalg.norm(state.x)), 2,
+                               jnp.where(small_g, 3, 0)))
     derivatives_finite = jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(fim_new))
     flag = jnp.where(finite & ~derivatives_finite, -3, flag)
     better = finite & (f_new < state.f_min)
@@ -526,6 +555,7 @@ def trust_region_batch(
     *,
     coordinates: str = "physical",
     max_steps: int = 1000,
+    stop: str = "fides",
     options: TrustRegionOptions | None = None,
     lanes: int | None = None,
     start_distribution: str = "given",
@@ -549,7 +579,10 @@ def trust_region_batch(
         theta0: starts, ``(n_starts, n_free)``, within the bounds, in ``coordinates``
             (``"physical"`` or ``"internal"``).
         max_steps: Fides's ``maxiter``, the iteration budget per start.
-        options: Fides's options (`TrustRegionOptions`; None: its defaults).
+        stop: ``"fides"`` (Fides's default tests, ``f`` the negative log-likelihood as above) or
+            ``"scipy"`` (`scipy_stop_options`, ``f = |r|^2 / 2``: scipy's ``ftol`` is relative to
+            the cost); one of `jcalib.estimation.least_squares.STOP_RULES`.
+        options: the method's options (`TrustRegionOptions`; None: those of ``stop``).
         lanes: starts iterated at once (None: on a CPU `CPU_LANES`, then one from the point
             where each running start, stepped alone, takes less CPU time per iteration than a
             start in the lanes did and the rest of the run outweighs compiling it, measured after
@@ -571,13 +604,17 @@ def trust_region_batch(
 
     Raises:
         ValueError: a free parameter without finite bounds; ``theta0`` not ``(n_starts,
-            n_free)``, not finite or outside the bounds; ``max_steps`` or ``lanes`` not a positive integer.
+            n_free)``, not finite or outside the bounds; ``max_steps`` or ``lanes`` not a positive
+            integer; ``stop`` not one of `jcalib.estimation.least_squares.STOP_RULES`.
     """
     start = time.perf_counter()
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"trust_region_batch: max_steps must be a positive integer; got {max_steps!r}")
     n_lanes(lanes, 1)  # refuses a bad value before any work
-    algorithm, z0s, offset = _prepared(problem, theta0, coordinates, options)
+    if stop not in STOP_RULES:
+        raise ValueError(f"trust_region_batch: stop must be one of {STOP_RULES}; got {stop!r}")
+    options = options if options is not None else scipy_stop_options() if stop == "scipy" else TrustRegionOptions()
+    algorithm, z0s, offset = _prepared(problem, theta0, coordinates, options, stop == "fides")
     local = np.asarray(distributed.process_rows(z0s))
     fields, interrupted, width = _run_lanes(algorithm.init, algorithm.step, local, n_lanes(lanes, len(local)),
                                             int(max_steps), progress,
@@ -593,9 +630,10 @@ def trust_region_batch(
                                      "lanes_at_end": width})
 
 
-def _prepared(problem: AbstractProblem, theta0, coordinates: str, options) -> tuple[Algorithm, np.ndarray, float]:
+def _prepared(problem: AbstractProblem, theta0, coordinates: str, options: TrustRegionOptions,
+              with_offset: bool) -> tuple[Algorithm, np.ndarray, float]:
     """`trust_region_batch`'s checked starts (internal), its vmapped algorithm and the objective's
-    offset ``c``."""
+    offset ``c`` (`_offset`; 0 without ``with_offset``)."""
     problem.space.check_box("trust_region_batch")
     theta0 = np.asarray(theta0, dtype=np.float64)
     if theta0.ndim != 2 or theta0.shape[0] == 0:
@@ -603,7 +641,7 @@ def _prepared(problem: AbstractProblem, theta0, coordinates: str, options) -> tu
                          f"start; got shape {theta0.shape}")
     problem.space.check_shape(theta0, "trust_region_batch: theta0", batched=True)
     z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
-    offset = _offset(problem, z0s[0])
+    offset = _offset(problem, z0s[0]) if with_offset else 0.0
     algorithm = _batch_algorithm(problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays:
                                  jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # traced
     return algorithm, np.asarray(z0s), offset

@@ -72,8 +72,10 @@ def test_final_log_likelihoods(problem):
 
 @pytest.mark.parametrize("method, stop, message", [
     ("newton", "scipy", "method must be one of ('lm', 'fides', 'trf'); got 'newton'"),
-    ("trf", "nope", "stop must be one of ('scipy', 'fides'); got 'nope'"),
-    ("lm", "fides", "stop='fides' is a rule of the TRF method; got method='lm'"),
+    ("trf", "nope", "stop must be None or one of ('scipy', 'fides'); got 'nope'"),
+    ("lm", "fides", "stop='fides' is a rule of the Fides and TRF methods; Levenberg-Marquardt ('lm') stops by its "
+                    "own tests (stop=None)"),
+    ("lm", "scipy", "stop='scipy' is a rule of the Fides and TRF methods"),
 ])
 def test_bad_method_or_stop(problem, method, stop, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

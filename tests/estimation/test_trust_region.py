@@ -18,6 +18,7 @@ from jcalib.estimation.trust_region import (
     _one_lane_cheaper,
     _run_lanes,
     _solve_nd,
+    scipy_stop_options,
     trust_region_algorithm,
     trust_region_batch,
 )
@@ -230,6 +231,11 @@ def test_a_multistart_reaches_an_optimum_on_a_bound(bounded_linear):
         assert (r.extra["exitflag"], r.n_steps) == (int(opt.exitflag), opt.iteration)
         assert r.converged == (opt.exitflag > 0) and r.n_simulations == r.n_steps + 1 == r.n_jacobians
     assert reference[2] == pytest.approx(0.1)  # the bound is active
+    by_scipy = multistart(jax.random.key(0), problem, 4, "fides", "uniform", stop="scipy")  # scipy's tests
+    assert by_scipy.extra["objective_offset"] == 0.0  # ftol is relative to the cost |r|^2 / 2
+    for r in by_scipy.results:
+        assert r.converged and r.extra["exitflag"] in (1, 2, 3)
+        np.testing.assert_allclose(r.theta, reference, rtol=1e-7, atol=1e-7)
 
 
 def test_the_batch_refuses_bad_starts_and_budgets(bounded_linear):
@@ -242,5 +248,36 @@ def test_the_batch_refuses_bad_starts_and_budgets(bounded_linear):
         trust_region_batch(problem, np.zeros((1, 3)), lanes=0)
     with pytest.raises(ValueError, match="outside|bounds"):
         trust_region_batch(problem, np.array([[0.0, 0.0, 5.0]]))
-    with pytest.raises(ValueError, match="rule of the TRF method"):
-        multistart(jax.random.key(0), problem, 2, "fides", stop="fides")
+    with pytest.raises(ValueError, match="stop must be one of"):
+        trust_region_batch(problem, np.zeros((1, 3)), stop="plateau")
+
+
+@pytest.mark.parametrize("rule, flag", [("ftol", 1), ("xtol", 2), ("gtol", 3)])
+def test_scipy_s_tests_stop_the_run_where_scipy_s_definitions_first_hold(rule, flag):
+    """`scipy_stop_options` with one of scipy's tests on (tolerance 1e-4, the others off), on the
+    Rosenbrock residuals with the optimum on a bound (the Coleman-Li scaling then matters): the run
+    stops with that test's exit flag at the first iteration where scipy's own definition holds
+    (``scipy.optimize._lsq``'s ``check_termination`` and ``CL_scaling_vector``), and not before."""
+    from scipy.optimize._lsq.common import CL_scaling_vector
+
+    residuals, lower, upper, x0 = CASES["rosenbrock, optimum on a bound"]
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    tolerances = {"ftol": 0.0, "xtol": 0.0, "gtol": 0.0} | {rule: 1e-4}
+    objective = jax.jit(_objective(residuals))
+    algorithm = trust_region_algorithm(objective, lower, upper, scipy_stop_options(**tolerances))
+    state = algorithm.init(jnp.asarray(x0))
+    out = run(None, algorithm, state, 1000, stop=lambda s: s.done)
+    assert int(out.state.exitflag) == flag
+    x, f = np.asarray(state.x), float(state.f)
+    holds = []
+    for k, (trial, ratio, accepted) in enumerate(zip(*(np.asarray(a) for a in (out.trace.trial, out.trace.ratio,
+                                                                               out.trace.accepted)))):
+        f_new, g_new, _ = (np.asarray(v) for v in objective(jnp.asarray(trial)))
+        g = np.asarray(objective(jnp.asarray(x))[1])
+        step = (trial - x) / np.sqrt(np.abs(CL_scaling_vector(x, g, lower, upper)[0]))  # Fides's scaled step
+        holds.append({"ftol": ratio > 0.25 and f - f_new < 1e-4 * f,
+                      "xtol": k > 0 and np.linalg.norm(step) < 1e-4 * (1e-4 + np.linalg.norm(x)),
+                      "gtol": np.max(np.abs(CL_scaling_vector(trial, g_new, lower, upper)[0] * g_new)) < 1e-4}[rule])
+        if accepted:
+            x, f = trial, float(f_new)
+    assert holds[-1] and not any(holds[:-1]) and len(holds) > 5
