@@ -42,6 +42,11 @@ class AbstractSimulator(eqx.Module):
         """Outputs ``(n_times, n_outputs)`` and a `jcalib.model.SolveStatus` code; the outputs are NaN
         unless the code is ``SUCCESS``. Never raises for parameter values (jit, vmap)."""
 
+    def forward_mode(self) -> "AbstractSimulator":
+        """This simulator as ``jax.jacfwd`` should see it: itself, unless it differentiates
+        otherwise in forward mode (`jcalib.model.AbstractModel`'s solver adjoint)."""
+        return self
+
     @property
     def n_outputs(self) -> int:
         return len(self.output_names)

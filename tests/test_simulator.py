@@ -96,6 +96,23 @@ def test_function_simulator_errors(args, kwargs, match):
         FunctionSimulator(*args, **kwargs)
 
 
+def test_a_function_simulator_is_calibrated_with_its_exact_jacobian():
+    """A `CalibrationProblem` over a `FunctionSimulator` (here the extended Rosenbrock function as
+    residuals ``data - f``): its Jacobian in forward mode is ``-df/dtheta``, every component
+    against the analytic one."""
+    from jcalib import CalibrationProblem
+    from jcalib.data import Measurements
+
+    space = ParameterSpace([Parameter(f"x{i}", 0.0, -2.0, 2.0) for i in range(3)])
+    simulator = FunctionSimulator(lambda x: jnp.concatenate([-10 * (x[1:] - x[:-1] ** 2), x[:-1]]), space)
+    data = Measurements(np.asarray(simulator.ts), np.array([[0.0, 0.0, 1.0, 1.0]]), sigma=1.0)
+    problem = CalibrationProblem(simulator, data, weighting="absolute")
+    x = np.array([0.3, -1.2, 0.7])
+    expected = np.array([[-20 * x[0], 10, 0], [0, -20 * x[1], 10], [-1, 0, 0], [0, -1, 0]])
+    np.testing.assert_allclose(problem.forward_mode().jacobian(jnp.asarray(x)), expected, rtol=1e-14, atol=1e-14)
+    assert eqx.tree_equal(problem.forward_mode(), problem)  # a function has no solver to switch
+
+
 def test_check_simulator_message():
     simulator = FunctionSimulator(decay, SPACE, ts=TS)
     assert check_simulator(simulator, "here") is simulator
