@@ -32,6 +32,7 @@ Usage:
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import tempfile
@@ -73,6 +74,37 @@ def reference_side(names: list[str], problems: dict, args, tmp: pathlib.Path) ->
         return report | {"environment": install | {"venv": str(args.venv)}}
     except RuntimeError as err:
         return {"error": str(err)}
+
+
+def pypesto_record(name: str, problems: dict, args, tmp: pathlib.Path) -> dict:
+    """pyPESTO's multistart record of one problem (`reference_side`), or its error."""
+    ref = reference_side([name], problems, args, tmp)
+    a = ref.get("problems", {}).get(name, {"error": ref.get("error", "not run")})
+    return a.get("multistart", a) | {"llh_nominal": a.get("llh_nominal")}
+
+
+SETTINGS = ("seed", "n_starts", "processes", "lanes", "llh_tolerance")
+"""What an earlier report must share for its records to be reused (`reused`)."""
+
+
+def reused(path: pathlib.Path | None, name: str, report: dict, side: str) -> dict | None:
+    """``side``'s record of problem ``name`` from the report at ``path`` (None: no path), marked
+    with where it came from.
+
+    Raises:
+        ValueError: the report's settings differ from this run's (`SETTINGS`), or it has no
+            finished record of that side for the problem.
+    """
+    if path is None:
+        return None
+    earlier = json.loads(pathlib.Path(path).read_text())
+    differ = {k: (earlier.get(k), report[k]) for k in SETTINGS if earlier.get(k) != report[k]}
+    if differ:
+        raise ValueError(f"--{side}-from {path}: its settings differ from this run's (earlier, now): {differ}")
+    row = next((r for r in earlier.get("problems", []) if r.get("problem") == name), None)
+    if row is None or "error" in row.get(side, {"error": None}):
+        raise ValueError(f"--{side}-from {path}: no finished {side} record of {name} there")
+    return row[side] | {"reused_from": str(path)}
 
 
 def jcalib_side(name: str, p: dict, args, llh_nominal: float) -> dict:
@@ -179,6 +211,10 @@ def main(argv=None):
                                                                 "(default: trust_region_batch's)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="processes of each tool")
     parser.add_argument("--venv", type=pathlib.Path, default=DEFAULT_VENV, help="the AMICI/pyPESTO environment")
+    for side in ("jcalib", "pypesto"):
+        parser.add_argument(f"--{side}-from", type=pathlib.Path, default=None, metavar="REPORT",
+                            help=f"take {side}'s records from an earlier report of the same settings instead of "
+                                 "running them again (e.g. after the other tool's run failed)")
     args = common.parse_args(parser, argv)
     n_starts = 4 if args.quick else args.n_starts
     if n_starts < 1 or args.processes < 1 or (args.lanes is not None and args.lanes < 1):
@@ -198,18 +234,17 @@ def main(argv=None):
         for name in names:  # one problem at a time, both tools, the JSON after each
             pp = problems[name]["pp"]
             print(f"{name}: pyPESTO + Fides ...", flush=True)
-            ref = reference_side([name], problems, args, tmp)
-            a = ref.get("problems", {}).get(name, {"error": ref.get("error", "not run")})
             row = {"problem": name, "size": f"{len(pp.model.state_names)} / {len(pp.parameter_ids)}",
-                   "n_starts": n_starts, "pypesto": a.get("multistart", a) | {"llh_nominal": a.get("llh_nominal")},
+                   "n_starts": n_starts, "pypesto": reused(args.pypesto_from, name, report, "pypesto")
+                   or pypesto_record(name, problems, args, tmp),
                    "jcalib": {"error": "not finished (the run was cut short)"}}
             rows.append(row)
             common.write_report(args.out, report | {"table": table(rows)})  # the reference's side kept
             print(f"{name}: jcalib ...", flush=True)
             t = time.perf_counter()
             llh_nominal = float(jax.jit(pp.log_likelihood)(pp.nominal_internal))
-            row["jcalib"] = jcalib_side(name, problems[name], args, llh_nominal) | {
-                "process_wall_s": time.perf_counter() - t}
+            row["jcalib"] = reused(args.jcalib_from, name, report, "jcalib") or (
+                jcalib_side(name, problems[name], args, llh_nominal) | {"process_wall_s": time.perf_counter() - t})
             common.write_report(args.out, report | {"table": table(rows)})  # both sides kept before any summary
             print(table([row]).splitlines()[-1], flush=True)
             report |= {"table": table(rows), "machine": common.machine_info(load_at_start)}

@@ -135,8 +135,9 @@ def batch_run_simulations(problem, objective, batch: np.ndarray, n_threads: int)
     return seconds, np.where(np.isnan(llh), -np.inf, llh)
 
 
-def multistart(problem, objective, starts: np.ndarray, n_procs: int, llh_nominal: float, tolerance: float) -> dict:
-    """pyPESTO + Fides from ``starts``; the final log-likelihoods and the converged starts."""
+def multistart(problem, call, starts: np.ndarray, n_procs: int, llh_nominal: float, tolerance: float) -> dict:
+    """pyPESTO + Fides from ``starts``; the final log-likelihoods (``call``: `import_problem`'s
+    objective of the estimated parameters) and the converged starts."""
     import pypesto.engine
     import pypesto.optimize
 
@@ -150,7 +151,7 @@ def multistart(problem, objective, starts: np.ndarray, n_procs: int, llh_nominal
     x0 = np.array([r["x0"][problem.x_free_indices] for r in by_id])
     if not np.allclose(x0, starts, rtol=1e-12, atol=1e-12):
         raise RuntimeError("pyPESTO did not start from the given points")
-    llh = np.array([-objective(r["x"][problem.x_free_indices], sensi_orders=(0,))
+    llh = np.array([-float(call(r["x"][problem.x_free_indices], (0,))["fval"])
                     if r["x"] is not None and np.all(np.isfinite(r["x"])) else -np.inf for r in by_id])
     llh = np.where(np.isfinite(llh), llh, -np.inf)
     n_converged = int(np.sum(llh >= llh_nominal - tolerance))
@@ -226,7 +227,7 @@ def run_problem(task: dict, job: dict, n_threads: int) -> dict:
     if job.get("multistart_only"):
         llh_nominal = -float(call(x, (0,))["fval"])
         return info | {"solver": solver, "llh_nominal": llh_nominal, "multistart": multistart(
-            problem, objective, points["starts"], n_threads, llh_nominal, float(job["llh_tolerance"]))}
+            problem, call, points["starts"], n_threads, llh_nominal, float(job["llh_tolerance"]))}
 
     # the negative log-likelihood and its gradient with respect to the estimated parameters
     sim, out = _timed(lambda: call(x, (0,)), repeats)
@@ -257,7 +258,7 @@ def run_problem(task: dict, job: dict, n_threads: int) -> dict:
                   "n_finite": int(np.isfinite(llh_threads).sum()), "llh": llh_threads.tolist(),
                   "how": "the faster of a Python loop over pyPESTO's objective and one amici run_simulations call "
                          f"with {n_threads} OpenMP threads"},
-        "multistart": multistart(problem, objective, points["starts"], n_threads, llh_nominal,
+        "multistart": multistart(problem, call, points["starts"], n_threads, llh_nominal,
                                  float(job["llh_tolerance"])),
     }
 

@@ -47,6 +47,24 @@ def test_the_figures_and_goals_follow_from_the_records(tmp_path):
     assert path.stat().st_size > 0
 
 
+def test_records_of_an_earlier_report_are_reused_only_with_the_same_settings(tmp_path):
+    import json
+
+    script = load_script("benchmarks/petab_multistart.py")
+    settings = {"seed": 0, "n_starts": 4, "processes": 2, "lanes": None, "llh_tolerance": 0.1}
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(settings | {"problems": _rows()}))
+    assert script.reused(None, "Toy_2026", settings, "jcalib") is None
+    record = script.reused(path, "Toy_2026", settings, "pypesto")
+    assert record == _rows()[0]["pypesto"] | {"reused_from": str(path)}
+    with pytest.raises(ValueError, match=r"settings differ .*'n_starts': \(4, 8\)"):
+        script.reused(path, "Toy_2026", settings | {"n_starts": 8}, "jcalib")
+    with pytest.raises(ValueError, match="no finished jcalib record of Broken_2026"):
+        script.reused(path, "Broken_2026", settings, "jcalib")
+    with pytest.raises(ValueError, match="no finished jcalib record of Other"):
+        script.reused(path, "Other", settings, "jcalib")
+
+
 @pytest.mark.parametrize("args", [["--n-starts", "0"], ["--processes", "0"], ["--lanes", "0"]])
 def test_bad_arguments_are_refused_before_any_work(tmp_path, args):
     script = load_script("benchmarks/petab_multistart.py")
