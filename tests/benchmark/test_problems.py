@@ -1,0 +1,58 @@
+"""jcalib.benchmark.problems: the analytic suite's references hold on the problems as built."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jcalib.benchmark import BenchmarkProblem, get_problem, register_problem, suite
+from jcalib.benchmark import problems as problems_module
+
+OPTIMA = {"rosenbrock-4": [1.0, 1.0, 1.0, 1.0], "gaussian-2": None, "banana-2": [0.0, 0.0]}
+
+
+@pytest.mark.parametrize("problem_id", sorted(OPTIMA))
+def test_the_reference_value_is_the_likelihood_s_maximum(problem_id):
+    spec = get_problem(problem_id)
+    problem = spec.build()
+    optimum = jnp.asarray(OPTIMA[problem_id] if OPTIMA[problem_id] is not None else spec.reference_mean)
+    z = problem.to_internal(optimum)
+    assert float(problem.log_likelihood(z)) == pytest.approx(spec.reference_value, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(jax.grad(problem.log_likelihood)(z), 0.0, atol=1e-10)  # a stationary point
+    assert np.all(np.linalg.eigvalsh(jax.hessian(problem.log_likelihood)(z)) < 0)  # ... and a maximum
+
+
+@pytest.mark.parametrize("problem_id", ["gaussian-2", "banana-2"])
+def test_the_reference_moments_are_the_posterior_s(problem_id):
+    """Mean and sd of each parameter from the problem's own log-posterior on a fine grid."""
+    spec = get_problem(problem_id)
+    problem = spec.build()
+    mean, sd = np.asarray(spec.reference_mean), np.asarray(spec.reference_sd)
+    lower = np.maximum(mean - 9 * sd, problem.space.lower)
+    upper = np.minimum(mean + 9 * sd * np.array([1.0, 3.0]), problem.space.upper)  # the banana's long right tail
+    axes = [np.linspace(lo, hi, 601) for lo, hi in zip(lower, upper)]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 2)
+    log_p = np.asarray(jax.jit(jax.vmap(lambda x: problem.log_posterior(problem.to_internal(x))))(jnp.asarray(grid)))
+    weights = np.exp(log_p - log_p.max())
+    weights /= weights.sum()
+    grid_mean = weights @ grid
+    grid_sd = np.sqrt(weights @ (grid - grid_mean) ** 2)
+    np.testing.assert_allclose(grid_mean, mean, atol=2e-3 * sd.max())
+    np.testing.assert_allclose(grid_sd, sd, rtol=2e-3)
+
+
+def test_problems_are_registered_once_and_found_by_suite():
+    assert [p.id for p in suite("analytic")] == ["banana-2", "gaussian-2", "rosenbrock-4"]
+    mine = BenchmarkProblem("my-problem", problems_module._rosenbrock, ("mine",))
+    try:
+        assert register_problem(mine, "mine") is mine and suite("mine") == [mine] and get_problem("my-problem") is mine
+        with pytest.raises(ValueError, match="is in suite 'mine' already"):
+            register_problem(BenchmarkProblem("my-problem", problems_module._banana))
+    finally:
+        problems_module._SUITES.pop("mine")
+    with pytest.raises(ValueError, match="unknown suite 'mine'"):
+        suite("mine")
+    with pytest.raises(ValueError, match="no problem 'nope'"):
+        get_problem("nope")
+    with pytest.raises(ValueError, match="callable build"):
+        register_problem(BenchmarkProblem("x", None))
