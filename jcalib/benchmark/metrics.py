@@ -54,6 +54,14 @@ def _costs(values, name: str, ndim: int) -> np.ndarray:
     return a
 
 
+def _points(values, name: str, least: float) -> np.ndarray:
+    """``values`` as a non-empty 1-D float array of finite numbers ``>= least``; else a ValueError."""
+    a = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < least):
+        raise ValueError(f"{name} must be finite numbers >= {least:g}, one axis; got {np.asarray(values)!r}")
+    return a
+
+
 def coco_targets(reference: float, exponents: Sequence[float] = tuple(np.linspace(2, -8, 51))
                  ) -> Float[np.ndarray, " n_targets"]:
     """Targets ``reference + 10^e`` for each exponent (COCO's default: 51 from ``10^2`` to
@@ -82,9 +90,10 @@ def runtimes_to_targets(costs: Float[ArrayLike, " n_steps"], values: Float[Array
     """
     costs = _costs(costs, "runtimes_to_targets: costs", 1)
     values = np.asarray(values, dtype=np.float64)
-    if values.shape != costs.shape or np.any(np.diff(costs) < 0):
-        raise ValueError(f"runtimes_to_targets: costs (non-decreasing) and values must have one shape; got "
-                         f"{costs.shape} and {values.shape}")
+    if values.shape != costs.shape:
+        raise ValueError(f"runtimes_to_targets: one value per cost; got shapes {costs.shape} and {values.shape}")
+    if np.any(np.diff(costs) < 0):
+        raise ValueError("runtimes_to_targets: costs must be cumulative (non-decreasing)")
     best = np.fmin.accumulate(np.where(np.isnan(values), np.inf, values))
     targets = np.asarray(targets, dtype=np.float64)
     first = np.searchsorted(-best, -targets, side="left")  # -best is non-decreasing
@@ -104,6 +113,8 @@ def average_runtime(runtimes: Float[ArrayLike, " n_runs"], spent: Float[ArrayLik
     spent = _costs(spent, "average_runtime: spent", 1)
     if spent.shape != runtimes.shape:
         raise ValueError(f"average_runtime: one spent cost per run; got {spent.shape} for {runtimes.shape}")
+    if np.any(np.isfinite(runtimes) & (runtimes > spent)):
+        raise ValueError("average_runtime: a run cannot reach a target after more cost than it spent in all")
     success = np.isfinite(runtimes)
     if not success.any():
         return float("inf")
@@ -120,7 +131,7 @@ def runtime_ecdf(runtimes: Float[ArrayLike, "n_runs n_targets"], budgets: Float[
         [0.25, 0.5, 0.75]
     """
     runtimes = _costs(runtimes, "runtime_ecdf: runtimes", 2)
-    budgets = np.asarray(budgets, dtype=np.float64)
+    budgets = _points(budgets, "runtime_ecdf: budgets", 0.0)
     return (runtimes.reshape(-1)[None, :] <= budgets[:, None]).mean(axis=1)
 
 
@@ -139,7 +150,7 @@ def performance_profile(runtimes: Float[ArrayLike, "n_problems n_methods"], taus
     with np.errstate(invalid="ignore", divide="ignore"):
         ratios = np.where(np.isfinite(runtimes), runtimes / best, np.inf)
     ratios = np.where(best == 0, np.where(runtimes == 0, 1.0, np.inf), ratios)  # a free solve: only ties are best
-    taus = np.asarray(taus, dtype=np.float64)
+    taus = _points(taus, "performance_profile: taus", 1.0)
     return (ratios[None, :, :] <= taus[:, None, None]).mean(axis=1)
 
 
@@ -156,10 +167,10 @@ def data_profile(runtimes: Float[ArrayLike, "n_problems n_methods"], n_parameter
     """
     runtimes = _costs(runtimes, "data_profile: runtimes", 2)
     n = np.asarray(n_parameters, dtype=np.float64)
-    if n.shape != (runtimes.shape[0],) or np.any(n < 0):
+    if n.shape != (runtimes.shape[0],) or not np.all(n >= 0):
         raise ValueError(f"data_profile: one parameter count >= 0 per problem ({runtimes.shape[0]}); got {n}")
     scaled = runtimes / (n[:, None] + 1.0)
-    budgets = np.asarray(budgets, dtype=np.float64)
+    budgets = _points(budgets, "data_profile: budgets", 0.0)
     return (scaled[None, :, :] <= budgets[:, None, None]).mean(axis=1)
 
 
@@ -176,7 +187,11 @@ def fraction_within(final_values: Float[ArrayLike, " n_starts"], best: float,
     values = np.asarray(final_values, dtype=np.float64)
     if values.ndim != 1 or values.size == 0:
         raise ValueError(f"fraction_within: final_values must be one value per start; got shape {values.shape}")
-    return {float(t): float(np.mean(values - best <= t)) for t in tolerances}
+    if not np.isfinite(best):
+        raise ValueError(f"fraction_within: best must be a finite value; got {best!r}")
+    tolerances = _points(tolerances, "fraction_within: tolerances", 0.0)
+    within = np.isfinite(values) & (values - best <= tolerances[:, None])
+    return {float(t): float(np.mean(w)) for t, w in zip(tolerances, within)}
 
 
 def sampler_metrics(samples: Float[ArrayLike, "n_chains n_draws n_params"], n_gradients: int, seconds: float,
@@ -193,13 +208,16 @@ def sampler_metrics(samples: Float[ArrayLike, "n_chains n_draws n_params"], n_gr
         the mean over parameters of the squared first.
     """
     draws = np.asarray(samples, dtype=np.float64)
-    if draws.ndim != 3 or min(draws.shape) < 1 or n_gradients <= 0 or seconds <= 0:
+    positive = [isinstance(x, (int, float, np.number)) and np.isfinite(x) and x > 0 for x in (n_gradients, seconds)]
+    if draws.ndim != 3 or min(draws.shape) < 1 or not all(positive):
         raise ValueError(f"sampler_metrics: samples must be (n_chains, n_draws, n_params) and the costs positive; "
                          f"got shape {draws.shape}, {n_gradients} gradients, {seconds} s")
     ess_min = float(np.min(ess(draws)))
     out = {"ess_min": ess_min, "ess_per_gradient": ess_min / n_gradients, "ess_per_second": ess_min / seconds,
            "rhat_max": float(np.max(rhat(draws)))}
-    if reference_mean is None or reference_sd is None:
+    if (reference_mean is None) != (reference_sd is None):
+        raise ValueError("sampler_metrics: give both reference_mean and reference_sd, or neither")
+    if reference_mean is None:
         return out
     flat = draws.reshape(-1, draws.shape[-1])
     ref_mean, ref_sd = np.asarray(reference_mean, dtype=np.float64), np.asarray(reference_sd, dtype=np.float64)

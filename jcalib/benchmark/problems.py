@@ -1,7 +1,7 @@
 """The problems a benchmark runs on, with what is known about them, grouped in suites.
 
 A `BenchmarkProblem` is an id, keywords, a function that builds the calibration problem (on
-demand: a PEtab import takes seconds), and its references: the best known negative
+demand: a PEtab import takes seconds), and its references: the best known
 log-likelihood and where it comes from, and reference posterior moments where they are known.
 `register_problem` adds one (to a suite of the user's or a built-in one), `suite` lists a suite.
 
@@ -75,11 +75,29 @@ def register_problem(problem: BenchmarkProblem, suite_name: str = "user") -> Ben
     """
     if not isinstance(problem, BenchmarkProblem) or not callable(problem.build):
         raise ValueError(f"register_problem: expected a BenchmarkProblem with a callable build; got {problem!r}")
+    _check_references(problem)
+    if not isinstance(suite_name, str) or not suite_name:
+        raise ValueError(f"register_problem: suite_name must be a non-empty string; got {suite_name!r}")
     for name, problems in _SUITES.items():
         if problem.id in problems:
             raise ValueError(f"register_problem: a problem {problem.id!r} is in suite {name!r} already; ids are unique")
     _SUITES.setdefault(suite_name, {})[problem.id] = problem
     return problem
+
+
+def _check_references(problem: BenchmarkProblem) -> None:
+    """Refuse an id or keywords that are not strings and references that cannot be right."""
+    if not isinstance(problem.id, str) or not problem.id or isinstance(problem.keywords, str) \
+            or not all(isinstance(k, str) for k in problem.keywords):
+        raise ValueError(f"register_problem: the id must be a non-empty string and keywords a tuple of strings; got "
+                         f"{problem.id!r}, {problem.keywords!r}")
+    if problem.reference_value is not None and not math.isfinite(problem.reference_value):
+        raise ValueError(f"register_problem: {problem.id}: reference_value must be finite or None")
+    if (problem.reference_mean is None) != (problem.reference_sd is None) or (
+            problem.reference_sd is not None and (len(problem.reference_mean) != len(problem.reference_sd)
+                                                  or not all(sd > 0 for sd in problem.reference_sd))):
+        raise ValueError(f"register_problem: {problem.id}: reference_mean and reference_sd go together, one "
+                         "each per free parameter, the sds > 0")
 
 
 def suite(name: str) -> list[BenchmarkProblem]:
@@ -108,12 +126,12 @@ def get_problem(problem_id: str) -> BenchmarkProblem:
 # --- the analytic suite ------------------------------------------------------------------------
 def _function_problem(fn, names, lower, upper, data, sigma) -> CalibrationProblem:
     """A `CalibrationProblem` of the residuals ``(data - fn(x)) / sigma`` (one time, one output per
-    residual), absolute weighting, flat prior on the box."""
+    residual; ``weighting="sigma"``), flat prior on the box."""
     space = ParameterSpace([Parameter(n, 0.5 * (lo + hi), lo, hi) for n, lo, hi in zip(names, lower, upper)])
     simulator = FunctionSimulator(fn, space)
     measurements = Measurements(np.asarray(simulator.ts), np.asarray(data, dtype=np.float64)[None, :],
                                 sigma=np.asarray(sigma, dtype=np.float64))
-    return CalibrationProblem(simulator, measurements, weighting="absolute")
+    return CalibrationProblem(simulator, measurements, weighting="sigma")
 
 
 def _gaussian_constant(sigma) -> float:

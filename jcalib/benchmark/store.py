@@ -24,11 +24,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import pathlib
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -60,9 +62,14 @@ def run_id(problem: str, method: str, repeat: int, budget: Mapping[str, float] |
         >>> run_id("p", "lm", 1).digest == run_id("p", "lm", 1, {}).digest != run_id("p", "lm", 2).digest
         True
     """
-    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
+    if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or repeat < 0:
         raise ValueError(f"run_id: repeat must be an integer >= 0; got {repeat!r}")
-    budget_json = json.dumps(dict(budget or {}), sort_keys=True, allow_nan=False)
+    budget = {} if budget is None else budget
+    if not isinstance(budget, Mapping) or not all(isinstance(k, str) and isinstance(v, (int, float, np.number))
+                                                  and math.isfinite(v) and v >= 0 for k, v in budget.items()):
+        raise ValueError(f"run_id: budget must be a {{unit: amount >= 0}} dict of finite numbers; got {budget!r}")
+    budget_json = json.dumps({k: float(v) for k, v in budget.items()}, sort_keys=True)  # 1 and 1.0: one run
+    repeat = int(repeat)
     text = json.dumps([str(problem), str(method), repeat, budget_json])
     return RunId(str(problem), str(method), repeat, budget_json, hashlib.sha256(text.encode()).hexdigest()[:16])
 
@@ -78,9 +85,14 @@ class Store:
         self.path = pathlib.Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"Store: {os.fspath(self.path)!r} is a file; give a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ValueError(f"Store: cannot create the folder {os.fspath(self.path)!r}: {err.strerror}") from None
 
     def _file(self, run: RunId) -> pathlib.Path:
+        if not isinstance(run, RunId):
+            raise ValueError(f"Store: a run is identified by a RunId (`run_id(...)`); got {run!r}")
         return self.path / f"{run.digest}.parquet"
 
     def has(self, run: RunId) -> bool:
@@ -98,6 +110,8 @@ class Store:
         if self.has(run):
             raise ValueError(f"Store: the run {run.problem!r} x {run.method!r} x repeat {run.repeat} is stored already "
                              f"({self._file(run).name}); a rerun skips it")
+        if not isinstance(record, Mapping) or not all(isinstance(k, str) for k in record):
+            raise ValueError(f"Store: a record is a {{field name: value}} dict; got {type(record).__name__}")
         clash = sorted(set(record) & set(_KEY_COLUMNS))
         if clash:
             raise ValueError(f"Store: record fields {clash} are the run id's columns; rename them")

@@ -565,8 +565,9 @@ def trust_region_batch(
 
     The objective is ``f = |r|^2 / 2 + c`` of the problem's residuals, its gradient ``J^T r``
     and matrix ``J^T J`` from one forward-mode Jacobian per iteration; ``c`` makes ``f`` the
-    negative log-likelihood at the first start (Gaussian noise: everywhere; 0 without a noise
-    level), so that Fides's relative stopping tolerance refers to the value pyPESTO gives Fides.
+    negative log-likelihood where the residuals are the likelihood's (Gaussian noise of known
+    level, e.g. PEtab problems; checked at the first and last start and the initial point; else
+    ``c = 0``), so that Fides's relative stopping tolerance refers to the value pyPESTO gives Fides.
     Bounds are the problem's box in internal coordinates, reached exactly (reflections). The
     starts run through ``lanes`` lanes of one vmapped iteration; a lane whose start stopped takes
     the next start. The objective (the simulation with its sensitivities) is compiled once per
@@ -641,7 +642,7 @@ def _prepared(problem: AbstractProblem, theta0, coordinates: str, options: Trust
                          f"start; got shape {theta0.shape}")
     problem.space.check_shape(theta0, "trust_region_batch: theta0", batched=True)
     z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
-    offset = _offset(problem, z0s[0]) if with_offset else 0.0
+    offset = _offset(problem, [z0s[0], z0s[-1], problem.initial_internal()]) if with_offset else 0.0
     algorithm = _batch_algorithm(problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays:
                                  jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # traced
     return algorithm, np.asarray(z0s), offset
@@ -825,14 +826,28 @@ def _refill(init, state: TrustRegionState | None, lanes: np.ndarray, starts: np.
                                   init(jnp.asarray(z)), state)
 
 
-def _offset(problem: AbstractProblem, z0) -> float:
-    """``c`` with ``|r|^2 / 2 + c = -log-likelihood`` at ``z0`` (0 where either is not finite or
-    the problem has no log-likelihood: no noise level)."""
+def _offset(problem: AbstractProblem, points) -> float:
+    """``c`` with ``|r|^2 / 2 + c = -log-likelihood``, where the residuals are the likelihood's
+    (Gaussian noise of known level: ``c`` the same at every point); 0 where they are not (e.g.
+    relative weighting, whose residuals are not divided by the noise level), where fewer than
+    two distinct ``points`` give finite values to check it on, or without a log-likelihood."""
     if not problem.sigma_available:
         return 0.0
-    r = np.asarray(problem.residuals(jnp.asarray(z0)))
-    c = -float(problem.log_likelihood(jnp.asarray(z0))) - 0.5 * float(r @ r)
-    return c if math.isfinite(c) else 0.0
+    seen, offsets = set(), []
+    for z in points:
+        z = np.asarray(z, dtype=np.float64)
+        if z.tobytes() in seen:
+            continue
+        seen.add(z.tobytes())
+        r = np.asarray(problem.residuals(jnp.asarray(z)))
+        nll = -float(problem.log_likelihood(jnp.asarray(z)))
+        if math.isfinite(nll) and np.all(np.isfinite(r)):
+            offsets.append((nll - 0.5 * float(r @ r), nll))
+    if len(offsets) < 2:
+        return 0.0
+    c, nll = offsets[0]
+    same = all(abs(ci - c) <= 1e-9 * max(1.0, abs(c), abs(nll), abs(nlli)) for ci, nlli in offsets[1:])
+    return c if same else 0.0
 
 
 def _start_result(problem, z0, z, half_sum, fim, flag, steps, evaluations, interrupted, wall, max_steps, i):

@@ -57,6 +57,7 @@ def test_runtime_ecdf_and_targets():
     assert targets.shape == (51,) and targets[0] == pytest.approx(97.0) and targets[-1] == pytest.approx(-3 + 1e-8)
     assert np.all(np.diff(targets) < 0)  # easiest first
     assert fraction_within([10.0, 10.04, 11.9, 14.0, 20.0], 10.0) == {0.05: 0.4, 2.0: 0.6, 5.0: 0.8}
+    assert fraction_within([10.0, -np.inf, np.nan], 10.0, [1.0]) == {1.0: 1 / 3}  # a value not finite is not within
 
 
 def test_sampler_metrics_against_hand_computed_moments():
@@ -82,7 +83,14 @@ def test_sampler_metrics_against_hand_computed_moments():
     (lambda: data_profile([[1.0, -1.0]], [1], [1.0]), ">= 0 or inf"),
     (lambda: data_profile([[1.0, 2.0]], [1, 2], [1.0]), "one parameter count"),
     (lambda: average_runtime([1.0], [1.0, 2.0]), "one spent cost per run"),
-    (lambda: runtimes_to_targets([2.0, 1.0], [1.0, 1.0], [1.0]), "non-decreasing"),
+    (lambda: runtimes_to_targets([2.0, 1.0], [1.0, 1.0], [1.0]), "cumulative"),
+    (lambda: performance_profile([[1.0, 2.0]], [0.5]), "taus must be finite numbers >= 1"),
+    (lambda: runtime_ecdf([[1.0]], [np.nan]), "budgets must be finite"),
+    (lambda: average_runtime([10.0, INF], [5.0, 100.0]), "more cost than it spent"),
+    (lambda: fraction_within([1.0], np.nan), "best must be a finite value"),
+    (lambda: fraction_within([1.0], 1.0, [-1.0]), "tolerances must be finite numbers >= 0"),
+    (lambda: sampler_metrics(np.ones((1, 5, 1)), None, 1.0), "costs positive"),
+    (lambda: sampler_metrics(np.ones((1, 5, 1)), 1, 1.0, [0.0]), "both reference_mean and reference_sd"),
     (lambda: fraction_within([[1.0]], 1.0), "one value per start"),
     (lambda: sampler_metrics(np.zeros((2, 5)), 1, 1.0), "n_chains, n_draws, n_params"),
     (lambda: sampler_metrics(np.ones((1, 5, 1)), 0, 1.0), "costs positive"),

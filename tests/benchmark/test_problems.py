@@ -19,6 +19,11 @@ def test_the_reference_value_is_the_likelihood_s_maximum(problem_id):
     z = problem.to_internal(optimum)
     assert float(problem.log_likelihood(z)) == pytest.approx(spec.reference_value, rel=1e-12, abs=1e-12)
     np.testing.assert_allclose(jax.grad(problem.log_likelihood)(z), 0.0, atol=1e-10)  # a stationary point
+    centre = jnp.asarray(0.5 * (problem.space.lower_internal + problem.space.upper_internal))
+    half_sum = [0.5 * float(jnp.sum(problem.residuals(x) ** 2)) for x in (z, centre)]
+    # the residuals are the likelihood's: |r|^2 / 2 + log-likelihood is one constant (least squares = ML)
+    assert half_sum[0] + spec.reference_value == pytest.approx(half_sum[1] + float(problem.log_likelihood(centre)),
+                                                               rel=1e-12, abs=1e-12)
     assert np.all(np.linalg.eigvalsh(jax.hessian(problem.log_likelihood)(z)) < 0)  # ... and a maximum
 
 
@@ -56,3 +61,9 @@ def test_problems_are_registered_once_and_found_by_suite():
         get_problem("nope")
     with pytest.raises(ValueError, match="callable build"):
         register_problem(BenchmarkProblem("x", None))
+    build = problems_module._banana
+    for bad, match in [(BenchmarkProblem(5, build), "non-empty string"), (BenchmarkProblem("x", build, "ode"), "tuple"),
+                       (BenchmarkProblem("x", build, reference_value=float("nan")), "finite or None"),
+                       (BenchmarkProblem("x", build, reference_mean=(0.0,), reference_sd=(-1.0,)), "sds > 0")]:
+        with pytest.raises(ValueError, match=match):
+            register_problem(bad)

@@ -14,7 +14,7 @@ def test_records_round_trip_and_a_stored_run_is_not_stored_twice(tmp_path):
     frame = store.frame()
     assert frame["problem"].tolist() == ["banana", "rosenbrock"] and frame["repeat"].tolist() == [3, 0]
     assert frame["trace_cost"].map(list).tolist() == [[1.0, 2.0, 4.0], [3.0]]
-    assert frame["budget"].tolist() == ["{}", '{"gradients": 50}']
+    assert frame["budget"].tolist() == ["{}", '{"gradients": 50.0}']
     assert np.isnan(frame["final_value"][0]) and frame["n_gradients"][1] == 50  # fields one record lacks
     assert store.has(first) and not store.has(run_id("rosenbrock", "fides", 1, {"gradients": 50}))
     with pytest.raises(ValueError, match="stored already"):
@@ -44,6 +44,14 @@ def test_bad_ids_and_records_are_refused(tmp_path):
     store = Store(tmp_path)
     with pytest.raises(ValueError, match="repeat must be an integer >= 0"):
         run_id("p", "lm", -1)
+    assert run_id("p", "lm", np.int64(2), {"gradients": 10}) == run_id("p", "lm", 2, {"gradients": 10.0})
+    for budget in ({"gradients": np.nan}, "gradients", {"gradients": -1}):
+        with pytest.raises(ValueError, match="budget must be a"):
+            run_id("p", "lm", 0, budget)
+    with pytest.raises(ValueError, match="identified by a RunId"):
+        store.has(("p", "lm", 0))
+    with pytest.raises(ValueError, match="a record is a"):
+        store.append(run_id("p", "lm", 0), [("a", 1)])
     with pytest.raises(ValueError, match="run id's columns"):
         store.append(run_id("p", "lm", 0), {"repeat": 1})
     with pytest.raises(ValueError, match="cannot be stored"):
@@ -52,3 +60,5 @@ def test_bad_ids_and_records_are_refused(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="is a file; give a folder"):
         Store(tmp_path / "file")
+    with pytest.raises(ValueError, match="cannot create the folder"):
+        Store(tmp_path / "file" / "sub")

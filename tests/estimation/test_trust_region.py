@@ -281,3 +281,25 @@ def test_scipy_s_tests_stop_the_run_where_scipy_s_definitions_first_hold(rule, f
         if accepted:
             x, f = trial, float(f_new)
     assert holds[-1] and not any(holds[:-1]) and len(holds) > 5
+
+
+def test_the_objective_is_the_negative_log_likelihood_only_where_the_residuals_are_the_likelihood_s():
+    """``c`` of ``f = |r|^2 / 2 + c``: the constant of a problem whose residuals are divided by its
+    noise level; 0 for the same data fitted by absolute residuals (not divided by sigma = 0.5),
+    where a ``c`` taken at one start would differ at every other (and the result would depend on
+    the order of the starts)."""
+    from jcalib.benchmark import get_problem
+
+    weighted = get_problem("gaussian-2").build()
+    starts = np.asarray(weighted.space.sample(jax.random.key(0), 3, "uniform"))
+    result = trust_region_batch(weighted, starts, lanes=1)
+    z = jnp.asarray(starts[1])
+    r = np.asarray(weighted.residuals(z))
+    assert result.extra["objective_offset"] == pytest.approx(-float(weighted.log_likelihood(z)) - 0.5 * r @ r,
+                                                              rel=1e-12)
+    absolute = CalibrationProblem(weighted.model, weighted.measurements, weighting="absolute")
+    by_order = [trust_region_batch(absolute, starts[order], lanes=1) for order in ([0, 1, 2], [2, 1, 0])]
+    assert by_order[0].extra["objective_offset"] == by_order[1].extra["objective_offset"] == 0.0
+    for i, j in enumerate([2, 1, 0]):
+        assert by_order[0].results[i].loss == by_order[1].results[j].loss
+        assert by_order[0].results[i].n_steps == by_order[1].results[j].n_steps
