@@ -533,10 +533,9 @@ def _tr_finish(lower, upper, options, states, proposed, evaluation):
     return jax.vmap(lambda s, p, e: _finish_step(s, p, e, lower, upper, options))(states, proposed, evaluation)
 
 
-def _batch_algorithm(problem: AbstractProblem, lower, upper, offset, options) -> Algorithm:
+def _batch_algorithm(problem: AbstractProblem, lower, upper, offset, o: TrustRegionOptions) -> Algorithm:
     """`trust_region_algorithm` on ``problem``'s residuals, vmapped over lanes, with the objective
     compiled apart from the bookkeeping (once per problem structure and number of lanes)."""
-    o = TrustRegionOptions() if options is None else options
 
     def init(zs):
         zs = jax.vmap(lambda z: _off_bounds(z, lower, upper))(jnp.asarray(zs, dtype=jnp.float64))
