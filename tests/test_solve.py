@@ -45,27 +45,29 @@ def test_replay_takes_the_recorded_steps():
     np.testing.assert_allclose(np.asarray(replay.ys[:n]), np.asarray(adaptive.ys[:n]), rtol=1e-9, atol=1e-12)
 
 
-def test_reverse_mode_matches_forward_mode_and_central_differences_on_every_component():
-    def value(y0, mu, adjoint, controller=CONTROLLER):
-        return jnp.sum(_end(y0, mu, 60.0, adjoint, controller) * jnp.arange(1.0, 9.0).reshape(2, 4))
+def _weighted_end(p, adjoint, controller=CONTROLLER):
+    """A weighted sum of both saved states of the oscillators of ``p = (y0, mu)``."""
+    return jnp.sum(_end(p[:4], p[4:], 60.0, adjoint, controller) * jnp.arange(1.0, 9.0).reshape(2, 4))
 
-    reverse = jax.jit(jax.grad(lambda p: value(p[:4], p[4:], dfx.RecursiveCheckpointAdjoint())))
-    forward = jax.jit(jax.jacfwd(lambda p: value(p[:4], p[4:], dfx.ForwardMode())))
-    p = jnp.concatenate([Y0, MU])
-    g_reverse, g_forward = np.asarray(reverse(p)), np.asarray(forward(p))
+
+# one compiled reverse-mode gradient for both tests below (compiling it is most of their time)
+REVERSE = jax.jit(jax.grad(lambda p: _weighted_end(p, dfx.RecursiveCheckpointAdjoint())))
+P = jnp.concatenate([Y0, MU])
+
+
+def test_reverse_mode_matches_forward_mode_and_central_differences_on_every_component():
+    forward = jax.jit(jax.jacfwd(lambda p: _weighted_end(p, dfx.ForwardMode())))
+    g_reverse, g_forward = np.asarray(REVERSE(P)), np.asarray(forward(P))
     np.testing.assert_allclose(g_reverse, g_forward, rtol=1e-6, atol=1e-9)
     tight = dfx.PIDController(rtol=1e-12, atol=1e-14)
-    fd = central_differences(jax.jit(lambda p: value(p[:4], p[4:], dfx.ForwardMode(), tight)), np.asarray(p), 1e-5)
+    fd = central_differences(jax.jit(lambda p: _weighted_end(p, dfx.ForwardMode(), tight)), np.asarray(P), 1e-5)
     np.testing.assert_allclose(g_reverse, fd, rtol=1e-3)
 
 
 def test_jit_and_vmap_of_the_reverse_gradient_agree_with_single_calls():
-    def value(mu):
-        return _end(Y0, mu, 20.0, dfx.RecursiveCheckpointAdjoint())[-1, 0]
-
-    mus = jnp.array([[30.0, 100.0], [40.0, 80.0]])
-    batched = np.asarray(jax.jit(jax.vmap(jax.grad(value)))(mus))
-    single = np.stack([np.asarray(jax.grad(value)(m)) for m in mus])
+    ps = jnp.stack([P, P.at[4:].set(jnp.array([40.0, 80.0]))])
+    batched = np.asarray(jax.jit(jax.vmap(REVERSE))(ps))
+    single = np.stack([np.asarray(REVERSE(p)) for p in ps])
     np.testing.assert_allclose(batched, single, rtol=1e-9)
 
 
