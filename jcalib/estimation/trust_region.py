@@ -67,7 +67,7 @@ from jcalib.algorithm import Algorithm
 from jcalib.estimation.failures import jacobian_failure, point_failure
 from jcalib.estimation.least_squares import STOP_RULES, _inside
 from jcalib.estimation.result import INTERRUPTED, EstimationResult, MultistartResult, multistart_result
-from jcalib.problems import AbstractProblem
+from jcalib.problems import AbstractProblem, residual_offset
 from jcalib.starts import start_internal
 
 __all__ = ["CPU_LANES", "EXIT_FLAGS", "TrustRegionInfo", "TrustRegionOptions", "TrustRegionState", "n_lanes",
@@ -633,7 +633,7 @@ def trust_region_batch(
 def _prepared(problem: AbstractProblem, theta0, coordinates: str, options: TrustRegionOptions,
               with_offset: bool) -> tuple[Algorithm, np.ndarray, float]:
     """`trust_region_batch`'s checked starts (internal), its vmapped algorithm and the objective's
-    offset ``c`` (`_offset`; 0 without ``with_offset``)."""
+    offset ``c`` (`jcalib.problems.residual_offset`; 0 where there is none or without ``with_offset``)."""
     problem.space.check_box("trust_region_batch")
     theta0 = np.asarray(theta0, dtype=np.float64)
     if theta0.ndim != 2 or theta0.shape[0] == 0:
@@ -641,7 +641,7 @@ def _prepared(problem: AbstractProblem, theta0, coordinates: str, options: Trust
                          f"start; got shape {theta0.shape}")
     problem.space.check_shape(theta0, "trust_region_batch: theta0", batched=True)
     z0s = start_internal(problem, theta0, coordinates=coordinates, where="trust_region_batch", rows="n_starts")
-    offset = _offset(problem, [z0s[0], z0s[-1], problem.initial_internal()]) if with_offset else 0.0
+    offset = (residual_offset(problem, [z0s[0], z0s[-1], problem.initial_internal()]) or 0.0) if with_offset else 0.0
     algorithm = _batch_algorithm(problem.forward_mode(), jnp.asarray(problem.space.lower_internal),  # arrays:
                                  jnp.asarray(problem.space.upper_internal), jnp.asarray(offset), options)  # traced
     return algorithm, np.asarray(z0s), offset
@@ -823,30 +823,6 @@ def _refill(init, state: TrustRegionState | None, lanes: np.ndarray, starts: np.
     fresh = np.isin(np.arange(z.shape[0]), lanes)
     return jax.tree_util.tree_map(lambda a, b: jnp.where(fresh.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
                                   init(jnp.asarray(z)), state)
-
-
-def _offset(problem: AbstractProblem, points) -> float:
-    """``c`` with ``|r|^2 / 2 + c = -log-likelihood``, where the residuals are the likelihood's
-    (Gaussian noise of known level: ``c`` the same at every point); 0 where they are not (e.g.
-    relative weighting, whose residuals are not divided by the noise level), where fewer than
-    two distinct ``points`` give finite values to check it on, or without a log-likelihood."""
-    if not problem.sigma_available:
-        return 0.0
-    seen, offsets = set(), []
-    for z in points:
-        z = np.asarray(z, dtype=np.float64)
-        if z.tobytes() in seen:
-            continue
-        seen.add(z.tobytes())
-        r = np.asarray(problem.residuals(jnp.asarray(z)))
-        nll = -float(problem.log_likelihood(jnp.asarray(z)))
-        if math.isfinite(nll) and np.all(np.isfinite(r)):
-            offsets.append((nll - 0.5 * float(r @ r), nll))
-    if len(offsets) < 2:
-        return 0.0
-    c, nll = offsets[0]
-    same = all(abs(ci - c) <= 1e-9 * max(1.0, abs(c), abs(nll), abs(nlli)) for ci, nlli in offsets[1:])
-    return c if same else 0.0
 
 
 def _start_result(problem, z0, z, half_sum, fim, flag, steps, evaluations, interrupted, wall, max_steps, i):

@@ -3,7 +3,7 @@
 takes any of them (a PEtab problem, `jcalib.io.petab`, fulfils the same contract)."""
 
 from jcalib.probability.priors import GaussianPrior
-from jcalib.problems.contract import AbstractProblem
+from jcalib.problems.contract import AbstractProblem, residual_offset
 from jcalib.problems.joint import JointProblem
 from jcalib.problems.single import (
     WEIGHTINGS,
@@ -15,5 +15,5 @@ from jcalib.problems.single import (
 
 __all__ = [
     "WEIGHTINGS", "AbstractProblem", "CalibrationProblem", "GaussianPrior", "InitialStateParameters", "JointProblem",
-    "initial_state_from_parameters", "with_initial_state_parameters",
+    "initial_state_from_parameters", "residual_offset", "with_initial_state_parameters",
 ]

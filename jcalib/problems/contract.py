@@ -24,7 +24,7 @@ from jaxtyping import Array, ArrayLike, Float
 from jcalib.parameters import ParameterSpace
 from jcalib.probability.priors import GaussianPrior
 
-__all__ = ["AbstractProblem", "compiled_call", "quoted"]
+__all__ = ["AbstractProblem", "compiled_call", "quoted", "residual_offset"]
 
 
 class AbstractProblem(eqx.Module):
@@ -233,6 +233,31 @@ class AbstractProblem(eqx.Module):
         nominal = jnp.asarray(self.space.nominal_internal)
         z_safe = jnp.where(jnp.broadcast_to(inside, z.shape), z, nominal)
         return jnp.where(inside, lp + self._log_likelihood_impl(z_safe), -jnp.inf)
+
+
+def residual_offset(problem: AbstractProblem, points) -> float | None:
+    """``c`` with ``|r|^2 / 2 + c = -log-likelihood`` at every point, where the residuals are the
+    likelihood's (Gaussian noise of known level); None where they are not (e.g. relative
+    weighting, whose residuals are not divided by the noise level: ``c`` differs from point to
+    point), where fewer than two distinct ``points`` (internal coordinates) give finite values
+    to check it on, or without a log-likelihood."""
+    if not problem.sigma_available:
+        return None
+    seen, offsets = set(), []
+    for z in points:
+        z = np.asarray(z, dtype=np.float64)
+        if z.tobytes() in seen:
+            continue
+        seen.add(z.tobytes())
+        r = np.asarray(problem.residuals(jnp.asarray(z)))
+        nll = -float(problem.log_likelihood(jnp.asarray(z)))
+        if np.isfinite(nll) and np.all(np.isfinite(r)):
+            offsets.append((nll - 0.5 * float(r @ r), nll))
+    if len(offsets) < 2:
+        return None
+    c, nll = offsets[0]
+    same = all(abs(ci - c) <= 1e-9 * max(1.0, abs(c), abs(nll), abs(nlli)) for ci, nlli in offsets[1:])
+    return c if same else None
 
 
 def compiled_call(method: Callable, problem: AbstractProblem, theta_internal):
