@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
         print(report(load(pathlib.Path(argv[1]))))
         return 0
     out = pathlib.Path(tempfile.mkdtemp(prefix="jcalib-budget-"))
-    command = [sys.executable, "-m", "pytest", "-n", "auto", "--dist", "loadfile",
+    command = [sys.executable, "-m", "pytest", "-n", str((os.cpu_count() or 1) + 1), "--dist", "loadfile",
                "-p", "tests.budget", *argv]
     start = time.perf_counter()
     code = subprocess.call(command, env={**os.environ, "JCALIB_BUDGET_DIR": str(out)})

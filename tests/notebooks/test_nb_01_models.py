@@ -4,7 +4,7 @@ import pytest
 
 from tests.helpers import execute_notebook
 
-pytestmark = pytest.mark.slow  # make test-all; make test executes 00_quickstart as its notebook smoke check
+pytestmark = pytest.mark.slow  # make test-all (notebooks run in the second tier)
 
 
 def test_notebook_executes(tmp_path):
