@@ -16,6 +16,13 @@ on them as on an ODE model:
 - ``banana-2``: Haario's banana, ``x0 ~ N(0, 1)`` and ``x1 - b x0^2 ~ N(0, 0.5^2)`` with ``b = 1``,
   as two residuals; posterior mean ``(0, b)`` and sds ``(1, sqrt(0.25 + 2 b^2))``.
 
+The ``"ode"`` suite: ``linear-gaussian-ode``, an ODE (``x' = v, v' = 0``) whose output
+``x0 + v0 t`` is linear in its parameters, so its posterior under the flat prior is Gaussian and
+known (ten fixed noisy observations, noise level 0.2); ``four-substance-reactions``, the
+case-study model of Wulkow 2021 (three log-scale rates) on synthetic data with additive noise
+0.05, whose best value is not known in closed form. `register_petab_collection` adds the PEtab
+benchmark collection's problems as the ``"petab"`` suite.
+
 Example:
     >>> [p.id for p in suite("analytic")]
     ['banana-2', 'gaussian-2', 'rosenbrock-4']
@@ -27,18 +34,23 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Callable
+import os
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
 
+import diffrax as dfx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jcalib.data import Measurements
-from jcalib.model import FunctionSimulator
+from jcalib.model import AbstractModel, Experiment, FunctionSimulator
 from jcalib.parameters import Parameter, ParameterSpace
 from jcalib.problems import AbstractProblem, CalibrationProblem
 
-__all__ = ["BenchmarkProblem", "get_problem", "register_problem", "suite"]
+__all__ = ["BenchmarkProblem", "get_problem", "register_petab_collection", "register_problem", "suite"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +61,12 @@ class BenchmarkProblem:
         id: a unique name, e.g. ``"Boehm_JProteomeRes2014"``.
         build: ``() -> AbstractProblem``, called when a run needs the problem.
         keywords: e.g. ``("ode", "petab", "stiff")``.
-        reference_value: the best known log-likelihood (higher is better; None: unknown).
+        reference_value: the best known log-likelihood (higher is better; None: unknown, or
+            ``reference_at_nominal``).
         reference_source: where it comes from, in words.
+        reference_at_nominal: the reference is the log-likelihood at the built problem's nominal
+            values (a PEtab collection problem's nominal values are its published optimum),
+            computed when a run first needs it.
         reference_mean, reference_sd: the posterior's means and standard deviations per free
             parameter (physical units), where known.
     """
@@ -62,6 +78,7 @@ class BenchmarkProblem:
     reference_source: str = ""
     reference_mean: tuple[float, ...] | None = None
     reference_sd: tuple[float, ...] | None = None
+    reference_at_nominal: bool = False
 
 
 _SUITES: dict[str, dict[str, BenchmarkProblem]] = {}
@@ -93,6 +110,8 @@ def _check_references(problem: BenchmarkProblem) -> None:
                          f"{problem.id!r}, {problem.keywords!r}")
     if problem.reference_value is not None and not math.isfinite(problem.reference_value):
         raise ValueError(f"register_problem: {problem.id}: reference_value must be finite or None")
+    if problem.reference_at_nominal and problem.reference_value is not None:
+        raise ValueError(f"register_problem: {problem.id}: give reference_value or reference_at_nominal, not both")
     if (problem.reference_mean is None) != (problem.reference_sd is None) or (
             problem.reference_sd is not None and (len(problem.reference_mean) != len(problem.reference_sd)
                                                   or not all(sd > 0 for sd in problem.reference_sd))):
@@ -186,4 +205,111 @@ def _register_analytic() -> None:
         register_problem(problem, "analytic")
 
 
+# --- ODE problems --------------------------------------------------------------------------
+class _Ballistic(AbstractModel):
+    """``x' = v, v' = 0``: ``x(t) = x0 + v0 t``, linear in the parameters ``(x0, v0)``."""
+
+    def vector_field(self, t, y, theta):
+        return jnp.stack([y[1], jnp.zeros_like(y[1])])
+
+    def initial_state(self, theta):
+        return theta
+
+    def observe(self, t, y, theta):
+        return y[:1]
+
+
+_ODE_TIMES, _ODE_SIGMA = np.linspace(0.5, 5.0, 10), 0.2
+
+
+def _ballistic_data() -> tuple[np.ndarray, np.ndarray]:
+    """Fixed noisy observations of ``x = 1 + 0.5 t`` (noise level 0.2) and the design ``[1, t]``."""
+    noise = np.random.default_rng(3).normal(0.0, _ODE_SIGMA, _ODE_TIMES.size)
+    return 1.0 + 0.5 * _ODE_TIMES + noise, np.stack([np.ones_like(_ODE_TIMES), _ODE_TIMES], axis=1)
+
+
+def _linear_gaussian_ode() -> CalibrationProblem:
+    data, _ = _ballistic_data()
+    space = ParameterSpace([Parameter("x0", 1.0, -4.0, 6.0), Parameter("v0", 0.5, -2.0, 3.0)])
+    model = _Ballistic(parameters=space, output_names=("x",), state_names=("x", "v"),
+                       experiment=Experiment(tuple(_ODE_TIMES), t0=0.0, t1=float(_ODE_TIMES[-1])),
+                       solver=dfx.Tsit5(), controller=dfx.PIDController(rtol=1e-10, atol=1e-12),
+                       adjoint=dfx.RecursiveCheckpointAdjoint(), dt0=None, max_steps=4096)
+    return CalibrationProblem(model, Measurements(_ODE_TIMES, data[:, None], sigma=_ODE_SIGMA), weighting="sigma")
+
+
+def _linear_gaussian_moments() -> tuple[np.ndarray, np.ndarray, float]:
+    """Posterior mean and sds of ``linear-gaussian-ode`` (flat prior; the box holds > 10 sds) and
+    its maximal log-likelihood."""
+    data, design = _ballistic_data()
+    cov = np.linalg.inv(design.T @ design) * _ODE_SIGMA ** 2
+    mean = cov @ design.T @ data / _ODE_SIGMA ** 2
+    r = (data - design @ mean) / _ODE_SIGMA
+    return mean, np.sqrt(np.diag(cov)), _gaussian_constant(np.full(data.size, _ODE_SIGMA)) - 0.5 * float(r @ r)
+
+
+def _four_substance_reactions() -> CalibrationProblem:
+    from jcalib.data import synthetic_measurements
+    from jcalib.models import get
+
+    model = get("four_substance_reactions")
+    data = synthetic_measurements(jax.random.key(0), model, model.parameters.nominal, sigma=0.05, noise="additive")
+    return CalibrationProblem(model, data, weighting="sigma")
+
+
+def _register_ode() -> None:
+    mean, sd, best = _linear_gaussian_moments()
+    register_problem(BenchmarkProblem(
+        "linear-gaussian-ode", _linear_gaussian_ode, ("ode", "posterior", "linear"), best,
+        "weighted linear least squares of x(t) = x0 + v0 t", tuple(mean), tuple(sd)), "ode")
+    register_problem(BenchmarkProblem(
+        "four-substance-reactions", _four_substance_reactions, ("ode", "case-study", "log-scale"),
+        reference_source="none known (synthetic data at the nominal rates, additive noise 0.05): the best run"), "ode")
+
+
+# --- the PEtab collection ------------------------------------------------------------------
+def register_petab_collection(root: str | os.PathLike, names: Sequence[str] | None = None, suite_name: str = "petab",
+                              options: Mapping[str, Mapping[str, object]] | None = None) -> list[BenchmarkProblem]:
+    """Register the problems of a Benchmark-Models-PEtab checkout (one folder per problem, its
+    YAML file named after the folder) as the suite ``suite_name``; each is imported by
+    `jcalib.io.petab.load` when a run needs it, its reference the log-likelihood at the nominal
+    values (the published optimum).
+
+    Args:
+        root: the collection's folder (e.g. ``benchmark_models``).
+        names: the problems (folder names); None: every folder with a YAML file.
+        suite_name: the suite.
+        options: per problem, keyword arguments of `jcalib.io.petab.load` (e.g. ``{"Beer_MolBioSystems2014":
+            {"atol": 1e-14}}``).
+
+    Raises:
+        ValueError: no such folder, or a named problem without its folder or YAML file.
+    """
+    root = pathlib.Path(root)
+    if not root.is_dir():
+        raise ValueError(f"register_petab_collection: {os.fspath(root)!r} is not a folder of PEtab problems")
+    found = {p.name: _petab_yaml(p) for p in sorted(root.iterdir()) if p.is_dir() and _petab_yaml(p) is not None}
+    missing = sorted(set(names or ()) - set(found))
+    if missing:
+        raise ValueError(f"register_petab_collection: no PEtab problem {missing} in {os.fspath(root)!r}; found "
+                         f"{sorted(found)}")
+    options = options or {}
+    return [register_problem(BenchmarkProblem(
+        name, functools.partial(_petab_problem, found[name], dict(options.get(name, {}))), ("petab", "ode"),
+        reference_source="the log-likelihood at the collection's nominal values (the published optimum)",
+        reference_at_nominal=True), suite_name) for name in (names or sorted(found))]
+
+
+def _petab_yaml(folder: pathlib.Path) -> pathlib.Path | None:
+    yaml = folder / f"{folder.name}.yaml"
+    return yaml if yaml.is_file() else None
+
+
+def _petab_problem(yaml: pathlib.Path, options: dict) -> AbstractProblem:
+    from jcalib.io import petab
+
+    return petab.load(yaml, **options).problem
+
+
 _register_analytic()
+_register_ode()

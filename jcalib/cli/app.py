@@ -32,6 +32,7 @@ persistent_compilation_cache()
 import typer  # noqa: E402
 
 from jcalib.cli.amortize import amortize  # noqa: E402
+from jcalib.cli.bench import bench  # noqa: E402
 from jcalib.cli.calibrate import calibrate  # noqa: E402
 from jcalib.cli.common import _OneLineErrors  # noqa: E402
 from jcalib.cli.identify import identify  # noqa: E402
@@ -48,7 +49,7 @@ models_app = typer.Typer(help="Built-in models.", invoke_without_command=True)
 models_app.callback()(models_list)
 models_app.command("show")(models_show)
 app.add_typer(models_app, name="models")
-for command in (simulate, sensitivity, calibrate, sample, amortize, identify, petab):
+for command in (simulate, sensitivity, calibrate, sample, amortize, identify, petab, bench):
     app.command()(command)
 
 

@@ -67,3 +67,36 @@ def test_problems_are_registered_once_and_found_by_suite():
                        (BenchmarkProblem("x", build, reference_mean=(0.0,), reference_sd=(-1.0,)), "sds > 0")]:
         with pytest.raises(ValueError, match=match):
             register_problem(bad)
+
+
+def test_the_linear_gaussian_ode_s_references_are_its_likelihood_s():
+    """The ODE's output is linear in (x0, v0), so with residuals ``r`` (noise-weighted) and their
+    Jacobian ``J``: at the reference mean the log-likelihood is the reference value and stationary
+    (``J^T r = 0``), and ``(J^T J)^-1`` is the posterior covariance, whose sds are the reference
+    sds (flat prior, coordinates = physical values)."""
+    spec = get_problem("linear-gaussian-ode")
+    problem = spec.build()
+    z = problem.to_internal(jnp.asarray(spec.reference_mean))
+    np.testing.assert_allclose(problem.to_physical(z), spec.reference_mean, rtol=1e-14)  # linear coordinates
+    assert float(problem.log_likelihood(z)) == pytest.approx(spec.reference_value, rel=1e-9)
+    r, jac = np.asarray(problem.residuals(z)), np.asarray(problem.jacobian(z))
+    np.testing.assert_allclose(jac.T @ r, 0.0, atol=1e-6)
+    np.testing.assert_allclose(np.sqrt(np.diag(np.linalg.inv(jac.T @ jac))), spec.reference_sd, rtol=1e-6)
+    assert [p.id for p in suite("ode")] == ["four-substance-reactions", "linear-gaussian-ode"]
+
+
+def test_a_petab_collection_registers_its_problems_without_importing_them(tmp_path):
+    for name in ("Alpha_2020", "Beta_2021"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.yaml").write_text("format_version: 1\n")
+    (tmp_path / "README").mkdir()  # a folder without its YAML file is not a problem
+    try:
+        entries = problems_module.register_petab_collection(tmp_path, suite_name="test-petab")
+        assert [e.id for e in entries] == ["Alpha_2020", "Beta_2021"]
+        assert all(e.reference_at_nominal and e.reference_value is None for e in entries)
+        with pytest.raises(ValueError, match=r"no PEtab problem \['Gamma'\]"):
+            problems_module.register_petab_collection(tmp_path, ["Gamma"], suite_name="other")
+    finally:
+        problems_module._SUITES.pop("test-petab", None)
+    with pytest.raises(ValueError, match="is not a folder of PEtab problems"):
+        problems_module.register_petab_collection(tmp_path / "nowhere")

@@ -1,0 +1,174 @@
+"""A benchmark's report: tables and figures from a store's records, written to a folder.
+
+For optimizers, per problem the *best* is the lower of the reference's negative log-likelihood and
+the best any stored run reached. Per (problem, method): the runs and how they ended, the fraction
+within 0.05, 2 and 5 of the best (`jcalib.benchmark.metrics.fraction_within`), the medians of
+their costs, and the *converged* runs (within 0.05) per gradient and per second; figures: COCO's
+runtime distributions to the targets ``best + 10^e``, ``e`` from 2 down to -3 (`TARGET_EXPONENTS`:
+below 1e-3 a log-likelihood difference is within the solver's tolerance), Dolan-Moré and Moré-Wild
+profiles of the average runtime to ``best + 0.05``, and waterfalls. For samplers: ESS per gradient
+and per second, R-hat and the errors against the reference posterior. A run that ended in an
+error counts as a run that reached nothing.
+
+Example:
+    >>> import tempfile
+    >>> from jcalib.benchmark.runner import run_grid
+    >>> store = tempfile.mkdtemp()
+    >>> _ = run_grid(["gaussian-2"], ["lm", "gauss-newton"], 2, store=store, progress=False)
+    >>> path = report(store, tempfile.mkdtemp())
+    >>> path.name, optimizer_table(Store(store).frame())["within_0.05"].tolist()
+    ('report.md', [1.0, 1.0])
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+import pandas as pd
+
+from jcalib.benchmark import metrics
+from jcalib.benchmark.store import Store
+from jcalib.fileio import atomic_write_text
+
+__all__ = ["TARGET_EXPONENTS", "optimizer_table", "report", "sampler_table"]
+
+TARGET_EXPONENTS = tuple(np.linspace(2, -3, 26))
+_CONVERGED = 0.05
+
+
+def _best(frame: pd.DataFrame) -> pd.Series:
+    """Per problem: the lower of the reference and the best stored value (NaN: neither)."""
+    values = frame["best_nll"].where(frame["status"] != "error")
+    return pd.concat([values, frame["reference_nll"]], axis=1).min(axis=1).groupby(frame["problem"]).min()
+
+
+def _final(frame: pd.DataFrame) -> np.ndarray:
+    return frame["best_nll"].where(frame["status"] != "error").to_numpy(dtype=np.float64)
+
+
+def optimizer_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (problem, method) of the optimizer runs in ``frame`` (`Store.frame`); columns
+    in the module docstring."""
+    frame = frame[frame["kind"] == "optimizer"]
+    best = _best(frame)
+    rows = []
+    for (problem, method), runs in frame.groupby(["problem", "method"], sort=True):
+        within = metrics.fraction_within(_final(runs), float(best[problem]), (_CONVERGED, 2.0, 5.0))
+        n_converged = within[_CONVERGED] * len(runs)
+        rows.append({"problem": problem, "method": method, "runs": len(runs),
+                     **{status: int((runs["status"] == status).sum()) for status in ("finished", "budget", "error")},
+                     "best": float(np.nanmin(_final(runs))) if np.isfinite(_final(runs)).any() else np.nan,
+                     **{f"within_{t:g}": f for t, f in within.items()},
+                     "median_evaluations": runs["evaluations"].median(), "median_gradients": runs["gradients"].median(),
+                     "median_run_s": runs["run_s"].median(),
+                     "converged_per_gradient": n_converged / max(runs["gradients"].sum(), 1e-300),
+                     "converged_per_second": n_converged / max(runs["run_s"].sum(), 1e-300)})
+    return pd.DataFrame(rows)
+
+
+def sampler_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (problem, method) of the sampler runs: means over the finished runs of the
+    sampler metrics (`jcalib.benchmark.metrics.sampler_metrics`)."""
+    frame = frame[(frame["kind"] == "sampler")]
+    columns = [c for c in ("ess_per_gradient", "ess_per_second", "rhat_max", "mean_error", "sd_error")
+               if c in frame]
+    finished = frame[frame["status"] == "finished"]
+    table = finished.groupby(["problem", "method"])[columns].mean()
+    counts = frame.groupby(["problem", "method"]).agg(runs=("status", "size"),
+                                                      finished=("status", lambda s: int((s == "finished").sum())))
+    return counts.join(table).reset_index()
+
+
+def _runtimes(runs: pd.DataFrame, targets: np.ndarray, unit: str) -> np.ndarray:
+    """``(n_runs, n_targets)`` runtimes in ``unit`` (``inf`` where not reached or the run failed)."""
+    out = np.full((len(runs), targets.size), np.inf)
+    for i, (_, run) in enumerate(runs.iterrows()):
+        costs = np.asarray(run[f"trace_{unit}"], dtype=np.float64)
+        if run["status"] != "error" and costs.size:
+            out[i] = metrics.runtimes_to_targets(costs, np.asarray(run["trace_nll"], dtype=np.float64), targets)
+    return out
+
+
+def _spent(runs: pd.DataFrame, unit: str) -> np.ndarray:
+    return runs["run_s" if unit == "seconds" else unit].to_numpy(dtype=np.float64)
+
+
+def _profiles(frame: pd.DataFrame, best: pd.Series, unit: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Methods, the ``(n_problems, n_methods)`` average runtimes to ``best + 0.05`` and the
+    problems' parameter counts."""
+    methods, problems = sorted(frame["method"].unique()), sorted(frame["problem"].unique())
+    art = np.full((len(problems), len(methods)), np.inf)
+    for i, problem in enumerate(problems):
+        for j, method in enumerate(methods):
+            runs = frame[(frame["problem"] == problem) & (frame["method"] == method)]
+            if len(runs):
+                runtimes = _runtimes(runs, np.array([best[problem] + _CONVERGED]), unit)[:, 0]
+                art[i, j] = metrics.average_runtime(runtimes, np.maximum(_spent(runs, unit), np.where(
+                    np.isfinite(runtimes), runtimes, 0.0)))
+    n_free = frame.groupby("problem")["n_free"].first().reindex(problems).to_numpy(dtype=np.float64)
+    return methods, art, n_free
+
+
+def _figures(frame: pd.DataFrame, best: pd.Series, unit: str) -> dict:
+    """The optimizer figures: ECDF of runtimes, profiles, waterfalls."""
+    from jcalib.plotting.benchmark import plot_profiles, plot_runtime_ecdf, plot_waterfalls
+
+    figures, curves = {}, {}
+    top = max(float(np.nanmax(_spent(frame, unit))), 1.0)
+    budgets = np.geomspace(min(1.0, top), top, 200)
+    for method, runs in frame.groupby("method", sort=True):
+        runtimes = np.concatenate([_runtimes(r, metrics.coco_targets(best[p], TARGET_EXPONENTS), unit)
+                                   for p, r in runs.groupby("problem")])
+        curves[method] = metrics.runtime_ecdf(runtimes, budgets)
+    figures[f"ecdf_{unit}.png"] = plot_runtime_ecdf(budgets, curves, unit=unit)
+    methods, art, n_free = _profiles(frame, best, unit)
+    finite = art[np.isfinite(art)]
+    taus = np.geomspace(1.0, max(float(finite.max() / max(finite.min(), 1e-300)), 2.0) * 2 if finite.size else 10.0,
+                        200)
+    alphas = np.geomspace(min(budgets[0], 1.0) / (n_free.max() + 1), top, 200)
+    performance, data = metrics.performance_profile(art, taus), metrics.data_profile(art, n_free, alphas)
+    figures[f"profiles_{unit}.png"] = plot_profiles(taus, dict(zip(methods, performance.T)), alphas,
+                                                    dict(zip(methods, data.T)), unit=unit)
+    finals = {p: {m: _final(r) for m, r in runs.groupby("method")} for p, runs in frame.groupby("problem")}
+    figures["waterfalls.png"] = plot_waterfalls(finals, best.to_dict())
+    return figures
+
+
+def report(store: Store | str | os.PathLike, folder: str | os.PathLike, unit: str = "gradients") -> pathlib.Path:
+    """Write ``report.md`` (tables, figure links), ``optimizers.csv``, ``samplers.csv`` and the
+    figures (runtimes in ``unit``: ``"evaluations"``, ``"gradients"`` or ``"seconds"``) of the
+    store's records into ``folder`` (created); returns the path of ``report.md``.
+
+    Raises:
+        ValueError: an unknown unit; an empty store.
+    """
+    from jcalib.fileio import prepare_output_dir, save_figure
+
+    if unit not in ("evaluations", "gradients", "seconds"):
+        raise ValueError(f"report: unit must be 'evaluations', 'gradients' or 'seconds'; got {unit!r}")
+    frame = (store if isinstance(store, Store) else Store(store)).frame()
+    if frame.empty:
+        raise ValueError("report: the store holds no runs; run the benchmark first")
+    folder = prepare_output_dir(folder, "report folder")
+    versions = {c: ", ".join(sorted(frame[c].astype(str).unique()))
+                for c in ("jcalib_version", "jax_version", "devices")}
+    lines = ["# Benchmark report", "", f"{len(frame)} runs; jcalib {versions['jcalib_version']}, JAX "
+             f"{versions['jax_version']} on {versions['devices']}.", ""]
+    optimizers = frame[frame["kind"] == "optimizer"]
+    if len(optimizers):
+        table = optimizer_table(frame)
+        table.to_csv(folder / "optimizers.csv", index=False)
+        lines += ["## Optimizers", "", f"Converged: within {_CONVERGED} of the best (the reference or the best run).",
+                  "", table.to_markdown(index=False, floatfmt=".4g"), ""]
+        for name, fig in _figures(optimizers, _best(optimizers), unit).items():
+            save_figure(fig, folder / name)
+            lines += [f"![{name}]({name})", ""]
+    samplers = frame[frame["kind"] == "sampler"]
+    if len(samplers):
+        table = sampler_table(frame)
+        table.to_csv(folder / "samplers.csv", index=False)
+        lines += ["## Samplers", "", table.to_markdown(index=False, floatfmt=".4g"), ""]
+    atomic_write_text(folder / "report.md", "\n".join(lines))
+    return folder / "report.md"

@@ -1,0 +1,242 @@
+"""Running a benchmark: one run (`run_one`), and the grid of problems x methods x repetitions
+(`run_grid`) stored run by run, in this process or on Dask.
+
+A run is one problem, one method configuration, one repetition ``r`` and one budget:
+
+- an optimizer starts from the ``r``-th start point (uniform in the problem's internal box,
+  drawn from ``fold_in(key(0), r)``: the same for every method, so methods are compared on
+  the same starts) and gets the key ``fold_in(key(1), r)``; the problem it is handed has the
+  start as its nominal values (`jcalib.benchmark.cost.CountedProblem`), so that what a method
+  evaluates "at the nominal values" is not a PEtab problem's published optimum;
+- a sampler gets the key ``fold_in(key(1), r)``.
+
+Every evaluation goes through `jcalib.benchmark.cost.CountedProblem`, so the record holds the
+method's cost as counted (not as the method reports it), its trace of improvements and, for
+samplers, `jcalib.benchmark.metrics.sampler_metrics` against the problem's reference posterior.
+A run ends ``"finished"``, ``"budget"`` (its budget was spent) or ``"error"`` (the method raised;
+the message is kept, the numbers are not used as results).
+
+`run_grid` skips the runs the store holds, and every finished run is stored at once, by the process
+that ran it: an interrupted grid loses only the runs in flight, and a rerun does the rest. The
+grid runs on a Dask cluster (``engine``: a `distributed.Client`, e.g. of a dask-jobqueue SLURM
+cluster, or ``"local"``: a `distributed.LocalCluster` of one process per core) or here, one run
+after another (``"inline"``, the default). JAX's own parallelism (vmapped starts, chains) stays
+inside a run.
+
+Example:
+    >>> import tempfile
+    >>> frame = run_grid(["rosenbrock-4"], ["lm"], 1, store=tempfile.mkdtemp(), progress=False)
+    >>> frame[["problem", "method", "repeat", "status"]].values.tolist()
+    [['rosenbrock-4', 'lm', 0, 'finished']]
+    >>> bool(frame["best_nll"][0] - -get_problem("rosenbrock-4").reference_value < 1e-8)
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Iterable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from jcalib.benchmark.cost import CostCounter, CountedProblem, check_budget
+from jcalib.benchmark.methods import BenchmarkMethod, method_config
+from jcalib.benchmark.metrics import sampler_metrics
+from jcalib.benchmark.problems import BenchmarkProblem, get_problem, suite
+from jcalib.benchmark.store import RunId, Store, run_id
+from jcalib.estimation.multistart import sample_starts
+from jcalib.problems import AbstractProblem, residual_offset
+
+__all__ = ["ENGINES", "run_grid", "run_one", "start_point"]
+
+ENGINES = ("inline", "local")
+_BUILT: dict[str, tuple] = {}  # problems built in this process, by id (their compiled calls are kept)
+
+
+def start_point(problem: AbstractProblem, repeat: int) -> np.ndarray:
+    """The internal coordinates ``(n_free,)`` of repetition ``repeat``'s start (module docstring)."""
+    theta = sample_starts(jax.random.fold_in(jax.random.key(0), repeat), problem, 1, "uniform")[0]
+    return np.asarray(problem.to_internal(theta))
+
+
+def _built(entry: BenchmarkProblem) -> tuple[AbstractProblem, float | None]:
+    """The problem (built once per process) and its reference log-likelihood."""
+    if entry.id not in _BUILT:
+        problem = entry.build()
+        reference = float(problem.log_likelihood(problem.initial_internal())) if entry.reference_at_nominal \
+            else entry.reference_value
+        _BUILT[entry.id] = problem, reference
+    return _BUILT[entry.id]
+
+
+def run_one(problem: BenchmarkProblem | str, method: str, repeat: int,
+            budget: Mapping[str, float] | None = None) -> dict[str, object]:
+    """One run (module docstring) and its record: status, counts, costs, times, trace, the
+    environment and, for samplers, the sampler metrics.
+
+    Raises:
+        ValueError: an unknown problem or method, bad options, a bad budget; an optimizer on a
+            problem whose residuals are not its likelihood's (the trace would not be comparable).
+    """
+    entry = get_problem(problem) if isinstance(problem, str) else problem
+    resolved, options = method_config(method)
+    return _run(entry, resolved, options, repeat, check_budget(budget))
+
+
+def _run(entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat: int, budget: dict) -> dict:
+    problem, reference = _built(entry)
+    key = jax.random.fold_in(jax.random.key(1), repeat)
+    if method.kind == "optimizer":
+        start = start_point(problem, repeat)
+        counted = CountedProblem(problem, jnp.asarray(start))
+        offset = residual_offset(problem, [start, problem.initial_internal(), start_point(problem, repeat + 1)])
+        if offset is None:
+            raise ValueError(f"benchmark: {entry.id}'s residuals are not its likelihood's (|r|^2/2 differs from "
+                             "-log-likelihood by more than a constant), so a least-squares method's evaluations "
+                             "cannot be traced as log-likelihoods; use weighting='sigma' with known noise levels")
+        with CostCounter(budget, offset, problem.n_free) as counter:
+            status, message, _ = _call(lambda: method.fn(key, counted, start, **options), counter)
+        extra = {"start": start.tolist()}
+    else:
+        counted = CountedProblem(problem)
+        with CostCounter(budget, None, problem.n_free) as counter:
+            status, message, draws = _call(lambda: method.fn(key, counted, **options), counter)
+        extra = _sampler_record(entry, counter, draws) if status == "finished" else {}
+    return {"status": status, "message": message, "kind": method.kind, "options": json.dumps(options, sort_keys=True),
+            **_cost_record(reference, problem, counter), **extra, **_environment()}
+
+
+def _call(fn, counter: CostCounter) -> tuple[str, str, object]:
+    """``fn()``'s status (``"finished"``, ``"budget"``, ``"error"``), message and result; a
+    Ctrl-C is passed on (nothing of the run is stored)."""
+    try:
+        out = fn()
+    except Exception as err:  # noqa: BLE001 - a method's failure is a result of the benchmark
+        if counter.exhausted:
+            return "budget", str(counter.budget), None
+        return "error", f"{type(err).__name__}: {str(err)[:500]}", None
+    return ("budget", str(counter.budget), out) if counter.exhausted else ("finished", "", out)
+
+
+def _cost_record(reference: float | None, problem: AbstractProblem, counter: CostCounter) -> dict:
+    trace = np.asarray(counter.trace, dtype=np.float64).reshape(-1, 4)
+    cost = counter.cost()
+    return {
+        "n_free": problem.n_free, "n_observed": int(problem.n_observed),
+        "reference_nll": np.nan if reference is None or not np.isfinite(reference) else -float(reference),
+        "best_nll": float(trace[-1, 3]) if len(trace) else np.nan,
+        **{f"n_{k}": v for k, v in counter.counts.items()},
+        "evaluations": cost["evaluations"], "gradients": cost["gradients"],
+        "run_s": counter.wall_s - counter.compile_s - counter.callback_s, "compile_s": counter.compile_s,
+        "callback_s": counter.callback_s, "n_callbacks": counter.n_callbacks, "wall_s": counter.wall_s,
+        "cpu_s": counter.cpu_s,
+        "trace_evaluations": trace[:, 0].tolist(), "trace_gradients": trace[:, 1].tolist(),
+        "trace_seconds": trace[:, 2].tolist(), "trace_nll": trace[:, 3].tolist(),
+    }
+
+
+def _sampler_record(entry: BenchmarkProblem, counter: CostCounter, draws) -> dict:
+    cost = counter.cost()
+    draws = np.asarray(draws, dtype=np.float64)
+    seconds = counter.wall_s - counter.compile_s - counter.callback_s
+    metrics = sampler_metrics(draws, max(cost["gradients"], 1.0), max(seconds, 1e-9),
+                              entry.reference_mean, entry.reference_sd)
+    flat = draws.reshape(-1, draws.shape[-1])
+    return metrics | {"n_draws": int(flat.shape[0]), "mean": flat.mean(axis=0).tolist(),
+                      "sd": flat.std(axis=0, ddof=1).tolist()}
+
+
+def _environment() -> dict[str, object]:
+    import jcalib
+
+    return {"jcalib_version": jcalib.__version__, "jax_version": jax.__version__, "backend": jax.default_backend(),
+            "devices": ", ".join(str(d) for d in jax.devices()), "machine": platform.platform(),
+            "cpu_count": os.cpu_count()}
+
+
+def run_grid(problems: str | Sequence[str | BenchmarkProblem], methods: Sequence[str], repeats: int | Iterable[int],
+        budget: Mapping[str, float] | None = None, *, store: Store | str | os.PathLike, engine=None,
+        n_workers: int | None = None, progress: bool = True):
+    """The grid ``problems x methods x repeats``, each run stored as it finishes (module docstring).
+
+    Args:
+        problems: a suite's name, or problem ids / `BenchmarkProblem` s.
+        methods: method configurations (`jcalib.benchmark.methods.method_config`).
+        repeats: the number of repetitions (0, 1, ...) or the repetitions themselves.
+        budget: ``{unit: amount}`` for every run (`jcalib.benchmark.cost.BUDGET_UNITS`).
+        store: a `Store` or its folder.
+        engine: None or ``"inline"`` (here), ``"local"`` (a new Dask `LocalCluster` of
+            ``n_workers`` processes, default one per core) or a `distributed.Client`.
+        n_workers: processes of ``"local"``.
+        progress: a progress bar over the runs.
+
+    Returns:
+        The records of the grid's runs (those stored before included) as a pandas frame.
+
+    Raises:
+        ValueError: an unknown suite, problem, method or engine, bad options or budget, no
+            repetitions.
+    """
+    entries = suite(problems) if isinstance(problems, str) else \
+        [get_problem(p) if isinstance(p, str) else p for p in problems]
+    configs = {m: method_config(m) for m in methods}
+    repeats = list(range(repeats)) if isinstance(repeats, (int, np.integer)) else [int(r) for r in repeats]
+    budget = check_budget(budget)
+    if not entries or not configs or not repeats or min(repeats) < 0:
+        raise ValueError("run_grid: give at least one problem, one method and one repetition (>= 0)")
+    store = store if isinstance(store, Store) else Store(store)
+    grid = [(e, m, r, run_id(e.id, m, r, budget)) for e in entries for m in configs for r in repeats]
+    pending = [g for g in grid if not store.has(g[3])]
+    bar = tqdm(total=len(grid), initial=len(grid) - len(pending), desc="benchmark runs", unit="run",
+               disable=not progress)
+    with bar:
+        tasks = [(store.path, e, *configs[m], r, budget, run) for e, m, r, run in pending]
+        for _ in _execute(tasks, engine, n_workers):
+            bar.update()
+    frame = store.frame()
+    return frame[frame["digest"].isin({g[3].digest for g in grid})].reset_index(drop=True)
+
+
+def _run_and_store(path, entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat: int,
+                   budget: dict, run: RunId) -> str:
+    """One task of the grid: run it and store its record (unless another worker did already). A
+    Dask worker is a fresh process: float64 is switched on here, as jcalib's command line does."""
+    jax.config.update("jax_enable_x64", True)
+    store = Store(path)
+    if not store.has(run):
+        record = _run(entry, method, options, repeat, budget)
+        if not store.has(run):
+            store.append(run, record)
+    return run.digest
+
+
+def _execute(tasks: list[tuple], engine, n_workers: int | None):
+    """Yield once per finished task, on the engine (see `run_grid`)."""
+    if engine in (None, "inline"):
+        for task in tasks:
+            yield _run_and_store(*task)
+        return
+    from distributed import Client, LocalCluster, as_completed
+
+    if engine == "local":
+        with LocalCluster(n_workers=n_workers or os.cpu_count(), threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            yield from _on_dask(client, tasks, as_completed)
+    elif isinstance(engine, Client):
+        yield from _on_dask(engine, tasks, as_completed)
+    else:
+        raise ValueError(f"run_grid: engine must be one of {ENGINES}, a distributed.Client or None; got {engine!r}")
+
+
+def _on_dask(client, tasks: list[tuple], as_completed):
+    futures = [client.submit(_run_and_store, *task, pure=False) for task in tasks]
+    try:
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        client.cancel(futures)

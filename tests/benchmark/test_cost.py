@@ -1,0 +1,100 @@
+"""jcalib.benchmark.cost: the counts match known call counts (eager, compiled, in loops, vmapped,
+differentiated), the numbers are the problem's own, and budgets stop a run exactly."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jcalib.benchmark import CostCounter, CountedProblem, get_problem
+from jcalib.estimation.least_squares import least_squares_trf
+from jcalib.problems import residual_offset
+
+PROBLEM = get_problem("rosenbrock-4").build()
+COUNTED = CountedProblem(PROBLEM)
+Z = PROBLEM.to_internal(jnp.array([0.5, -0.3, 0.8, 1.2]))
+N_FREE, N_OBSERVED = PROBLEM.n_free, PROBLEM.n_observed
+
+
+def _loop(n: int):
+    """``n`` log-likelihood evaluations in one compiled loop."""
+    return jax.jit(lambda z: jax.lax.fori_loop(0, n, lambda i, s: s + COUNTED.log_likelihood(z + 1e-3 * i), 0.0))
+
+
+def test_each_kind_of_call_is_counted_as_often_as_it_is_made():
+    with CostCounter(n_free=N_FREE) as counter:
+        for _ in range(7):
+            COUNTED.log_likelihood(Z)
+        assert counter.counts["objective"] == 7
+        _loop(5)(Z).block_until_ready()
+        assert counter.counts["objective"] == 12
+        for _ in range(3):
+            jax.grad(lambda z: COUNTED.log_likelihood(z))(Z)
+        assert (counter.counts["objective"], counter.counts["gradients"]) == (15, 3)
+        COUNTED.jacobian(Z)
+        jax.jacfwd(lambda z: COUNTED.forward_mode().residuals(z))(Z)
+        jax.vmap(lambda z: COUNTED.log_posterior(z))(jnp.stack([Z, Z, Z]))
+        COUNTED.loss(Z)
+    expected = {"objective": 18, "residuals": 2, "gradients": 3, "jvps": 2 * N_FREE, "vjps": 0, "jacobians": 1,
+                "jacobian_entries": N_OBSERVED * N_FREE}
+    assert counter.counts == expected
+    assert counter.cost()["evaluations"] == 18 + 2 + 1 and counter.cost()["gradients"] == 3 + 2
+
+
+def test_the_counted_problem_gives_the_problem_s_own_numbers():
+    forward = COUNTED.forward_mode()
+    with CostCounter():
+        pairs = [(COUNTED.log_likelihood(Z), PROBLEM.log_likelihood(Z)),
+                 (jax.grad(lambda z: COUNTED.log_posterior(z))(Z), jax.grad(lambda z: PROBLEM.log_posterior(z))(Z)),
+                 (COUNTED.jacobian(Z), PROBLEM.jacobian(Z)),
+                 (jax.jacfwd(lambda z: forward.residuals(z))(Z), jax.jacfwd(lambda z: PROBLEM.residuals(z))(Z)),
+                 (jax.jacrev(lambda z: COUNTED.residuals(z))(Z), jax.jacfwd(lambda z: PROBLEM.residuals(z))(Z))]
+    for counted, plain in pairs:
+        np.testing.assert_allclose(np.asarray(counted), np.asarray(plain), rtol=1e-14, atol=1e-14)
+
+
+def test_the_counts_agree_with_what_trf_reports_of_itself():
+    with CostCounter(n_free=N_FREE) as counter:
+        result = least_squares_trf(COUNTED, Z, coordinates="internal")
+    assert counter.counts["jacobians"] == result.n_jacobians > 0
+    assert counter.counts["residuals"] == result.n_simulations > 0
+
+
+@pytest.mark.parametrize("unit, limit", [("evaluations", 5), ("gradients", 3)])
+def test_a_budget_stops_the_run_at_its_limit_and_nothing_after_it_is_counted(unit, limit):
+    value_and_grad = jax.jit(jax.value_and_grad(lambda z: COUNTED.log_likelihood(z)))
+    with CostCounter({unit: limit}, n_free=N_FREE) as counter, pytest.raises(Exception, match="budget"):
+        for i in range(20):
+            value_and_grad(Z + 0.01 * i)[0].block_until_ready() if unit == "gradients" else _loop(20)(Z)
+    assert counter.exhausted == unit
+    assert counter.cost()[unit] == limit  # every evaluation up to the limit, none after it
+    assert counter.trace[-1][0 if unit == "evaluations" else 1] <= limit
+
+
+def test_the_trace_holds_each_improvement_as_a_negative_log_likelihood():
+    points = [Z, Z + 0.2, Z - 0.01, PROBLEM.to_internal(jnp.ones(4))]
+    offset = residual_offset(PROBLEM, points)
+    with CostCounter(offset=offset, n_free=N_FREE) as counter:
+        for z in points:
+            COUNTED.residuals(z)
+    nll = [-float(PROBLEM.log_likelihood(z)) for z in points]
+    best = np.minimum.accumulate(nll)
+    improved = [i for i in range(len(nll)) if i == 0 or best[i] < best[i - 1]]
+    assert [t[0] for t in counter.trace] == [i + 1.0 for i in improved]
+    np.testing.assert_allclose([t[3] for t in counter.trace], [nll[i] for i in improved], rtol=1e-12)
+
+
+def test_a_method_asking_for_the_nominal_values_gets_the_run_s_start():
+    """A PEtab problem's nominal values are its published optimum: a benchmarked method must not see them."""
+    counted = CountedProblem(PROBLEM, Z)
+    np.testing.assert_array_equal(counted.initial_internal(), Z)
+    np.testing.assert_array_equal(counted.forward_mode().initial_internal(), Z)
+    np.testing.assert_array_equal(COUNTED.initial_internal(), PROBLEM.initial_internal())
+
+
+def test_counters_do_not_nest_and_bad_budgets_are_refused():
+    with CostCounter(), pytest.raises(RuntimeError, match="another counter is active"):
+        CostCounter().__enter__()
+    for budget in ({"steps": 3}, {"evaluations": 0}, {"seconds": float("nan")}, [("evaluations", 3)]):
+        with pytest.raises(ValueError, match="budget must be"):
+            CostCounter(budget)

@@ -1,0 +1,52 @@
+"""jcalib.benchmark.methods: configurations parse into a method and its options, bad ones are
+refused by name, and a user's method is one call away."""
+
+import pytest
+
+from jcalib.benchmark import method_config, method_names, register_method
+from jcalib.benchmark import methods as methods_module
+
+
+def test_configurations_parse_into_options_of_json_values_or_strings():
+    method, options = method_config("trf:stop=fides,max_steps=50")
+    assert (method.name, method.kind, options) == ("trf", "optimizer", {"stop": "fides", "max_steps": 50})
+    assert method_config("adam:learning_rate=1e-3,gtol=0")[1] == {"learning_rate": 1e-3, "gtol": 0}
+    assert method_config("nuts:n_steps=10,preconditioner=null")[1] == {"n_steps": 10, "preconditioner": None}
+    assert method_config("lm")[1] == {}
+
+
+def test_the_built_in_methods_are_registered_by_kind():
+    assert method_names("optimizer") == ["adam", "de", "fides", "gauss-newton", "lbfgs", "lm", "trf"]
+    assert method_names("sampler") == ["hmc", "mala", "nuts"]
+
+
+@pytest.mark.parametrize("config, message", [
+    ("bfgs2", "unknown method 'bfgs2'"),
+    ("trf:max_steps", "write options as"),
+    ("trf:max_steps=1,max_steps=2", "write options as"),
+    ("trf:tolerance=1e-3", r"takes no option \['tolerance'\]"),
+    ("mala:stop=fides", r"takes no option \['stop'\]"),
+])
+def test_bad_configurations_are_refused_by_name(config, message):
+    with pytest.raises(ValueError, match=message):
+        method_config(config)
+
+
+def test_a_user_method_is_registered_in_one_call_and_its_options_checked(monkeypatch):
+    monkeypatch.setattr(methods_module, "_METHODS", dict(methods_module._METHODS))
+
+    def descent(key, problem, start, rate=0.1):
+        return start
+
+    register_method("descent", descent, description="plain gradient descent")
+    assert method_config("descent:rate=0.5")[1] == {"rate": 0.5}
+    with pytest.raises(ValueError, match=r"takes no option \['step'\]"):
+        method_config("descent:step=1")
+    for name, fn, kind, message in [("descent", descent, "optimizer", "registered already"),
+                                    ("has space", descent, "optimizer", "letters, digits"),
+                                    ("other", 3, "optimizer", "callable"),
+                                    ("other", descent, "amortized", "kind one of")]:
+        with pytest.raises(ValueError, match=message):
+            register_method(name, fn, kind)
+    register_method("anything", lambda key, problem, start, **options: None)
+    assert method_config("anything:whatever=1")[1] == {"whatever": 1}  # **options: any option goes through

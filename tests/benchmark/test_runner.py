@@ -1,0 +1,158 @@
+"""jcalib.benchmark.runner and report: a grid end to end, stored run by run; a rerun skips what is
+stored; an interrupted grid loses only the run in flight; budgets, errors and bad input."""
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from jcalib.benchmark import BenchmarkProblem, Store, get_problem, optimizer_table, register_method, report, run_grid
+from jcalib.benchmark import methods as methods_module
+from jcalib.benchmark import problems as problems_module
+from jcalib.data import Measurements
+from jcalib.model import FunctionSimulator
+from jcalib.parameters import Parameter, ParameterSpace
+from jcalib.problems import CalibrationProblem
+from tests.helpers import shared_petab
+
+CALLS: list[str] = []
+INTERRUPT_AT = [-1]  # the call of `_descent` that a Ctrl-C stops
+
+
+def _descent(key, problem, start, steps=30, rate=0.02):
+    """Projected gradient descent on the negative log-likelihood: a user's method."""
+    import jax
+
+    CALLS.append(problem.free_names[0])
+    if len(CALLS) - 1 == INTERRUPT_AT[0]:
+        raise KeyboardInterrupt
+    z = jnp.asarray(start)
+    grad = jax.jit(jax.grad(lambda z: -problem.log_likelihood(z)))
+    lower, upper = problem.space.lower_internal, problem.space.upper_internal
+    for _ in range(steps):
+        z = jnp.clip(z - rate * grad(z), lower, upper)
+    return z
+
+
+def _failing(key, problem, start):
+    problem.log_likelihood(jnp.asarray(start))
+    raise ValueError("this method always fails")
+
+
+@pytest.fixture
+def user_methods(monkeypatch):
+    monkeypatch.setattr(methods_module, "_METHODS", dict(methods_module._METHODS))
+    CALLS.clear()
+    INTERRUPT_AT[0] = -1
+    register_method("descent", _descent)
+    register_method("failing", _failing)
+
+
+def test_a_grid_runs_end_to_end_and_a_rerun_skips_what_is_stored(tmp_path, user_methods):
+    problems = ["gaussian-2", "rosenbrock-4"]
+    frame = run_grid(problems, ["gauss-newton", "descent:steps=5"], 2, store=tmp_path / "store", progress=False)
+    assert len(frame) == 8 and set(frame["status"]) == {"finished"} and len(CALLS) == 4
+    gn = frame[frame["method"] == "gauss-newton"]
+    assert (gn["best_nll"] >= gn["reference_nll"] - 1e-9).all()  # nothing better than the optimum
+    linear = gn[gn["problem"] == "gaussian-2"]
+    np.testing.assert_allclose(linear["best_nll"], linear["reference_nll"], rtol=1e-9)  # its one optimum
+    # the same start per repetition for every method, different ones across repetitions
+    starts = {(r.problem, r.repeat): tuple(r.start) for r in frame.itertuples() if r.method == "descent:steps=5"}
+    assert all(tuple(r.start) == starts[(r.problem, r.repeat)] for r in gn.itertuples())
+    assert starts[("gaussian-2", 0)] != starts[("gaussian-2", 1)]
+    descent = frame[frame["method"] == "descent:steps=5"]
+    assert (descent["n_gradients"] == 5).all() and (descent["n_objective"] == 5).all()  # 5 steps, one gradient each
+    again = run_grid(problems, ["gauss-newton", "descent:steps=5"], 2, store=tmp_path / "store", progress=False)
+    assert len(CALLS) == 4 and len(list((tmp_path / "store").glob("*.parquet"))) == 8
+    assert again.drop(columns=["wall_s"]).equals(frame.drop(columns=["wall_s"]))
+    path = report(tmp_path / "store", tmp_path / "report")
+    text = path.read_text()
+    assert "## Optimizers" in text and "gauss-newton" in text
+    assert {p.name for p in (tmp_path / "report").iterdir()} >= {"report.md", "optimizers.csv", "ecdf_gradients.png",
+                                                                  "profiles_gradients.png", "waterfalls.png"}
+
+
+def test_an_interrupted_grid_keeps_the_finished_runs_and_a_rerun_does_the_rest(tmp_path, user_methods):
+    INTERRUPT_AT[0] = 2
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(["gaussian-2"], ["descent:steps=2"], 4, store=tmp_path, progress=False)
+    assert Store(tmp_path).frame()["repeat"].tolist() == [0, 1]  # the finished runs; the third was in flight
+    INTERRUPT_AT[0] = -1
+    frame = run_grid(["gaussian-2"], ["descent:steps=2"], 4, store=tmp_path, progress=False)
+    assert frame["repeat"].tolist() == [0, 1, 2, 3] and len(CALLS) == 3 + 2  # only the two missing runs ran
+    assert Store(tmp_path).frame()["digest"].is_unique  # nothing stored twice
+
+
+def test_budgets_and_failures_are_statuses_not_numbers(tmp_path, user_methods):
+    frame = run_grid(["rosenbrock-4"], ["lm", "failing"], 1, {"evaluations": 4}, store=tmp_path, progress=False)
+    lm, failing = (frame[frame["method"] == m].iloc[0] for m in ("lm", "failing"))
+    assert lm["status"] == "budget" and lm["evaluations"] <= 4 and max(lm["trace_evaluations"]) <= 4
+    assert failing["status"] == "error" and "this method always fails" in failing["message"]
+    table = optimizer_table(frame)
+    assert table.set_index("method").loc["failing", "within_5"] == 0.0  # an error reaches nothing
+
+
+def test_optimizer_table_counts_converged_runs_per_gradient_against_the_best(tmp_path):
+    frame = run_grid(["rosenbrock-4"], ["gauss-newton"], 1, store=tmp_path, progress=False)
+    row = frame.iloc[0]
+    fake = frame.copy()
+    fake.loc[0, "method"], fake.loc[0, "best_nll"] = "worse", row["reference_nll"] + 1.0
+    table = optimizer_table(fake).set_index("method")  # best: the reference; "worse" is 1 above it
+    assert table.loc["worse", "within_0.05"] == 0.0 and table.loc["worse", "within_2"] == 1.0
+    both = optimizer_table(pd.concat([frame, fake])).set_index("method")
+    assert both.loc["gauss-newton", "converged_per_gradient"] == pytest.approx(1.0 / row["gradients"])
+
+
+def test_bad_input_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(problems_module, "_SUITES", {k: dict(v) for k, v in problems_module._SUITES.items()})
+    def relative_problem():
+        space = ParameterSpace([Parameter("a", 1.0, 0.5, 2.0)])
+        simulator = FunctionSimulator(lambda x: x, space)
+        return CalibrationProblem(simulator, Measurements(np.asarray(simulator.ts), np.ones((1, 1)), sigma=0.1),
+                                  weighting="relative")
+
+    relative = BenchmarkProblem("relative", relative_problem)
+    problems_module.register_problem(relative)
+    with pytest.raises(ValueError, match="residuals are not its likelihood's"):
+        run_grid(["relative"], ["lm"], 1, store=tmp_path, progress=False)
+    for kwargs, message in [({"methods": ["nope"]}, "unknown method"), ({"repeats": 0}, "at least one"),
+                            ({"engine": "cluster"}, "engine must be"), ({"budget": {"steps": 1}}, "budget must be")]:
+        args = {"problems": ["gaussian-2"], "methods": ["lm"], "repeats": 1, "store": tmp_path / "s",
+                "progress": False} | kwargs
+        with pytest.raises(ValueError, match=message):
+            run_grid(**args)
+    assert not list((tmp_path / "s").glob("*.parquet"))
+    assert get_problem("gaussian-2")  # the built-in suite is untouched
+
+
+@pytest.mark.slow  # a Dask cluster of two processes, each importing JAX and compiling (about a minute)
+def test_on_dask_a_killed_worker_loses_nothing_and_nothing_is_stored_twice(tmp_path, monkeypatch):
+    marker = tmp_path / "killed"
+
+    def dying(key, problem, start):
+        problem.log_likelihood(jnp.asarray(start))
+        if not marker.exists():
+            marker.touch()
+            os._exit(1)  # the worker process dies mid-grid; Dask runs its task again elsewhere
+
+    monkeypatch.setattr(methods_module, "_METHODS", dict(methods_module._METHODS))
+    register_method("dying", dying)
+    frame = run_grid(["gaussian-2", "banana-2"], ["dying", "gauss-newton"], 2, store=tmp_path / "store", engine="local",
+                n_workers=2, progress=False)
+    assert marker.exists() and len(frame) == 8 and set(frame["status"]) == {"finished"}
+    assert Store(tmp_path / "store").frame()["digest"].is_unique
+
+
+@pytest.mark.slow  # imports and compiles a PEtab problem (about a minute)
+def test_a_petab_collection_problem_runs_against_its_published_optimum(tmp_path, monkeypatch):
+    root = shared_petab("benchmark_models")
+    if not (root / "Boehm_JProteomeRes2014").exists():
+        pytest.skip("the PEtab benchmark collection is not beside the checkout")
+    monkeypatch.setattr(problems_module, "_SUITES", {k: dict(v) for k, v in problems_module._SUITES.items()})
+    problems_module.register_petab_collection(root, ["Boehm_JProteomeRes2014"])
+    row = run_grid("petab", ["fides"], 1, {"gradients": 100}, store=tmp_path, progress=False).iloc[0]
+    assert row["status"] in ("finished", "budget") and row["gradients"] <= 100 and row["n_residuals"] > 0
+    assert 130 < row["reference_nll"] < 140  # the published optimum: -log-likelihood 138.22
+    assert row["best_nll"] >= row["reference_nll"] - 1e-3  # no start beats the published optimum
