@@ -126,10 +126,17 @@ def settings_of(name: str) -> dict:
 
 def load_problem(yaml: pathlib.Path, name: str, gradient: str = "forward"):
     """`jcalib.io.petab.load` of ``yaml`` with the solver settings of collection problem ``name``
-    (`settings_of`: `DEFAULT` and its `SETTINGS` entry) and the log-likelihood's ``gradient`` mode."""
+    (`load_options`) and the log-likelihood's ``gradient`` mode."""
+    from jcalib.io import petab as jpetab
+
+    return jpetab.load(yaml, **load_options(name, gradient))
+
+
+def load_options(name: str, gradient: str = "forward") -> dict:
+    """The keyword arguments of `jcalib.io.petab.load` for collection problem ``name``: the solver
+    and tolerances of `settings_of` (`DEFAULT` and its `SETTINGS` entry) and ``gradient``."""
     import diffrax as dfx
 
-    from jcalib.io import petab as jpetab
     from jcalib.io import sbml
 
     settings = settings_of(name)
@@ -138,8 +145,8 @@ def load_problem(yaml: pathlib.Path, name: str, gradient: str = "forward"):
         solver = None if stages is None else sbml.stiff_solver(method="kvaerno5", stage_tolerances=stages)
     else:
         solver = getattr(dfx, settings["solver"])()
-    return jpetab.load(yaml, solver=solver, rtol=settings["rtol"], atol=settings["atol"],
-                       max_steps=settings["max_steps"], gradient=gradient)
+    return {"solver": solver, "rtol": settings["rtol"], "atol": settings["atol"], "max_steps": settings["max_steps"],
+            "gradient": gradient}
 
 
 # --- the worker (one problem, in its own process) ---------------------------------------------

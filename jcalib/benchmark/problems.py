@@ -12,7 +12,8 @@ on them as on an ODE model:
 - ``rosenbrock-4``: the extended Rosenbrock function of 4 parameters as least squares (residuals
   ``10 (x_{i+1} - x_i^2)`` and ``1 - x_i``, unit noise), optimum ``x = 1``.
 - ``gaussian-2``: a linear model of 2 parameters with Gaussian noise and a flat prior on a box
-  wide enough (±12 posterior sds) to leave the Gaussian posterior untouched.
+  wide enough (±12 posterior sds) to leave the Gaussian posterior untouched; ``gaussian-8`` the
+  same with 8 correlated parameters (12 observations).
 - ``banana-2``: Haario's banana, ``x0 ~ N(0, 1)`` and ``x1 - b x0^2 ~ N(0, 0.5^2)`` with ``b = 1``,
   as two residuals; posterior mean ``(0, b)`` and sds ``(1, sqrt(0.25 + 2 b^2))``.
 
@@ -25,7 +26,7 @@ benchmark collection's problems as the ``"petab"`` suite.
 
 Example:
     >>> [p.id for p in suite("analytic")]
-    ['banana-2', 'gaussian-2', 'rosenbrock-4']
+    ['banana-2', 'gaussian-2', 'gaussian-8', 'rosenbrock-4']
     >>> problem = get_problem("rosenbrock-4").build()
     >>> float(problem.log_likelihood(problem.to_internal(jnp.ones(4)))) == get_problem("rosenbrock-4").reference_value
     True
@@ -168,17 +169,33 @@ _GAUSSIAN_DESIGN = np.array([[1.0, 0.5], [0.0, 1.0], [1.0, -1.0]])
 _GAUSSIAN_DATA, _GAUSSIAN_SIGMA = np.array([1.0, 2.0, -0.5]), np.array([0.5, 0.5, 1.0])
 
 
-def _gaussian_moments() -> tuple[np.ndarray, np.ndarray]:
-    """The posterior mean and sds of ``gaussian-2``: weighted least squares, ``(A^T W A)^-1``."""
-    a = _GAUSSIAN_DESIGN / _GAUSSIAN_SIGMA[:, None]
+def _linear_moments(design, data, sigma) -> tuple[np.ndarray, np.ndarray, float]:
+    """Posterior mean and sds of a linear model under a flat prior, and the maximal log-likelihood."""
+    a = design / sigma[:, None]
     cov = np.linalg.inv(a.T @ a)
-    return cov @ a.T @ (_GAUSSIAN_DATA / _GAUSSIAN_SIGMA), np.sqrt(np.diag(cov))
+    mean = cov @ a.T @ (data / sigma)
+    r = (data - design @ mean) / sigma
+    return mean, np.sqrt(np.diag(cov)), _gaussian_constant(sigma) - 0.5 * float(r @ r)
 
 
 def _gaussian() -> CalibrationProblem:
-    mean, sd = _gaussian_moments()
+    mean, sd, _ = _linear_moments(_GAUSSIAN_DESIGN, _GAUSSIAN_DATA, _GAUSSIAN_SIGMA)
     return _function_problem(lambda x: jnp.asarray(_GAUSSIAN_DESIGN) @ x, ["a", "b"], mean - 12 * sd, mean + 12 * sd,
                              _GAUSSIAN_DATA, _GAUSSIAN_SIGMA)
+
+
+def _gaussian_8_setup() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Design ``(12, 8)``, data and noise levels of ``gaussian-8`` (fixed draws)."""
+    rng = np.random.default_rng(8)
+    design = rng.normal(size=(12, 8)) + 0.8 * rng.normal(size=(12, 1))  # correlated columns
+    return design, rng.normal(size=12), np.full(12, 0.5)
+
+
+def _gaussian_8() -> CalibrationProblem:
+    design, data, sigma = _gaussian_8_setup()
+    mean, sd, _ = _linear_moments(design, data, sigma)
+    return _function_problem(lambda x: jnp.asarray(design) @ x, [f"b{i}" for i in range(8)], mean - 12 * sd,
+                             mean + 12 * sd, data, sigma)
 
 
 _BANANA_B, _BANANA_SIGMA = 1.0, np.array([1.0, 0.5])
@@ -190,13 +207,14 @@ def _banana() -> CalibrationProblem:
 
 
 def _register_analytic() -> None:
-    mean, sd = _gaussian_moments()
+    mean, sd, best = _linear_moments(_GAUSSIAN_DESIGN, _GAUSSIAN_DATA, _GAUSSIAN_SIGMA)
+    mean_8, sd_8, best_8 = _linear_moments(*_gaussian_8_setup())
     for problem in (
+        BenchmarkProblem("gaussian-8", _gaussian_8, ("analytic", "posterior", "linear", "correlated"), best_8,
+                         "weighted linear least squares", tuple(mean_8), tuple(sd_8)),
         BenchmarkProblem("rosenbrock-4", _rosenbrock, ("analytic", "least-squares", "curved-valley"),
                          _gaussian_constant(np.ones(6)), "all residuals zero at x = 1"),
-        BenchmarkProblem("gaussian-2", _gaussian, ("analytic", "posterior", "linear"),
-                         _gaussian_constant(_GAUSSIAN_SIGMA) - 0.5 * float(np.sum(((_GAUSSIAN_DATA - _GAUSSIAN_DESIGN
-                                                                                     @ mean) / _GAUSSIAN_SIGMA) ** 2)),
+        BenchmarkProblem("gaussian-2", _gaussian, ("analytic", "posterior", "linear"), best,
                          "weighted linear least squares", tuple(mean), tuple(sd)),
         BenchmarkProblem("banana-2", _banana, ("analytic", "posterior", "banana"), _gaussian_constant(_BANANA_SIGMA),
                          "both residuals zero at x = (0, 0)", (0.0, _BANANA_B),
@@ -238,16 +256,6 @@ def _linear_gaussian_ode() -> CalibrationProblem:
     return CalibrationProblem(model, Measurements(_ODE_TIMES, data[:, None], sigma=_ODE_SIGMA), weighting="sigma")
 
 
-def _linear_gaussian_moments() -> tuple[np.ndarray, np.ndarray, float]:
-    """Posterior mean and sds of ``linear-gaussian-ode`` (flat prior; the box holds > 10 sds) and
-    its maximal log-likelihood."""
-    data, design = _ballistic_data()
-    cov = np.linalg.inv(design.T @ design) * _ODE_SIGMA ** 2
-    mean = cov @ design.T @ data / _ODE_SIGMA ** 2
-    r = (data - design @ mean) / _ODE_SIGMA
-    return mean, np.sqrt(np.diag(cov)), _gaussian_constant(np.full(data.size, _ODE_SIGMA)) - 0.5 * float(r @ r)
-
-
 def _four_substance_reactions() -> CalibrationProblem:
     from jcalib.data import synthetic_measurements
     from jcalib.models import get
@@ -258,7 +266,8 @@ def _four_substance_reactions() -> CalibrationProblem:
 
 
 def _register_ode() -> None:
-    mean, sd, best = _linear_gaussian_moments()
+    data, design = _ballistic_data()
+    mean, sd, best = _linear_moments(design, data, np.full(data.size, _ODE_SIGMA))
     register_problem(BenchmarkProblem(
         "linear-gaussian-ode", _linear_gaussian_ode, ("ode", "posterior", "linear"), best,
         "weighted linear least squares of x(t) = x0 + v0 t", tuple(mean), tuple(sd)), "ode")

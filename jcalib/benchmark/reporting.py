@@ -14,16 +14,17 @@ Example:
     >>> import tempfile
     >>> from jcalib.benchmark.runner import run_grid
     >>> store = tempfile.mkdtemp()
-    >>> _ = run_grid(["gaussian-2"], ["lm", "gauss-newton"], 2, store=store, progress=False)
+    >>> _ = run_grid(["gaussian-2"], ["gauss-newton"], 2, store=store, progress=False)
     >>> path = report(store, tempfile.mkdtemp())
     >>> path.name, optimizer_table(Store(store).frame())["within_0.05"].tolist()
-    ('report.md', [1.0, 1.0])
+    ('report.md', [1.0])
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -136,10 +137,12 @@ def _figures(frame: pd.DataFrame, best: pd.Series, unit: str) -> dict:
     return figures
 
 
-def report(store: Store | str | os.PathLike, folder: str | os.PathLike, unit: str = "gradients") -> pathlib.Path:
+def report(store: Store | str | os.PathLike, folder: str | os.PathLike, unit: str = "gradients",
+           notes: Sequence[str] = ()) -> pathlib.Path:
     """Write ``report.md`` (tables, figure links), ``optimizers.csv``, ``samplers.csv`` and the
     figures (runtimes in ``unit``: ``"evaluations"``, ``"gradients"`` or ``"seconds"``) of the
-    store's records into ``folder`` (created); returns the path of ``report.md``.
+    store's records into ``folder`` (created); returns the path of ``report.md``. ``notes``:
+    paragraphs under the title (e.g. the command and commit that made the runs).
 
     Raises:
         ValueError: an unknown unit; an empty store.
@@ -154,7 +157,8 @@ def report(store: Store | str | os.PathLike, folder: str | os.PathLike, unit: st
     folder = prepare_output_dir(folder, "report folder")
     versions = {c: ", ".join(sorted(frame[c].astype(str).unique()))
                 for c in ("jcalib_version", "jax_version", "devices")}
-    lines = ["# Benchmark report", "", f"{len(frame)} runs; jcalib {versions['jcalib_version']}, JAX "
+    lines = ["# Benchmark report", "", *(line for note in notes for line in (note, "")),
+             f"{len(frame)} runs; jcalib {versions['jcalib_version']}, JAX "
              f"{versions['jax_version']} on {versions['devices']}.", ""]
     optimizers = frame[frame["kind"] == "optimizer"]
     if len(optimizers):

@@ -8,7 +8,7 @@ import pytest
 from jcalib.benchmark import BenchmarkProblem, get_problem, register_problem, suite
 from jcalib.benchmark import problems as problems_module
 
-OPTIMA = {"rosenbrock-4": [1.0, 1.0, 1.0, 1.0], "gaussian-2": None, "banana-2": [0.0, 0.0]}
+OPTIMA = {"rosenbrock-4": [1.0, 1.0, 1.0, 1.0], "gaussian-2": None, "gaussian-8": None, "banana-2": [0.0, 0.0]}
 
 
 @pytest.mark.parametrize("problem_id", sorted(OPTIMA))
@@ -47,7 +47,7 @@ def test_the_reference_moments_are_the_posterior_s(problem_id):
 
 
 def test_problems_are_registered_once_and_found_by_suite():
-    assert [p.id for p in suite("analytic")] == ["banana-2", "gaussian-2", "rosenbrock-4"]
+    assert [p.id for p in suite("analytic")] == ["banana-2", "gaussian-2", "gaussian-8", "rosenbrock-4"]
     mine = BenchmarkProblem("my-problem", problems_module._rosenbrock, ("mine",))
     try:
         assert register_problem(mine, "mine") is mine and suite("mine") == [mine] and get_problem("my-problem") is mine
@@ -69,12 +69,14 @@ def test_problems_are_registered_once_and_found_by_suite():
             register_problem(bad)
 
 
-def test_the_linear_gaussian_ode_s_references_are_its_likelihood_s():
-    """The ODE's output is linear in (x0, v0), so with residuals ``r`` (noise-weighted) and their
-    Jacobian ``J``: at the reference mean the log-likelihood is the reference value and stationary
+@pytest.mark.parametrize("problem_id", ["linear-gaussian-ode", "gaussian-8"])
+def test_a_linear_model_s_references_are_its_likelihood_s(problem_id):
+    """The outputs are linear in the parameters (the ODE's x0 + v0 t), so with residuals ``r``
+    (noise-weighted) and their Jacobian ``J``: at the reference mean the log-likelihood is the
+    reference value and stationary
     (``J^T r = 0``), and ``(J^T J)^-1`` is the posterior covariance, whose sds are the reference
     sds (flat prior, coordinates = physical values)."""
-    spec = get_problem("linear-gaussian-ode")
+    spec = get_problem(problem_id)
     problem = spec.build()
     z = problem.to_internal(jnp.asarray(spec.reference_mean))
     np.testing.assert_allclose(problem.to_physical(z), spec.reference_mean, rtol=1e-14)  # linear coordinates
@@ -83,6 +85,7 @@ def test_the_linear_gaussian_ode_s_references_are_its_likelihood_s():
     np.testing.assert_allclose(jac.T @ r, 0.0, atol=1e-6)
     np.testing.assert_allclose(np.sqrt(np.diag(np.linalg.inv(jac.T @ jac))), spec.reference_sd, rtol=1e-6)
     assert [p.id for p in suite("ode")] == ["four-substance-reactions", "linear-gaussian-ode"]
+    assert np.all(np.abs(np.asarray(spec.reference_mean)) > 1e-3)  # not a trivial optimum at 0
 
 
 def test_a_petab_collection_registers_its_problems_without_importing_them(tmp_path):
