@@ -26,7 +26,8 @@ own steps and right-hand-side evaluations do not pass through the problem and ar
 A budget (``{"evaluations": 100, "gradients": 50, "seconds": 10.0}``) is enforced: the
 evaluation that would exceed it raises `BudgetExhausted` inside the callback, which aborts the
 compiled computation; the run's trace holds every evaluation within the budget and nothing
-after it.
+after it. Budgets are checked at each evaluation: a method that spends seconds without evaluating
+the problem is stopped at its next evaluation.
 
 Example:
     >>> from jcalib.benchmark.problems import get_problem
