@@ -16,7 +16,7 @@ from jcalib.benchmark.metrics import (
     runtimes_to_targets,
     sampler_metrics,
 )
-from jcalib.benchmark.problems import BenchmarkProblem, get_problem, register_problem, suite
+from jcalib.benchmark.problems import BenchmarkProblem, get_problem, register_petab_collection, register_problem, suite
 from jcalib.benchmark.reporting import optimizer_table, report, sampler_table
 from jcalib.benchmark.runner import run_grid, run_one, start_point
 from jcalib.benchmark.store import RunId, Store, run_id
@@ -24,5 +24,5 @@ from jcalib.benchmark.store import RunId, Store, run_id
 __all__ = ["BUDGET_UNITS", "BenchmarkMethod", "BenchmarkProblem", "BudgetExhausted", "CostCounter", "CountedProblem",
            "RunId", "Store", "average_runtime", "coco_targets", "data_profile", "fraction_within", "get_problem",
            "method_config", "method_names", "optimizer_table", "performance_profile", "register_method",
-           "register_problem", "report", "run_grid", "run_id", "run_one", "runtime_ecdf", "runtimes_to_targets",
-           "sampler_metrics", "sampler_table", "start_point", "suite"]
+           "register_petab_collection", "register_problem", "report", "run_grid", "run_id", "run_one", "runtime_ecdf",
+           "runtimes_to_targets", "sampler_metrics", "sampler_table", "start_point", "suite"]

@@ -45,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 import time
@@ -102,6 +103,8 @@ class CostCounter:
             derivatives, as in a forward-mode Jacobian pass, may be traced at the cost with them:
             XLA orders the callbacks of one pass freely).
         exhausted: the unit whose budget stopped the run, or None.
+        interrupted: whether a Ctrl-C arrived during a callback (JAX passes it on as a runtime
+            error; `jcalib.benchmark.runner` raises KeyboardInterrupt again).
     """
 
     def __init__(self, budget: Mapping[str, float] | None = None, offset: float | None = None, n_free: int = 1):
@@ -109,7 +112,8 @@ class CostCounter:
         self.counts = dict.fromkeys(_COUNTS, 0)
         self.trace: list[tuple[float, float, float, float]] = []
         self.exhausted: str | None = None
-        self.compile_s = 0.0
+        self.interrupted = False
+        self._compiles: list[list[float]] = []  # disjoint (start, end) wall-clock intervals of compiling
         self._best = math.inf
         self._lock = threading.Lock()
         self.n_callbacks, self.in_callback_s, self._dispatch_s = 0, 0.0, 0.0
@@ -122,6 +126,7 @@ class CostCounter:
                                "time per process")
         _listen_to_compiles()
         self._dispatch_s = callback_dispatch_s()
+        logging.getLogger("jax._src.debugging").addFilter(_quiet_budget_stops)
         _active.counter = self
         self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
         return self
@@ -129,6 +134,7 @@ class CostCounter:
     def __exit__(self, *exc) -> None:
         jax.effects_barrier()  # callbacks of computations still running report before the counter closes
         self.wall_s, self.cpu_s = time.perf_counter() - self._wall0, time.process_time() - self._cpu0
+        logging.getLogger("jax._src.debugging").removeFilter(_quiet_budget_stops)
         _active.counter = None
 
     def cost(self) -> dict[str, float]:
@@ -136,7 +142,25 @@ class CostCounter:
         c = self.counts
         return {"evaluations": float(c["objective"] + c["residuals"] + c["jacobians"]),
                 "gradients": c["gradients"] + c["vjps"] + c["jvps"] / self.n_free,
-                "seconds": time.perf_counter() - self._wall0 - self.compile_s - self.callback_s}
+                "seconds": max(time.perf_counter() - self._wall0 - self.compile_s - self.callback_s, 0.0)}
+
+    @property
+    def compile_s(self) -> float:
+        """Wall seconds spent tracing, lowering or compiling since the counter opened (the union
+        of JAX's compile events: nested and concurrent ones are not counted twice)."""
+        return sum(end - max(start, self._wall0) for start, end in self._compiles if end > self._wall0)
+
+    def add_compile(self, duration: float) -> None:
+        """A compile event of ``duration`` seconds that ended now (`_listen_to_compiles`)."""
+        end = time.perf_counter()
+        merged = [end - duration, end]
+        kept = []
+        for interval in self._compiles:
+            if interval[1] < merged[0] or interval[0] > merged[1]:
+                kept.append(interval)
+            else:
+                merged = [min(merged[0], interval[0]), max(merged[1], interval[1])]
+        self._compiles = sorted([*kept, merged])
 
     @property
     def callback_s(self) -> float:
@@ -147,12 +171,16 @@ class CostCounter:
         """Count one event of ``kind`` (`CountedProblem`'s callbacks), refusing it with
         `BudgetExhausted` when it would exceed the budget."""
         start = time.perf_counter()
-        with self._lock:
-            try:
-                self._record(kind, value)
-            finally:
-                self.n_callbacks += 1
-                self.in_callback_s += time.perf_counter() - start
+        try:
+            with self._lock:
+                try:
+                    self._record(kind, value)
+                finally:
+                    self.n_callbacks += 1
+                    self.in_callback_s += time.perf_counter() - start
+        except KeyboardInterrupt:  # JAX hands it on wrapped in a runtime error: remember it was a Ctrl-C
+            self.interrupted = True
+            raise
 
     def _record(self, kind: str, value: np.ndarray | None) -> None:
         counts = dict(self.counts)
@@ -181,6 +209,12 @@ def _negative_log_likelihood(kind: str, value, offset: float | None) -> float | 
     else:
         return None
     return total if math.isfinite(total) else None
+
+
+def _quiet_budget_stops(record: logging.LogRecord) -> bool:
+    """A logging filter: JAX logs every exception a callback raises with its traceback; a spent
+    budget is how a run ends, not a failure."""
+    return not (record.exc_info and isinstance(record.exc_info[1], BudgetExhausted))
 
 
 def _on_host(kind: str, value=None) -> None:
@@ -221,7 +255,7 @@ def _listen_to_compiles() -> None:
     def listen(event: str, duration: float, **_kwargs) -> None:
         counter = _active.counter
         if counter is not None and event in _COMPILE_EVENTS:
-            counter.compile_s += duration
+            counter.add_compile(duration)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     _listen_to_compiles.done = True

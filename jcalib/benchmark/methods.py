@@ -55,19 +55,23 @@ KINDS = ("optimizer", "sampler")
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkMethod:
-    """A method under a name (module docstring for ``fn``'s signature per ``kind``)."""
+    """A method under a name (module docstring for ``fn``'s signature per ``kind``); ``check``
+    refuses bad option values (``check(options)`` raises ValueError) before any run."""
 
     name: str
     fn: Callable
     kind: str = "optimizer"
     description: str = ""
+    check: Callable[[dict], None] | None = None
 
 
 _METHODS: dict[str, BenchmarkMethod] = {}
 
 
-def register_method(name: str, fn: Callable, kind: str = "optimizer", description: str = "") -> BenchmarkMethod:
-    """Add a method under ``name`` (letters, digits, ``-`` and ``_``) and return it.
+def register_method(name: str, fn: Callable, kind: str = "optimizer", description: str = "",
+                    check: Callable[[dict], None] | None = None) -> BenchmarkMethod:
+    """Add a method under ``name`` (letters, digits, ``-`` and ``_``) and return it; ``check``
+    (optional) raises ValueError for option values the method cannot take.
 
     Raises:
         ValueError: a name that is taken or not of those characters, ``fn`` not callable, an
@@ -79,7 +83,7 @@ def register_method(name: str, fn: Callable, kind: str = "optimizer", descriptio
         raise ValueError(f"register_method: a method {name!r} is registered already")
     if not callable(fn) or kind not in KINDS:
         raise ValueError(f"register_method: fn must be callable and kind one of {KINDS}; got {fn!r}, {kind!r}")
-    _METHODS[name] = BenchmarkMethod(name, fn, kind, description)
+    _METHODS[name] = BenchmarkMethod(name, fn, kind, description, check)
     return _METHODS[name]
 
 
@@ -110,6 +114,11 @@ def method_config(config: str) -> tuple[BenchmarkMethod, dict[str, object]]:
     unknown = sorted(set(options) - accepted) if accepted is not None else []
     if unknown:
         raise ValueError(f"method {name!r} takes no option {unknown}; its options: {sorted(accepted)}")
+    if method.check is not None:
+        try:
+            method.check(options)
+        except ValueError as err:
+            raise ValueError(f"method {name!r}: {err}") from None
     return method, options
 
 
@@ -127,6 +136,28 @@ def _keyword_options(method: BenchmarkMethod) -> set[str] | None:
         return None
     fixed = 3 if method.kind == "optimizer" else 2
     return {p.name for p in parameters[fixed:]}
+
+
+_RULES = {
+    "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+    "count0": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
+    "positive": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf"),
+                 "a number > 0"),
+    "nonnegative": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf"),
+                    "a number >= 0"),
+    "stop": (lambda v: v in ("fides", "scipy"), "fides or scipy"),
+    "name": (lambda v: v is None or isinstance(v, str), "a name or null"),
+}
+
+
+def _checker(**rules: str) -> Callable[[dict], None]:
+    """A ``check`` of option values by rule name (`_RULES`), for the built-in methods."""
+    def check(options: dict) -> None:
+        for option, value in options.items():
+            test, wanted = _RULES[rules[option]]
+            if not test(value):
+                raise ValueError(f"option {option}={value!r}: must be {wanted}")
+    return check
 
 
 # --- built-in optimizers -----------------------------------------------------------------
@@ -207,18 +238,22 @@ def _sampler(module):
 
 
 def _register_built_ins() -> None:
-    for name, fn, text in (
-        ("lm", _lm, "Levenberg-Marquardt (jcalib.estimation.levenberg_marquardt_batch)"),
-        ("trf", _local("trf"), "scipy's trust-region reflective with the autodiff Jacobian"),
-        ("fides", _local("fides"), "Fides's trust-region reflective method (jcalib.estimation.trust_region)"),
-        ("gauss-newton", _gauss_newton, "damped Gauss-Newton with essential directions (Wulkow 2021)"),
-        ("lbfgs", _lbfgs, "optax's L-BFGS with zoom line search, projected onto the box"),
-        ("adam", _adam, "optax's Adam, projected onto the box"),
-        ("de", _de, "differential evolution (global; draws its own population)"),
+    local = _checker(stop="stop", max_steps="count")
+    first_order = _checker(max_steps="count", gtol="nonnegative", learning_rate="positive")
+    for name, fn, text, check in (
+        ("lm", _lm, "Levenberg-Marquardt (jcalib.estimation.levenberg_marquardt_batch)", local),
+        ("trf", _local("trf"), "scipy's trust-region reflective with the autodiff Jacobian", local),
+        ("fides", _local("fides"), "Fides's trust-region reflective method (jcalib.estimation.trust_region)", local),
+        ("gauss-newton", _gauss_newton, "damped Gauss-Newton with essential directions (Wulkow 2021)", local),
+        ("lbfgs", _lbfgs, "optax's L-BFGS with zoom line search, projected onto the box", first_order),
+        ("adam", _adam, "optax's Adam, projected onto the box", first_order),
+        ("de", _de, "differential evolution (global; draws its own population)",
+         _checker(max_steps="count", population_size="count")),
     ):
-        register_method(name, fn, "optimizer", text)
+        register_method(name, fn, "optimizer", text, check)
+    check = _checker(n_steps="count", n_chains="count", warmup="count0", preconditioner="name")
     for module, text in ((mala, "prescaled MALA"), (hmc, "HMC"), (nuts, "NUTS")):
-        register_method(module.__name__.rsplit(".", 1)[1], _sampler(module), "sampler", f"{text} (jcalib.bayes)")
+        register_method(module.__name__.rsplit(".", 1)[1], _sampler(module), "sampler", f"{text} (jcalib.bayes)", check)
 
 
 _register_built_ins()

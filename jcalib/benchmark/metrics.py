@@ -202,7 +202,8 @@ def sampler_metrics(samples: Float[ArrayLike, "n_chains n_draws n_params"], n_gr
     Returns:
         ``ess_min`` (bulk ESS of the worst parameter, `jcalib.bayes.diagnostics.ess`), ``ess_per_gradient``
         and ``ess_per_second`` (its ratio to ``n_gradients`` log-density gradients and ``seconds``),
-        ``rhat_max``; with the reference, ``mean_error`` and ``sd_error``: the largest
+        ``rhat_max`` (a parameter whose draws are all equal, as in chains that never moved, has
+        ESS 0); with the reference, ``mean_error`` and ``sd_error``: the largest
         ``|mean - reference_mean| / reference_sd`` and ``|sd - reference_sd| / reference_sd`` over
         the parameters (the standardised errors of posteriordb and inference-gym), and ``bias2``,
         the mean over parameters of the squared first.
@@ -212,7 +213,8 @@ def sampler_metrics(samples: Float[ArrayLike, "n_chains n_draws n_params"], n_gr
     if draws.ndim != 3 or min(draws.shape) < 1 or not all(positive):
         raise ValueError(f"sampler_metrics: samples must be (n_chains, n_draws, n_params) and the costs positive; "
                          f"got shape {draws.shape}, {n_gradients} gradients, {seconds} s")
-    ess_min = float(np.min(ess(draws)))
+    stuck = np.ptp(draws.reshape(-1, draws.shape[-1]), axis=0) == 0  # a parameter that never moved
+    ess_min = 0.0 if stuck.any() else float(np.min(ess(draws)))
     out = {"ess_min": ess_min, "ess_per_gradient": ess_min / n_gradients, "ess_per_second": ess_min / seconds,
            "rhat_max": float(np.max(rhat(draws)))}
     if (reference_mean is None) != (reference_sd is None):

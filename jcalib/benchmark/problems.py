@@ -295,6 +295,8 @@ def register_petab_collection(root: str | os.PathLike, names: Sequence[str] | No
         ValueError: no such folder, or a named problem without its folder or YAML file.
     """
     root = pathlib.Path(root)
+    if isinstance(names, str):
+        raise ValueError(f"register_petab_collection: names is a list of problem folders; got the string {names!r}")
     if not root.is_dir():
         raise ValueError(f"register_petab_collection: {os.fspath(root)!r} is not a folder of PEtab problems")
     found = {p.name: _petab_yaml(p) for p in sorted(root.iterdir()) if p.is_dir() and _petab_yaml(p) is not None}

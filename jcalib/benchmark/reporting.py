@@ -33,9 +33,10 @@ from jcalib.benchmark import metrics
 from jcalib.benchmark.store import Store
 from jcalib.fileio import atomic_write_text
 
-__all__ = ["TARGET_EXPONENTS", "optimizer_table", "report", "sampler_table"]
+__all__ = ["TARGET_EXPONENTS", "UNITS", "optimizer_table", "report", "sampler_table"]
 
 TARGET_EXPONENTS = tuple(np.linspace(2, -3, 26))
+UNITS = ("evaluations", "gradients", "seconds")
 _CONVERGED = 0.05
 
 
@@ -49,14 +50,23 @@ def _final(frame: pd.DataFrame) -> np.ndarray:
     return frame["best_nll"].where(frame["status"] != "error").to_numpy(dtype=np.float64)
 
 
+def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each method labelled by its budget where the runs have several budgets (runs
+    of different budgets are not pooled)."""
+    if frame["budget"].nunique() <= 1:
+        return frame
+    return frame.assign(method=frame["method"] + " " + frame["budget"])
+
+
 def optimizer_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (problem, method) of the optimizer runs in ``frame`` (`Store.frame`); columns
-    in the module docstring."""
-    frame = frame[frame["kind"] == "optimizer"]
+    in the module docstring (the fractions NaN for a problem without a reference or any value)."""
+    frame = _labelled(frame[frame["kind"] == "optimizer"])
     best = _best(frame)
     rows = []
     for (problem, method), runs in frame.groupby(["problem", "method"], sort=True):
-        within = metrics.fraction_within(_final(runs), float(best[problem]), (_CONVERGED, 2.0, 5.0))
+        within = metrics.fraction_within(_final(runs), float(best[problem]), (_CONVERGED, 2.0, 5.0)) \
+            if np.isfinite(best[problem]) else {t: np.nan for t in (_CONVERGED, 2.0, 5.0)}
         n_converged = within[_CONVERGED] * len(runs)
         rows.append({"problem": problem, "method": method, "runs": len(runs),
                      **{status: int((runs["status"] == status).sum()) for status in ("finished", "budget", "error")},
@@ -72,7 +82,7 @@ def optimizer_table(frame: pd.DataFrame) -> pd.DataFrame:
 def sampler_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (problem, method) of the sampler runs: means over the finished runs of the
     sampler metrics (`jcalib.benchmark.metrics.sampler_metrics`)."""
-    frame = frame[(frame["kind"] == "sampler")]
+    frame = _labelled(frame[(frame["kind"] == "sampler")])
     columns = [c for c in ("ess_per_gradient", "ess_per_second", "rhat_max", "mean_error", "sd_error")
                if c in frame]
     finished = frame[frame["status"] == "finished"]
@@ -94,6 +104,21 @@ def _runtimes(runs: pd.DataFrame, targets: np.ndarray, unit: str) -> np.ndarray:
 
 def _spent(runs: pd.DataFrame, unit: str) -> np.ndarray:
     return runs["run_s" if unit == "seconds" else unit].to_numpy(dtype=np.float64)
+
+
+def _frame(runs) -> pd.DataFrame:
+    """The records of a frame, a `Store` or a store's folder; a ValueError where there are none."""
+    if isinstance(runs, pd.DataFrame):
+        frame = runs
+    elif isinstance(runs, Store):
+        frame = runs.frame()
+    elif not pathlib.Path(runs).is_dir():
+        raise ValueError(f"report: no store at {os.fspath(runs)!r}; give the folder run_grid stored the runs in")
+    else:
+        frame = Store(runs).frame()
+    if frame.empty:
+        raise ValueError("report: there are no runs; run the benchmark first")
+    return frame
 
 
 def _profiles(frame: pd.DataFrame, best: pd.Series, unit: str) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -137,24 +162,27 @@ def _figures(frame: pd.DataFrame, best: pd.Series, unit: str) -> dict:
     return figures
 
 
-def report(store: Store | str | os.PathLike, folder: str | os.PathLike, unit: str = "gradients",
+def report(runs: Store | pd.DataFrame | str | os.PathLike, folder: str | os.PathLike, unit: str = "gradients",
            notes: Sequence[str] = ()) -> pathlib.Path:
     """Write ``report.md`` (tables, figure links), ``optimizers.csv``, ``samplers.csv`` and the
     figures (runtimes in ``unit``: ``"evaluations"``, ``"gradients"`` or ``"seconds"``) of the
-    store's records into ``folder`` (created); returns the path of ``report.md``. ``notes``:
-    paragraphs under the title (e.g. the command and commit that made the runs).
+    runs (a store, its folder, or a frame of its records such as `run_grid` returns) into
+    ``folder`` (created; an earlier report's files there are replaced); returns the path of
+    ``report.md``. Runs of different budgets are reported apart. ``notes``: paragraphs under the
+    title (e.g. the command and commit that made the runs).
 
     Raises:
-        ValueError: an unknown unit; an empty store.
+        ValueError: an unknown unit; no store at the path; no runs.
     """
     from jcalib.fileio import prepare_output_dir, save_figure
 
-    if unit not in ("evaluations", "gradients", "seconds"):
-        raise ValueError(f"report: unit must be 'evaluations', 'gradients' or 'seconds'; got {unit!r}")
-    frame = (store if isinstance(store, Store) else Store(store)).frame()
-    if frame.empty:
-        raise ValueError("report: the store holds no runs; run the benchmark first")
+    if unit not in UNITS:
+        raise ValueError(f"report: unit must be one of {UNITS}; got {unit!r}")
+    frame = _frame(runs)
     folder = prepare_output_dir(folder, "report folder")
+    for name in ("report.md", "optimizers.csv", "samplers.csv", "waterfalls.png",
+                 *(f"{kind}_{u}.png" for kind in ("ecdf", "profiles") for u in UNITS)):
+        (folder / name).unlink(missing_ok=True)
     versions = {c: ", ".join(sorted(frame[c].astype(str).unique()))
                 for c in ("jcalib_version", "jax_version", "devices")}
     lines = ["# Benchmark report", "", *(line for note in notes for line in (note, "")),
@@ -166,7 +194,10 @@ def report(store: Store | str | os.PathLike, folder: str | os.PathLike, unit: st
         table.to_csv(folder / "optimizers.csv", index=False)
         lines += ["## Optimizers", "", f"Converged: within {_CONVERGED} of the best (the reference or the best run).",
                   "", table.to_markdown(index=False, floatfmt=".4g"), ""]
-        for name, fig in _figures(optimizers, _best(optimizers), unit).items():
+        labelled = _labelled(optimizers)
+        best = _best(labelled)
+        known = labelled[labelled["problem"].map(lambda p: np.isfinite(best[p]))]
+        for name, fig in (_figures(known, best, unit) if len(known) else {}).items():
             save_figure(fig, folder / name)
             lines += [f"![{name}]({name})", ""]
     samplers = frame[frame["kind"] == "sampler"]

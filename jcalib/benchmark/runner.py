@@ -55,7 +55,7 @@ from jcalib.problems import AbstractProblem, residual_offset
 __all__ = ["ENGINES", "run_grid", "run_one", "start_point"]
 
 ENGINES = ("inline", "local")
-_BUILT: dict[str, tuple] = {}  # problems built in this process, by id (their compiled calls are kept)
+_BUILT: dict[BenchmarkProblem, tuple] = {}  # problems built in this process (their compiled calls are kept)
 
 
 def start_point(problem: AbstractProblem, repeat: int) -> np.ndarray:
@@ -65,13 +65,23 @@ def start_point(problem: AbstractProblem, repeat: int) -> np.ndarray:
 
 
 def _built(entry: BenchmarkProblem) -> tuple[AbstractProblem, float | None]:
-    """The problem (built once per process) and its reference log-likelihood."""
-    if entry.id not in _BUILT:
-        problem = entry.build()
+    """The problem (built once per process) and its reference log-likelihood.
+
+    Raises:
+        ValueError: ``build`` failed or did not return a calibration problem (naming the problem).
+    """
+    if entry not in _BUILT:
+        try:
+            problem = entry.build()
+        except Exception as err:  # noqa: BLE001 - any failure of a user's builder, named
+            raise ValueError(f"benchmark: building problem {entry.id!r} failed: {type(err).__name__}: {err}") from err
+        if not isinstance(problem, AbstractProblem):
+            raise ValueError(f"benchmark: problem {entry.id!r}'s build returned {type(problem).__name__}, not a "
+                             "calibration problem (jcalib.problems.AbstractProblem)")
         reference = float(problem.log_likelihood(problem.initial_internal())) if entry.reference_at_nominal \
             else entry.reference_value
-        _BUILT[entry.id] = problem, reference
-    return _BUILT[entry.id]
+        _BUILT[entry] = problem, reference
+    return _BUILT[entry]
 
 
 def run_one(problem: BenchmarkProblem | str, method: str, repeat: int,
@@ -85,7 +95,8 @@ def run_one(problem: BenchmarkProblem | str, method: str, repeat: int,
     """
     entry = get_problem(problem) if isinstance(problem, str) else problem
     resolved, options = method_config(method)
-    return _run(entry, resolved, options, repeat, check_budget(budget))
+    run_id(entry.id, method, repeat, budget)  # refuses a bad repetition or budget
+    return _run(entry, resolved, options, int(repeat), check_budget(budget))
 
 
 def _run(entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat: int, budget: dict) -> dict:
@@ -106,7 +117,12 @@ def _run(entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat
         counted = CountedProblem(problem)
         with CostCounter(budget, None, problem.n_free) as counter:
             status, message, draws = _call(lambda: method.fn(key, counted, **options), counter)
-        extra = _sampler_record(entry, counter, draws) if status == "finished" else {}
+        extra = {}
+        if status == "finished":
+            try:
+                extra = _sampler_record(entry, counter, draws)
+            except (ValueError, TypeError) as err:  # what the sampler returned cannot be assessed
+                status, message = "error", f"the sampler's draws: {type(err).__name__}: {str(err)[:500]}"
     return {"status": status, "message": message, "kind": method.kind, "options": json.dumps(options, sort_keys=True),
             **_cost_record(reference, problem, counter), **extra, **_environment()}
 
@@ -117,10 +133,18 @@ def _call(fn, counter: CostCounter) -> tuple[str, str, object]:
     try:
         out = fn()
     except Exception as err:  # noqa: BLE001 - a method's failure is a result of the benchmark
+        if counter.interrupted or "KeyboardInterrupt" in str(err):
+            raise KeyboardInterrupt("a Ctrl-C during an evaluation") from None
         if counter.exhausted:
-            return "budget", str(counter.budget), None
+            return "budget", _spent(counter), None
         return "error", f"{type(err).__name__}: {str(err)[:500]}", None
-    return ("budget", str(counter.budget), out) if counter.exhausted else ("finished", "", out)
+    if counter.interrupted:
+        raise KeyboardInterrupt("a Ctrl-C during an evaluation (the method carried on)")
+    return ("budget", _spent(counter), out) if counter.exhausted else ("finished", "", out)
+
+
+def _spent(counter: CostCounter) -> str:
+    return f"the budget of {counter.budget[counter.exhausted]:g} {counter.exhausted} was spent"
 
 
 def _cost_record(reference: float | None, problem: AbstractProblem, counter: CostCounter) -> dict:
@@ -132,7 +156,7 @@ def _cost_record(reference: float | None, problem: AbstractProblem, counter: Cos
         "best_nll": float(trace[-1, 3]) if len(trace) else np.nan,
         **{f"n_{k}": v for k, v in counter.counts.items()},
         "evaluations": cost["evaluations"], "gradients": cost["gradients"],
-        "run_s": counter.wall_s - counter.compile_s - counter.callback_s, "compile_s": counter.compile_s,
+        "run_s": max(counter.wall_s - counter.compile_s - counter.callback_s, 0.0), "compile_s": counter.compile_s,
         "callback_s": counter.callback_s, "n_callbacks": counter.n_callbacks, "wall_s": counter.wall_s,
         "cpu_s": counter.cpu_s,
         "trace_evaluations": trace[:, 0].tolist(), "trace_gradients": trace[:, 1].tolist(),
@@ -141,11 +165,14 @@ def _cost_record(reference: float | None, problem: AbstractProblem, counter: Cos
 
 
 def _sampler_record(entry: BenchmarkProblem, counter: CostCounter, draws) -> dict:
+    """The sampler metrics of ``draws`` (per gradient: NaN where the sampler took none)."""
     cost = counter.cost()
     draws = np.asarray(draws, dtype=np.float64)
     seconds = counter.wall_s - counter.compile_s - counter.callback_s
     metrics = sampler_metrics(draws, max(cost["gradients"], 1.0), max(seconds, 1e-9),
                               entry.reference_mean, entry.reference_sd)
+    if cost["gradients"] == 0:
+        metrics["ess_per_gradient"] = np.nan
     flat = draws.reshape(-1, draws.shape[-1])
     return metrics | {"n_draws": int(flat.shape[0]), "mean": flat.mean(axis=0).tolist(),
                       "sd": flat.std(axis=0, ddof=1).tolist()}
@@ -182,13 +209,15 @@ def run_grid(problems: str | Sequence[str | BenchmarkProblem], methods: Sequence
         ValueError: an unknown suite, problem, method or engine, bad options or budget, no
             repetitions.
     """
-    entries = suite(problems) if isinstance(problems, str) else \
-        [get_problem(p) if isinstance(p, str) else p for p in problems]
+    entries = _entries(problems)
+    if isinstance(methods, str):
+        raise ValueError(f"run_grid: methods is a list of configurations; got the string {methods!r} "
+                         f"(write [{methods!r}])")
     configs = {m: method_config(m) for m in methods}
-    repeats = list(range(repeats)) if isinstance(repeats, (int, np.integer)) else [int(r) for r in repeats]
+    repeats = _repeats(repeats)
     budget = check_budget(budget)
-    if not entries or not configs or not repeats or min(repeats) < 0:
-        raise ValueError("run_grid: give at least one problem, one method and one repetition (>= 0)")
+    if not entries or not configs or not repeats:
+        raise ValueError("run_grid: give at least one problem, one method and one repetition")
     store = store if isinstance(store, Store) else Store(store)
     grid = [(e, m, r, run_id(e.id, m, r, budget)) for e in entries for m in configs for r in repeats]
     pending = [g for g in grid if not store.has(g[3])]
@@ -200,6 +229,28 @@ def run_grid(problems: str | Sequence[str | BenchmarkProblem], methods: Sequence
             bar.update()
     frame = store.frame()
     return frame[frame["digest"].isin({g[3].digest for g in grid})].reset_index(drop=True)
+
+
+def _entries(problems) -> list[BenchmarkProblem]:
+    """The problems of a suite's name or of a list of ids and `BenchmarkProblem` s."""
+    if isinstance(problems, str):
+        try:
+            return suite(problems)
+        except ValueError as err:
+            raise ValueError(f"{err} (a single problem is a list: [{problems!r}])") from None
+    return [get_problem(p) if isinstance(p, str) else p for p in problems]
+
+
+def _repeats(repeats) -> list[int]:
+    """``range(repeats)`` for a count, else the repetitions given (each an integer >= 0, once)."""
+    def whole(r) -> bool:
+        return isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= 0
+    if whole(repeats):
+        return list(range(int(repeats)))
+    given = list(repeats) if isinstance(repeats, Iterable) and not isinstance(repeats, str) else None
+    if given is None or not all(map(whole, given)):
+        raise ValueError(f"run_grid: repeats is a count or a list of integers >= 0; got {repeats!r}")
+    return sorted({int(r) for r in given})
 
 
 def _run_and_store(path, entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat: int,

@@ -33,16 +33,23 @@ def bench(
         "gradients",
 ):
     """Run every (problem, method, repetition) not in the store yet, storing each as it finishes
-    (a Ctrl-C loses only the runs in flight), then write the report (report.md, tables, figures)."""
+    (a Ctrl-C loses only the runs in flight), then write the report of this grid's runs
+    (report.md, tables, figures)."""
     from jcalib.benchmark import report as write_report
     from jcalib.benchmark import run_grid
     from jcalib.benchmark import suite as suite_problems
+    from jcalib.benchmark.reporting import UNITS
     from jcalib.benchmark.runner import ENGINES
 
+    if unit not in UNITS:
+        raise ValueError(f"--unit must be one of {', '.join(UNITS)}; got {unit!r}")
     if engine not in ENGINES:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if repeats < 1:
         raise ValueError(f"--repeats must be a positive integer; got {repeats}")
+    units = [item.partition("=")[0].strip() for item in budget or []]
+    if len(set(units)) < len(units):
+        raise ValueError(f"--budget: give each unit once; got {budget}")
     limits = {u: _number(text, f"--budget {u}") for u, text in _parse_assignments(budget, "--budget").items()}
     configs = [m for text in (methods or ["lm fides"]) for m in text.split()]
     entries = suite_problems(suite)
@@ -57,6 +64,11 @@ def bench(
         frame = run_grid(entries, configs, repeats, limits, store=store, engine=engine, n_workers=workers)
     except KeyboardInterrupt:
         _interrupted(f"the finished runs are stored in {store}; run the same command again to do the rest")
-    path = write_report(store, report or store.parent / "report", unit)
+    path = write_report(frame, report or store.parent / "report", unit)
     counts = frame["status"].value_counts().to_dict()
     typer.echo(f"{len(frame)} runs ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}); report: {path}")
+    errors = frame[frame["status"] == "error"]
+    if len(errors):
+        first = errors.iloc[0]
+        typer.echo(f"note: {len(errors)} runs ended in an error (stored as such); the first, {first['problem']} x "
+                   f"{first['method']} repeat {first['repeat']}: {first['message'][:300]}", err=True)

@@ -92,6 +92,27 @@ def test_a_method_asking_for_the_nominal_values_gets_the_run_s_start():
     np.testing.assert_array_equal(COUNTED.initial_internal(), PROBLEM.initial_internal())
 
 
+def test_compile_time_is_counted_once_and_the_seconds_never_go_negative():
+    fresh = jax.jit(lambda z: COUNTED.log_likelihood(z) + 1.2345)  # a program compiled inside the counter
+    with CostCounter({"seconds": 1e-9}, n_free=N_FREE) as counter, pytest.raises(Exception, match="budget"):
+        for _ in range(3):
+            fresh(Z).block_until_ready()
+    assert 0 < counter.compile_s <= counter.wall_s and counter.cost()["seconds"] >= 0
+    assert counter.exhausted == "seconds" and counter.counts["objective"] == 0  # the first evaluation is over
+
+
+def test_a_ctrl_c_in_a_callback_is_remembered_as_one():
+    with CostCounter() as counter:
+        def interrupt(*_):
+            raise KeyboardInterrupt
+        original = counter._record
+        counter._record = interrupt
+        with pytest.raises(Exception, match="KeyboardInterrupt"):  # JAX's runtime error, naming it
+            _loop(3)(Z).block_until_ready()
+        counter._record = original
+    assert counter.interrupted
+
+
 def test_counters_do_not_nest_and_bad_budgets_are_refused():
     with CostCounter(), pytest.raises(RuntimeError, match="another counter is active"):
         CostCounter().__enter__()

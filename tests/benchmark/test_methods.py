@@ -26,6 +26,11 @@ def test_the_built_in_methods_are_registered_by_kind():
     ("trf:max_steps=1,max_steps=2", "write options as"),
     ("trf:tolerance=1e-3", r"takes no option \['tolerance'\]"),
     ("mala:stop=fides", r"takes no option \['stop'\]"),
+    ("lm:max_steps=-1", "method 'lm': option max_steps=-1: must be an integer >= 1"),
+    ("trf:stop=banana", "must be fides or scipy"),
+    ("adam:learning_rate=abc", "must be a number > 0"),
+    ("adam:max_steps=1.5", "must be an integer >= 1"),
+    ("nuts:warmup=-2", "must be an integer >= 0"),
 ])
 def test_bad_configurations_are_refused_by_name(config, message):
     with pytest.raises(ValueError, match=message):

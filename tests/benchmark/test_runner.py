@@ -156,3 +156,62 @@ def test_a_petab_collection_problem_runs_against_its_published_optimum(tmp_path,
     assert row["status"] in ("finished", "budget") and row["gradients"] <= 100 and row["n_residuals"] > 0
     assert 130 < row["reference_nll"] < 140  # the published optimum: -log-likelihood 138.22
     assert row["best_nll"] >= row["reference_nll"] - 1e-3  # no start beats the published optimum
+
+
+def test_a_ctrl_c_during_a_compiled_evaluation_stops_the_grid_and_stores_nothing_of_its_run(tmp_path, monkeypatch,
+                                                                                             user_methods):
+    from jcalib.benchmark.cost import CostCounter
+
+    record, calls = CostCounter._record, []
+
+    def interrupted_at_the_third(self, kind, value):
+        calls.append(kind)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        record(self, kind, value)
+
+    monkeypatch.setattr(CostCounter, "_record", interrupted_at_the_third)
+    with pytest.raises(KeyboardInterrupt):  # JAX wraps it in a runtime error; the runner raises it again
+        run_grid(["gaussian-2"], ["gauss-newton"], 2, store=tmp_path, progress=False)
+    assert not list(tmp_path.glob("*.parquet"))
+
+
+def test_runs_of_other_budgets_are_reported_apart_and_a_problem_without_reference_does_not_break_it(
+        tmp_path, monkeypatch, user_methods):
+    monkeypatch.setattr(problems_module, "_SUITES", {k: dict(v) for k, v in problems_module._SUITES.items()})
+    problems_module.register_problem(BenchmarkProblem("no-reference", get_problem("gaussian-2").build))
+    run_grid(["gaussian-2"], ["gauss-newton"], 1, {"gradients": 1}, store=tmp_path / "s", progress=False)
+    run_grid(["gaussian-2", "no-reference"], ["gauss-newton", "failing"], 1, store=tmp_path / "s", progress=False)
+    table = optimizer_table(Store(tmp_path / "s").frame()).set_index(["problem", "method"])
+    assert ("gaussian-2", 'gauss-newton {"gradients": 1.0}') in table.index and ("gaussian-2", "gauss-newton {}") \
+        in table.index
+    assert table.loc[("no-reference", "gauss-newton {}"), "within_0.05"] == 1.0  # best: its best run
+    path = report(tmp_path / "s", tmp_path / "report")
+    assert "no-reference" in path.read_text()
+
+
+def test_a_sampler_s_unusable_draws_are_an_error_run_and_the_grid_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(methods_module, "_METHODS", dict(methods_module._METHODS))
+    register_method("garbage", lambda key, problem: "garbage", kind="sampler")
+    register_method("stuck", lambda key, problem: np.zeros((2, 50, 2)), kind="sampler")
+    frame = run_grid(["gaussian-2"], ["garbage", "stuck"], 1, store=tmp_path, progress=False).set_index("method")
+    assert frame.loc["garbage", "status"] == "error" and "draws" in frame.loc["garbage", "message"]
+    assert frame.loc["stuck", "status"] == "finished" and frame.loc["stuck", "ess_min"] == 0.0
+    assert np.isnan(frame.loc["stuck", "ess_per_gradient"])  # it took no gradient
+
+
+def test_problems_are_built_per_definition_and_repetitions_are_checked(tmp_path):
+    from jcalib.benchmark import run_one
+
+    first = run_one(BenchmarkProblem("same-id", get_problem("banana-2").build), "gauss-newton", 0)
+    second = run_one(BenchmarkProblem("same-id", get_problem("rosenbrock-4").build), "gauss-newton", 0)
+    assert (first["n_free"], second["n_free"]) == (2, 4)
+    for repeats in (-1, 1.5, "1", [1.7], True, [0, -2]):
+        with pytest.raises(ValueError, match="repeat"):
+            run_grid(["gaussian-2"], ["lm"], repeats, store=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="repeat"):
+        run_one("gaussian-2", "lm", -1)
+    with pytest.raises(ValueError, match=r"a list of configurations; got the string 'lm'"):
+        run_grid(["gaussian-2"], "lm", 1, store=tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"a single problem is a list: \['gaussian-2'\]"):
+        run_grid("gaussian-2", ["lm"], 1, store=tmp_path, progress=False)

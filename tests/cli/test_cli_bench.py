@@ -31,6 +31,9 @@ def test_bench_runs_the_grid_writes_the_report_and_skips_stored_runs(tmp_path):
     (["--budget", "gradients=lots"], "is not a number"),
     (["--methods", "lm:foo=1"], r"method 'lm' takes no option \['foo'\]"),
     (["--repeats", "0"], "--repeats must be a positive integer"),
+    (["--budget", "gradients=5", "--budget", "gradients=6"], "give each unit once"),
+    (["--unit", "evals"], "--unit must be one of evaluations, gradients, seconds"),
+    (["--methods", "lm:max_steps=-1"], "method 'lm': option max_steps=-1: must be an integer >= 1"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, extra, message):
     result = runner.invoke(app, ["bench", "analytic", "--store", str(tmp_path / "store"), *extra])
