@@ -308,6 +308,14 @@ def _counted(method, kind: str, derivative: str, forward: bool):
 class CountedProblem(AbstractProblem):
     """``problem`` with every evaluation counted by the active `CostCounter` (module docstring).
 
+    Derivatives are counted in the problem's own mode: reverse mode (``jax.grad``, ``jax.vjp``,
+    ``jax.jacrev``) on the problem, forward mode (``jax.jvp``, ``jax.jacfwd``) on
+    ``problem.forward_mode()``, which a method differentiating in forward mode must call (as
+    jcalib's do; an ODE problem needs it anyway: forward mode on the problem itself is refused).
+    Not counted: reverse mode through ``forward_mode()`` (``jax.grad`` of its functions counts the
+    evaluation, not the derivative) and a Hessian's second derivative passes (``jax.hessian``
+    counts one gradient).
+
     Args:
         problem: any calibration problem.
         start: the run's start ``(n_free,)``, internal coordinates; `initial_internal` returns it
