@@ -280,7 +280,7 @@ def _register_ode() -> None:
 def register_petab_collection(root: str | os.PathLike, names: Sequence[str] | None = None, suite_name: str = "petab",
                               options: Mapping[str, Mapping[str, object]] | None = None) -> list[BenchmarkProblem]:
     """Register the problems of a Benchmark-Models-PEtab checkout (one folder per problem, its
-    YAML file named after the folder) as the suite ``suite_name``; each is imported by
+    YAML file named after the folder or the folder's only YAML file) as the suite ``suite_name``; each is imported by
     `jcalib.io.petab.load` when a run needs it, its reference the log-likelihood at the nominal
     values (the published optimum).
 
@@ -312,8 +312,12 @@ def register_petab_collection(root: str | os.PathLike, names: Sequence[str] | No
 
 
 def _petab_yaml(folder: pathlib.Path) -> pathlib.Path | None:
+    """The folder's problem file: ``<folder>.yaml``, else its one YAML file (None: none or several)."""
     yaml = folder / f"{folder.name}.yaml"
-    return yaml if yaml.is_file() else None
+    if yaml.is_file():
+        return yaml
+    candidates = sorted(folder.glob("*.yaml"))
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def _petab_problem(yaml: pathlib.Path, options: dict) -> AbstractProblem:

@@ -92,13 +92,18 @@ def test_a_petab_collection_registers_its_problems_without_importing_them(tmp_pa
     for name in ("Alpha_2020", "Beta_2021"):
         (tmp_path / name).mkdir()
         (tmp_path / name / f"{name}.yaml").write_text("format_version: 1\n")
-    (tmp_path / "README").mkdir()  # a folder without its YAML file is not a problem
+    (tmp_path / "Gamma_2022").mkdir()  # its only YAML file, named otherwise
+    (tmp_path / "Gamma_2022" / "problem.yaml").write_text("format_version: 1\n")
+    (tmp_path / "README").mkdir()  # a folder without a YAML file is not a problem, nor one with two
+    (tmp_path / "Delta").mkdir()
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / "Delta" / name).write_text("format_version: 1\n")
     try:
         entries = problems_module.register_petab_collection(tmp_path, suite_name="test-petab")
-        assert [e.id for e in entries] == ["Alpha_2020", "Beta_2021"]
+        assert [e.id for e in entries] == ["Alpha_2020", "Beta_2021", "Gamma_2022"]
         assert all(e.reference_at_nominal and e.reference_value is None for e in entries)
-        with pytest.raises(ValueError, match=r"no PEtab problem \['Gamma'\]"):
-            problems_module.register_petab_collection(tmp_path, ["Gamma"], suite_name="other")
+        with pytest.raises(ValueError, match=r"no PEtab problem \['Delta'\]"):
+            problems_module.register_petab_collection(tmp_path, ["Delta"], suite_name="other")
     finally:
         problems_module._SUITES.pop("test-petab", None)
     with pytest.raises(ValueError, match="is not a folder of PEtab problems"):
