@@ -74,9 +74,14 @@ def optimizer_table(frame: pd.DataFrame) -> pd.DataFrame:
                      **{f"within_{t:g}": f for t, f in within.items()},
                      "median_evaluations": runs["evaluations"].median(), "median_gradients": runs["gradients"].median(),
                      "median_run_s": runs["run_s"].median(),
-                     "converged_per_gradient": n_converged / max(runs["gradients"].sum(), 1e-300),
-                     "converged_per_second": n_converged / max(runs["run_s"].sum(), 1e-300)})
+                     "converged_per_gradient": _per(n_converged, runs["gradients"].sum()),
+                     "converged_per_second": _per(n_converged, runs["run_s"].sum())})
     return pd.DataFrame(rows)
+
+
+def _per(count: float, cost: float) -> float:
+    """``count / cost``; NaN where nothing was spent (a derivative-free method has no gradients)."""
+    return count / cost if cost > 0 else np.nan
 
 
 def sampler_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -197,6 +202,11 @@ def report(runs: Store | pd.DataFrame | str | os.PathLike, folder: str | os.Path
         labelled = _labelled(optimizers)
         best = _best(labelled)
         known = labelled[labelled["problem"].map(lambda p: np.isfinite(best[p]))]
+        spent = known.groupby("method")["run_s" if unit == "seconds" else unit].transform("sum")
+        if (spent <= 0).any():
+            lines += [f"Left out of the figures: {', '.join(sorted(known[spent <= 0]['method'].unique()))}, which "
+                      f"spent no {unit} (derivative-free in gradients: see the evaluations).", ""]
+            known = known[spent > 0]
         for name, fig in (_figures(known, best, unit) if len(known) else {}).items():
             save_figure(fig, folder / name)
             lines += [f"![{name}]({name})", ""]
