@@ -215,3 +215,23 @@ def test_problems_are_built_per_definition_and_repetitions_are_checked(tmp_path)
         run_grid(["gaussian-2"], "lm", 1, store=tmp_path, progress=False)
     with pytest.raises(ValueError, match=r"a single problem is a list: \['gaussian-2'\]"):
         run_grid("gaussian-2", ["lm"], 1, store=tmp_path, progress=False)
+
+
+def test_a_derivative_free_method_has_no_cost_per_gradient_and_is_left_out_of_the_gradient_figures(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(methods_module, "_METHODS", dict(methods_module._METHODS))
+
+    def random_search(key, problem, start, n=20):
+        import jax
+
+        for z in jax.random.uniform(key, (n, problem.n_free), minval=problem.space.lower_internal,
+                                    maxval=problem.space.upper_internal):
+            problem.log_likelihood(z)
+
+    register_method("random-search", random_search)
+    frame = run_grid(["gaussian-2"], ["random-search", "gauss-newton"], 1, store=tmp_path / "s", progress=False)
+    table = optimizer_table(frame).set_index("method")
+    assert np.isnan(table.loc["random-search", "converged_per_gradient"])
+    assert table.loc["random-search", "median_evaluations"] == 20
+    text = report(frame, tmp_path / "r").read_text()
+    assert "Left out of the figures: random-search, which spent no gradients" in text
