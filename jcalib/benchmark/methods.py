@@ -184,9 +184,9 @@ def _de(key, problem, start, max_steps=1000, population_size=None):
 
 @eqx.filter_jit
 def _first_order(optimizer: optax.GradientTransformationExtraArgs, problem: AbstractProblem,
-                 start: Float[Array, " n_free"], max_steps: int, gtol: float) -> Float[Array, " n_free"]:
+                 start: Float[Array, " n_free"], max_steps: int, xtol: float) -> Float[Array, " n_free"]:
     """``optimizer`` on the negative log-likelihood from ``start``, each iterate projected onto
-    the internal box, until ``max_steps`` or a step of at most ``gtol`` in every coordinate (the
+    the internal box, until ``max_steps`` or a step of at most ``xtol`` in every coordinate (the
     value and gradient its line search found are reused where it keeps them, as L-BFGS does)."""
     lower, upper = (jnp.asarray(b) for b in (problem.space.lower_internal, problem.space.upper_internal))
 
@@ -205,7 +205,7 @@ def _first_order(optimizer: optax.GradientTransformationExtraArgs, problem: Abst
         return z_new, state, jnp.max(jnp.abs(z_new - z)), step + 1
 
     def go_on(carry):
-        return (carry[3] < max_steps) & (carry[2] > gtol)
+        return (carry[3] < max_steps) & (carry[2] > xtol)
 
     z0 = jnp.asarray(start)
     carry = jax.lax.while_loop(go_on, body, (z0, optimizer.init(z0), jnp.inf, 0))
@@ -215,8 +215,8 @@ def _first_order(optimizer: optax.GradientTransformationExtraArgs, problem: Abst
 _LBFGS = optax.lbfgs()
 
 
-def _lbfgs(key, problem, start, max_steps=500, gtol=1e-10):
-    return _first_order(_LBFGS, problem, jnp.asarray(start), max_steps, gtol)
+def _lbfgs(key, problem, start, max_steps=500, xtol=1e-10):
+    return _first_order(_LBFGS, problem, jnp.asarray(start), max_steps, xtol)
 
 
 @functools.cache
@@ -224,8 +224,8 @@ def _adam_optimizer(learning_rate: float) -> optax.GradientTransformation:
     return optax.adam(learning_rate)
 
 
-def _adam(key, problem, start, max_steps=2000, learning_rate=0.05, gtol=1e-10):
-    return _first_order(_adam_optimizer(float(learning_rate)), problem, jnp.asarray(start), max_steps, gtol)
+def _adam(key, problem, start, max_steps=2000, learning_rate=0.05, xtol=1e-10):
+    return _first_order(_adam_optimizer(float(learning_rate)), problem, jnp.asarray(start), max_steps, xtol)
 
 
 # --- built-in samplers -------------------------------------------------------------------
@@ -239,7 +239,7 @@ def _sampler(module):
 
 def _register_built_ins() -> None:
     local = _checker(stop="stop", max_steps="count")
-    first_order = _checker(max_steps="count", gtol="nonnegative", learning_rate="positive")
+    first_order = _checker(max_steps="count", xtol="nonnegative", learning_rate="positive")
     for name, fn, text, check in (
         ("lm", _lm, "Levenberg-Marquardt (jcalib.estimation.levenberg_marquardt_batch)", local),
         ("trf", _local("trf"), "scipy's trust-region reflective with the autodiff Jacobian", local),

@@ -10,7 +10,7 @@ from jcalib.benchmark import methods as methods_module
 def test_configurations_parse_into_options_of_json_values_or_strings():
     method, options = method_config("trf:stop=fides,max_steps=50")
     assert (method.name, method.kind, options) == ("trf", "optimizer", {"stop": "fides", "max_steps": 50})
-    assert method_config("adam:learning_rate=1e-3,gtol=0")[1] == {"learning_rate": 1e-3, "gtol": 0}
+    assert method_config("adam:learning_rate=1e-3,xtol=0")[1] == {"learning_rate": 1e-3, "xtol": 0}
     assert method_config("nuts:n_steps=10,preconditioner=null")[1] == {"n_steps": 10, "preconditioner": None}
     assert method_config("lm")[1] == {}
 
