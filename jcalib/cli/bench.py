@@ -31,12 +31,14 @@ def bench(
         help="the report's folder (default: the store's folder/../report)")] = None,
     unit: Annotated[str, typer.Option(help="the report's cost unit: evaluations | gradients | seconds")] =
         "gradients",
+    petab_collection: Annotated[pathlib.Path | None, typer.Option(
+        help="a Benchmark-Models-PEtab folder: its problems become the suite 'petab'")] = None,
 ):
     """Run every (problem, method, repetition) not in the store yet, storing each as it finishes
     (a Ctrl-C loses only the runs in flight), then write the report of this grid's runs
     (report.md, tables, figures)."""
+    from jcalib.benchmark import register_petab_collection, run_grid
     from jcalib.benchmark import report as write_report
-    from jcalib.benchmark import run_grid
     from jcalib.benchmark import suite as suite_problems
     from jcalib.benchmark.reporting import UNITS
     from jcalib.benchmark.runner import ENGINES
@@ -52,6 +54,8 @@ def bench(
         raise ValueError(f"--budget: give each unit once; got {budget}")
     limits = {u: _number(text, f"--budget {u}") for u, text in _parse_assignments(budget, "--budget").items()}
     configs = [m for text in (methods or ["lm fides"]) for m in text.split()]
+    if petab_collection is not None:
+        register_petab_collection(petab_collection)
     entries = suite_problems(suite)
     if problems is not None:
         wanted = [p.strip() for p in problems.split(",") if p.strip()]

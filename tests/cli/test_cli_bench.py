@@ -40,3 +40,15 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, extra, message):
     assert result.exit_code == 2 and result.output.startswith("error: ")
     assert re.search(message, result.output)
     assert not list((tmp_path / "store").glob("*.parquet"))
+
+
+def test_a_petab_collection_becomes_the_petab_suite(tmp_path, monkeypatch):
+    from jcalib.benchmark import problems
+
+    monkeypatch.setattr(problems, "_SUITES", {k: dict(v) for k, v in problems._SUITES.items()})
+    (tmp_path / "Alpha_2020").mkdir()
+    (tmp_path / "Alpha_2020" / "Alpha_2020.yaml").write_text("format_version: 1\n")
+    result = runner.invoke(app, ["bench", "petab", "--petab-collection", str(tmp_path), "--problems", "Beta",
+                                 "--store", str(tmp_path / "store")])
+    assert result.exit_code == 2 and "--problems: ['Beta'] are not in suite 'petab'; its problems: ['Alpha_2020']" \
+        in result.output
