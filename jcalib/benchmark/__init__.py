@@ -8,6 +8,8 @@ from jcalib.benchmark.cost import BUDGET_UNITS, BudgetExhausted, CostCounter, Co
 from jcalib.benchmark.methods import BenchmarkMethod, method_config, method_names, register_method
 from jcalib.benchmark.metrics import (
     average_runtime,
+    c2st,
+    c2st_marginals,
     coco_targets,
     data_profile,
     fraction_within,
@@ -22,7 +24,7 @@ from jcalib.benchmark.runner import run_grid, run_one, start_point
 from jcalib.benchmark.store import RunId, Store, run_id
 
 __all__ = ["BUDGET_UNITS", "BenchmarkMethod", "BenchmarkProblem", "BudgetExhausted", "CostCounter", "CountedProblem",
-           "RunId", "Store", "average_runtime", "coco_targets", "data_profile", "fraction_within", "get_problem",
-           "method_config", "method_names", "optimizer_table", "performance_profile", "register_method",
-           "register_petab_collection", "register_problem", "report", "run_grid", "run_id", "run_one", "runtime_ecdf",
-           "runtimes_to_targets", "sampler_metrics", "sampler_table", "start_point", "suite"]
+           "RunId", "Store", "average_runtime", "c2st", "c2st_marginals", "coco_targets", "data_profile",
+           "fraction_within", "get_problem", "method_config", "method_names", "optimizer_table", "performance_profile",
+           "register_method", "register_petab_collection", "register_problem", "report", "run_grid", "run_id",
+           "run_one", "runtime_ecdf", "runtimes_to_targets", "sampler_metrics", "sampler_table", "start_point", "suite"]

@@ -2,7 +2,8 @@
 
 A `BenchmarkProblem` is an id, keywords, a function that builds the calibration problem (on
 demand: a PEtab import takes seconds), and its references: the best known
-log-likelihood and where it comes from, and reference posterior moments where they are known.
+log-likelihood and where it comes from, and reference posterior moments (and exact draws) where
+they are known.
 `register_problem` adds one (to a suite of the user's or a built-in one), `suite` lists a suite.
 
 Built in, the ``"analytic"`` suite: problems whose optimum and posterior are known in closed form,
@@ -70,6 +71,10 @@ class BenchmarkProblem:
             computed when a run first needs it.
         reference_mean, reference_sd: the posterior's means and standard deviations per free
             parameter (physical units), where known.
+        reference_draws: ``(rng, n) -> (n, n_free)`` independent draws of the reference
+            posterior (physical units, ``rng`` a `numpy.random.Generator`), where it can be
+            sampled exactly; a sampler's 2-D marginals are tested against them
+            (`jcalib.benchmark.metrics.c2st_marginals`).
     """
 
     id: str
@@ -80,6 +85,7 @@ class BenchmarkProblem:
     reference_mean: tuple[float, ...] | None = None
     reference_sd: tuple[float, ...] | None = None
     reference_at_nominal: bool = False
+    reference_draws: Callable[[np.random.Generator, int], np.ndarray] | None = None
 
 
 _SUITES: dict[str, dict[str, BenchmarkProblem]] = {}
@@ -118,6 +124,9 @@ def _check_references(problem: BenchmarkProblem) -> None:
                                                   or not all(sd > 0 for sd in problem.reference_sd))):
         raise ValueError(f"register_problem: {problem.id}: reference_mean and reference_sd go together, one "
                          "each per free parameter, the sds > 0")
+    if problem.reference_draws is not None and not callable(problem.reference_draws):
+        raise ValueError(f"register_problem: {problem.id}: reference_draws must be a function (rng, n) -> (n, n_free) "
+                         f"or None; got {type(problem.reference_draws).__name__}")
 
 
 def suite(name: str) -> list[BenchmarkProblem]:
@@ -169,13 +178,31 @@ _GAUSSIAN_DESIGN = np.array([[1.0, 0.5], [0.0, 1.0], [1.0, -1.0]])
 _GAUSSIAN_DATA, _GAUSSIAN_SIGMA = np.array([1.0, 2.0, -0.5]), np.array([0.5, 0.5, 1.0])
 
 
-def _linear_moments(design, data, sigma) -> tuple[np.ndarray, np.ndarray, float]:
-    """Posterior mean and sds of a linear model under a flat prior, and the maximal log-likelihood."""
+def _linear_posterior(design, data, sigma) -> tuple[np.ndarray, np.ndarray, float]:
+    """Posterior mean and covariance of a linear model under a flat prior, and the maximal log-likelihood."""
     a = design / sigma[:, None]
     cov = np.linalg.inv(a.T @ a)
     mean = cov @ a.T @ (data / sigma)
     r = (data - design @ mean) / sigma
-    return mean, np.sqrt(np.diag(cov)), _gaussian_constant(sigma) - 0.5 * float(r @ r)
+    return mean, cov, _gaussian_constant(sigma) - 0.5 * float(r @ r)
+
+
+def _linear_moments(design, data, sigma) -> tuple[np.ndarray, np.ndarray, float]:
+    """Posterior mean and sds of a linear model under a flat prior, and the maximal log-likelihood."""
+    mean, cov, best = _linear_posterior(design, data, sigma)
+    return mean, np.sqrt(np.diag(cov)), best
+
+
+def _linear_draws(design, data, sigma, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` exact draws ``(n, n_params)`` of a linear model's Gaussian posterior (flat prior)."""
+    mean, cov, _ = _linear_posterior(np.asarray(design), np.asarray(data), np.asarray(sigma))
+    return rng.multivariate_normal(mean, cov, size=n)
+
+
+def _banana_draws(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` exact draws of ``banana-2``'s posterior: ``x0 ~ N(0, 1)``, ``x1 = b x0^2 + N(0, 0.5^2)``."""
+    x0 = rng.normal(0.0, _BANANA_SIGMA[0], n)
+    return np.stack([x0, _BANANA_B * x0 ** 2 + rng.normal(0.0, _BANANA_SIGMA[1], n)], axis=1)
 
 
 def _gaussian() -> CalibrationProblem:
@@ -211,14 +238,17 @@ def _register_analytic() -> None:
     mean_8, sd_8, best_8 = _linear_moments(*_gaussian_8_setup())
     for problem in (
         BenchmarkProblem("gaussian-8", _gaussian_8, ("analytic", "posterior", "linear", "correlated"), best_8,
-                         "weighted linear least squares", tuple(mean_8), tuple(sd_8)),
+                         "weighted linear least squares", tuple(mean_8), tuple(sd_8),
+                         reference_draws=functools.partial(_linear_draws, *_gaussian_8_setup())),
         BenchmarkProblem("rosenbrock-4", _rosenbrock, ("analytic", "least-squares", "curved-valley"),
                          _gaussian_constant(np.ones(6)), "all residuals zero at x = 1"),
         BenchmarkProblem("gaussian-2", _gaussian, ("analytic", "posterior", "linear"), best,
-                         "weighted linear least squares", tuple(mean), tuple(sd)),
+                         "weighted linear least squares", tuple(mean), tuple(sd),
+                         reference_draws=functools.partial(_linear_draws, _GAUSSIAN_DESIGN, _GAUSSIAN_DATA,
+                                                           _GAUSSIAN_SIGMA)),
         BenchmarkProblem("banana-2", _banana, ("analytic", "posterior", "banana"), _gaussian_constant(_BANANA_SIGMA),
                          "both residuals zero at x = (0, 0)", (0.0, _BANANA_B),
-                         (1.0, math.sqrt(_BANANA_SIGMA[1] ** 2 + 2 * _BANANA_B ** 2))),
+                         (1.0, math.sqrt(_BANANA_SIGMA[1] ** 2 + 2 * _BANANA_B ** 2)), reference_draws=_banana_draws),
     ):
         register_problem(problem, "analytic")
 
@@ -270,7 +300,8 @@ def _register_ode() -> None:
     mean, sd, best = _linear_moments(design, data, np.full(data.size, _ODE_SIGMA))
     register_problem(BenchmarkProblem(
         "linear-gaussian-ode", _linear_gaussian_ode, ("ode", "posterior", "linear"), best,
-        "weighted linear least squares of x(t) = x0 + v0 t", tuple(mean), tuple(sd)), "ode")
+        "weighted linear least squares of x(t) = x0 + v0 t", tuple(mean), tuple(sd),
+        reference_draws=functools.partial(_linear_draws, design, data, np.full(data.size, _ODE_SIGMA))), "ode")
     register_problem(BenchmarkProblem(
         "four-substance-reactions", _four_substance_reactions, ("ode", "case-study", "log-scale"),
         reference_source="none known (synthetic data at the nominal rates, additive noise 0.05): the best run"), "ode")

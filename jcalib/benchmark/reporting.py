@@ -7,8 +7,9 @@ their costs, and the *converged* runs (within 0.05) per gradient and per second;
 runtime distributions to the targets ``best + 10^e``, ``e`` from 2 down to -3 (`TARGET_EXPONENTS`:
 below 1e-3 a log-likelihood difference is within the solver's tolerance), Dolan-Moré and Moré-Wild
 profiles of the average runtime to ``best + 0.05``, and waterfalls. For samplers: ESS per gradient
-and per second, R-hat and the errors against the reference posterior. A run that ended in an
-error counts as a run that reached nothing.
+and per second, R-hat, the errors against the reference posterior and the largest C2ST accuracy
+of its 2-D marginals against exact reference draws (0.5: indistinguishable). A run that ended in
+an error counts as a run that reached nothing.
 
 Example:
     >>> import tempfile
@@ -95,7 +96,7 @@ def sampler_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (problem, method) of the sampler runs: means over the finished runs of the
     sampler metrics (`jcalib.benchmark.metrics.sampler_metrics`)."""
     frame = _labelled(frame[(frame["kind"] == "sampler")])
-    columns = [c for c in ("ess_per_gradient", "ess_per_second", "rhat_max", "mean_error", "sd_error")
+    columns = [c for c in ("ess_per_gradient", "ess_per_second", "rhat_max", "mean_error", "sd_error", "c2st_max")
                if c in frame]
     finished = frame[frame["status"] == "finished"]
     finished = finished.assign(ess_per_second=finished["ess_per_second"].where(_seconds(finished).notna()))

@@ -12,7 +12,8 @@ A run is one problem, one method configuration, one repetition ``r`` and one bud
 
 Every evaluation goes through `jcalib.benchmark.cost.CountedProblem`, so the record holds the
 method's cost as counted (not as the method reports it), its trace of improvements and, for
-samplers, `jcalib.benchmark.metrics.sampler_metrics` against the problem's reference posterior.
+samplers, `jcalib.benchmark.metrics.sampler_metrics` against the problem's reference posterior
+(and `jcalib.benchmark.metrics.c2st_marginals` where the problem has exact reference draws).
 A run ends ``"finished"``, ``"budget"`` (its budget was spent) or ``"error"`` (the method raised;
 the message is kept, the numbers are not used as results).
 
@@ -46,7 +47,7 @@ from tqdm.auto import tqdm
 
 from jcalib.benchmark.cost import CostCounter, CountedProblem, check_budget
 from jcalib.benchmark.methods import BenchmarkMethod, method_config
-from jcalib.benchmark.metrics import sampler_metrics
+from jcalib.benchmark.metrics import c2st_marginals, sampler_metrics
 from jcalib.benchmark.problems import BenchmarkProblem, get_problem, suite
 from jcalib.benchmark.store import RunId, Store, run_id
 from jcalib.estimation.multistart import sample_starts
@@ -55,6 +56,8 @@ from jcalib.problems import AbstractProblem, residual_offset
 __all__ = ["ENGINES", "run_grid", "run_one", "start_point"]
 
 ENGINES = ("inline", "local")
+REFERENCE_DRAWS = 4000
+"""Draws of a problem's reference posterior a sampler's 2-D marginals are tested against (C2ST)."""
 _BUILT: dict[BenchmarkProblem, tuple] = {}  # problems built in this process (their compiled calls are kept)
 
 
@@ -174,8 +177,21 @@ def _sampler_record(entry: BenchmarkProblem, counter: CostCounter, draws) -> dic
     if cost["gradients"] == 0:
         metrics["ess_per_gradient"] = np.nan
     flat = draws.reshape(-1, draws.shape[-1])
+    if entry.reference_draws is not None:
+        metrics |= _c2st_record(entry, draws)
     return metrics | {"n_draws": int(flat.shape[0]), "mean": flat.mean(axis=0).tolist(),
                       "sd": flat.std(axis=0, ddof=1).tolist()}
+
+
+def _c2st_record(entry: BenchmarkProblem, draws: np.ndarray) -> dict:
+    """The largest and the mean C2ST accuracy of the 2-D marginals against ``REFERENCE_DRAWS``
+    of the problem's reference draws (seed 0)."""
+    reference = np.asarray(entry.reference_draws(np.random.default_rng(0), REFERENCE_DRAWS), dtype=np.float64)
+    if reference.shape != (REFERENCE_DRAWS, draws.shape[-1]):
+        raise ValueError(f"{entry.id}'s reference_draws returned shape {reference.shape}, not "
+                         f"({REFERENCE_DRAWS}, {draws.shape[-1]})")
+    accuracy = c2st_marginals(draws, reference)
+    return {"c2st_max": float(accuracy.max()), "c2st_mean": float(accuracy.mean())}
 
 
 def _environment() -> dict[str, object]:

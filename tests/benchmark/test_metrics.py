@@ -5,6 +5,8 @@ import pytest
 
 from jcalib.benchmark import (
     average_runtime,
+    c2st,
+    c2st_marginals,
     coco_targets,
     data_profile,
     fraction_within,
@@ -77,6 +79,35 @@ def test_sampler_metrics_against_hand_computed_moments():
     assert 0.99 < m["rhat_max"] < 1.02 and "mean_error" not in sampler_metrics(samples, 1, 1.0)
 
 
+@pytest.mark.parametrize("delta", [0.0, 1.0, 2.0, 3.0])
+def test_c2st_reaches_the_bayes_accuracy_of_two_gaussians(delta):
+    """Unit-variance Gaussians ``delta`` apart: no classifier beats ``Phi(delta / 2)``; k-NN on
+    1,000 draws each comes within 0.03 of it (the accuracy's sd is about 0.011)."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(int(delta))
+    accuracy = c2st(rng.normal(size=(1000, 2)) + [delta, 0.0], rng.normal(size=(1000, 2)))
+    assert accuracy == pytest.approx(norm.cdf(delta / 2), abs=0.03)
+
+
+def test_c2st_marginals_thin_autocorrelated_chains_before_testing():
+    """AR(1) chains (rho 0.99) whose stationary law is the reference's: all draws, the neighbours
+    in the chain give the classifier away; thinned to the effective size, it cannot tell."""
+    rng = np.random.default_rng(0)
+    rho, n = 0.99, 20000
+    noise = rng.normal(size=(4, n, 2)) * np.sqrt(1 - rho ** 2)
+    chains = np.empty((4, n, 2))
+    chains[:, 0] = rng.normal(size=(4, 2))
+    for i in range(1, n):
+        chains[:, i] = rho * chains[:, i - 1] + noise[:, i]
+    reference = rng.normal(size=(4000, 2))
+    assert c2st(chains[:, -500:].reshape(-1, 2), reference[:2000]) > 0.58  # not thinned: told apart
+    accuracy = c2st_marginals(chains, reference)
+    assert accuracy.shape == (1,) and abs(accuracy[0] - 0.5) < 0.05
+    three = c2st_marginals(rng.normal(size=(2, 500, 3)) + [0.0, 0.0, 3.0], rng.normal(size=(2000, 3)))
+    np.testing.assert_allclose(three, [0.5, 0.93, 0.93], atol=0.05)  # pairs (0, 1), (0, 2), (1, 2)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: performance_profile([1.0, 2.0], [1.0]), "2-D"),
     (lambda: performance_profile([[1.0, np.nan]], [1.0]), ">= 0 or inf"),
@@ -95,6 +126,10 @@ def test_sampler_metrics_against_hand_computed_moments():
     (lambda: sampler_metrics(np.zeros((2, 5)), 1, 1.0), "n_chains, n_draws, n_params"),
     (lambda: sampler_metrics(np.ones((1, 5, 1)), 0, 1.0), "costs positive"),
     (lambda: sampler_metrics(np.ones((1, 5, 1)), 1, 1.0, [0.0], [0.0]), "sd > 0"),
+    (lambda: c2st(np.zeros((20, 2)), np.zeros((20, 3))), "same d"),
+    (lambda: c2st(np.zeros((5, 1)), np.zeros((20, 1))), "at least 10"),
+    (lambda: c2st(np.full((20, 1), np.nan), np.zeros((20, 1))), "finite"),
+    (lambda: c2st_marginals(np.zeros((20, 2)), np.zeros((20, 2))), "n_chains, n_draws, n_params"),
 ])
 def test_bad_records_are_refused(call, match):
     with pytest.raises(ValueError, match=match):

@@ -3,12 +3,22 @@ stored; an interrupted grid loses only the run in flight; budgets, errors and ba
 
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
 
-from jcalib.benchmark import BenchmarkProblem, Store, get_problem, optimizer_table, register_method, report, run_grid
+from jcalib.benchmark import (
+    BenchmarkProblem,
+    Store,
+    get_problem,
+    optimizer_table,
+    register_method,
+    report,
+    run_grid,
+    sampler_table,
+)
 from jcalib.benchmark import methods as methods_module
 from jcalib.benchmark import problems as problems_module
 from jcalib.data import Measurements
@@ -198,6 +208,22 @@ def test_a_sampler_s_unusable_draws_are_an_error_run_and_the_grid_goes_on(tmp_pa
     assert frame.loc["garbage", "status"] == "error" and "draws" in frame.loc["garbage", "message"]
     assert frame.loc["stuck", "status"] == "finished" and frame.loc["stuck", "ess_min"] == 0.0
     assert np.isnan(frame.loc["stuck", "ess_per_gradient"])  # it took no gradient
+
+
+def test_a_sampler_s_marginals_are_tested_against_the_reference_draws(tmp_path, monkeypatch):
+    """Exact posterior draws pass the C2ST (about 0.5); draws shifted by one posterior sd do not."""
+    monkeypatch.setattr(methods_module, "_METHODS", dict(methods_module._METHODS))
+    spec = get_problem("gaussian-2")
+
+    def exact(key, problem, shift=0.0):
+        draws = spec.reference_draws(np.random.default_rng(int(jax.random.randint(key, (), 0, 2 ** 30))), 4000)
+        return (draws + [shift * spec.reference_sd[0], 0.0]).reshape(4, 1000, 2)
+
+    register_method("exact", exact, kind="sampler")
+    frame = run_grid(["gaussian-2"], ["exact", "exact:shift=1.0"], 1, store=tmp_path, progress=False)
+    accuracy = frame.set_index("method")["c2st_max"]
+    assert abs(accuracy["exact"] - 0.5) < 0.04 and accuracy["exact:shift=1.0"] > 0.62  # Phi(1/2) = 0.69
+    assert "c2st_max" in sampler_table(frame)
 
 
 def test_problems_are_built_per_definition_and_repetitions_are_checked(tmp_path):
