@@ -40,6 +40,7 @@ import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 
+import cloudpickle
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,7 +59,7 @@ __all__ = ["ENGINES", "run_grid", "run_one", "start_point"]
 ENGINES = ("inline", "local")
 REFERENCE_DRAWS = 4000
 """Draws of a problem's reference posterior a sampler's 2-D marginals are tested against (C2ST)."""
-_BUILT: dict[BenchmarkProblem, tuple] = {}  # problems built in this process (their compiled calls are kept)
+_BUILT: dict[bytes, tuple] = {}  # problems built in this process, by definition (their compiled calls are kept)
 
 
 def start_point(problem: AbstractProblem, repeat: int) -> np.ndarray:
@@ -73,7 +74,8 @@ def _built(entry: BenchmarkProblem) -> tuple[AbstractProblem, float | None]:
     Raises:
         ValueError: ``build`` failed or did not return a calibration problem (naming the problem).
     """
-    if entry not in _BUILT:
+    definition = cloudpickle.dumps(entry)  # equal for the copies of one definition a Dask worker unpickles
+    if definition not in _BUILT:
         try:
             problem = entry.build()
         except Exception as err:  # noqa: BLE001 - any failure of a user's builder, named
@@ -83,8 +85,8 @@ def _built(entry: BenchmarkProblem) -> tuple[AbstractProblem, float | None]:
                              "calibration problem (jcalib.problems.AbstractProblem)")
         reference = float(problem.log_likelihood(problem.initial_internal())) if entry.reference_at_nominal \
             else entry.reference_value
-        _BUILT[entry] = problem, reference
-    return _BUILT[entry]
+        _BUILT[definition] = problem, reference
+    return _BUILT[definition]
 
 
 def run_one(problem: BenchmarkProblem | str, method: str, repeat: int,

@@ -226,12 +226,29 @@ def test_a_sampler_s_marginals_are_tested_against_the_reference_draws(tmp_path, 
     assert "c2st_max" in sampler_table(frame)
 
 
+BUILDS: list[str] = []
+
+
+def _counted_build(problem_id: str):
+    BUILDS.append(problem_id)
+    return get_problem(problem_id).build()
+
+
 def test_problems_are_built_per_definition_and_repetitions_are_checked(tmp_path):
+    import functools
+
+    import cloudpickle
+
     from jcalib.benchmark import run_one
 
     first = run_one(BenchmarkProblem("same-id", get_problem("banana-2").build), "gauss-newton", 0)
     second = run_one(BenchmarkProblem("same-id", get_problem("rosenbrock-4").build), "gauss-newton", 0)
     assert (first["n_free"], second["n_free"]) == (2, 4)
+    # a copy of a definition, as each Dask task unpickles one, reuses the problem built (and compiled) before
+    entry = BenchmarkProblem("built-once", functools.partial(_counted_build, "gaussian-2"))
+    for copy in (entry, cloudpickle.loads(cloudpickle.dumps(entry))):
+        run_one(copy, "gauss-newton", 0)
+    assert BUILDS == ["gaussian-2"]
     for repeats in (-1, 1.5, "1", [1.7], True, [0, -2]):
         with pytest.raises(ValueError, match="repeat"):
             run_grid(["gaussian-2"], ["lm"], repeats, store=tmp_path, progress=False)
