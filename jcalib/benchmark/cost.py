@@ -10,10 +10,12 @@ through it, compiled or not, inside loops, vmapped lanes and derivatives, report
 - ``jvps`` and ``vjps``: forward-mode directions and reverse-mode passes of the residuals
   (``jax.jacfwd`` over ``n_free`` parameters: ``n_free`` JVPs);
 - ``jacobians``: ``problem.jacobian`` calls (each also counts ``n_free`` JVPs) and the number of
-  Jacobian entries computed (``jacobian_entries``).
+  Jacobian entries computed (``jacobian_entries``);
+- ``simulations``: simulations through a `CountedSimulator` (the training data of an amortized
+  method).
 
 Two cost units derive from them: ``evaluations`` (model simulations: objective, residual and
-Jacobian calls) and ``gradients`` in gradient equivalents (reverse passes plus forward directions
+Jacobian calls and simulations) and ``gradients`` in gradient equivalents (reverse passes plus forward directions
 divided by ``n_free``, so a full forward-mode Jacobian counts 1). Time is wall time and CPU time
 of the process, with the compile time (JAX tracing, lowering and compiling, from
 ``jax.monitoring``) kept apart, and so is the counting's own time: each callback costs a host
@@ -58,13 +60,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from jcalib._simulator import AbstractSimulator
 from jcalib.parameters import ParameterSpace
 from jcalib.problems.contract import AbstractProblem
 
-__all__ = ["BUDGET_UNITS", "BudgetExhausted", "CostCounter", "CountedProblem", "callback_dispatch_s", "check_budget"]
+__all__ = ["BUDGET_UNITS", "BudgetExhausted", "CostCounter", "CountedProblem", "CountedSimulator",
+           "callback_dispatch_s", "check_budget"]
 
 BUDGET_UNITS = ("evaluations", "gradients", "seconds")
-_COUNTS = ("objective", "residuals", "gradients", "jvps", "vjps", "jacobians", "jacobian_entries")
+_COUNTS = ("objective", "residuals", "gradients", "jvps", "vjps", "jacobians", "jacobian_entries", "simulations")
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 _active = types.SimpleNamespace(counter=None)  # process-wide: XLA runs host callbacks on its own threads
@@ -140,7 +144,7 @@ class CostCounter:
     def cost(self) -> dict[str, float]:
         """The cost so far in each unit of `BUDGET_UNITS`."""
         c = self.counts
-        return {"evaluations": float(c["objective"] + c["residuals"] + c["jacobians"]),
+        return {"evaluations": float(c["objective"] + c["residuals"] + c["jacobians"] + c["simulations"]),
                 "gradients": c["gradients"] + c["vjps"] + c["jvps"] / self.n_free,
                 "seconds": max(time.perf_counter() - self._wall0 - self.compile_s - self.callback_s, 0.0)}
 
@@ -381,3 +385,37 @@ class CountedProblem(AbstractProblem):
         jac = self.problem._jacobian_impl(z)
         _report("jacobians", jnp.asarray(jac.shape))
         return jac
+
+
+class CountedSimulator(AbstractSimulator):
+    """``simulator`` with every simulation (also each vmapped lane, the padding lanes of a chunked
+    batch included: they are computed) counted as ``simulations`` by the active `CostCounter`:
+    what an amortized method's training data cost.
+
+    Example:
+        >>> from jcalib.benchmark.problems import get_problem
+        >>> simulator = CountedSimulator(get_problem("gaussian-2").build().model)
+        >>> with CostCounter() as counter:
+        ...     _ = jax.vmap(simulator.simulate)(jnp.zeros((5, 2)))
+        >>> counter.counts["simulations"]
+        5
+    """
+
+    simulator: AbstractSimulator
+
+    @property
+    def parameters(self) -> ParameterSpace:
+        return self.simulator.parameters
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.simulator.output_names
+
+    @property
+    def ts(self) -> Float[Array, " n_times"]:
+        return self.simulator.ts
+
+    def simulate_with_status(self, theta):
+        out, status = self.simulator.simulate_with_status(theta)
+        _report("simulations", status)
+        return out, status

@@ -6,7 +6,7 @@ where they parse (``200``, ``1e-6``, ``true``, ``null``), else as strings. `regi
 adds a user's method in one call; `method_config` parses a configuration and checks its
 options against the method's signature.
 
-Two kinds:
+Three kinds:
 
 - ``"optimizer"``: ``fn(key, problem, start, **options)``, ``start`` the internal coordinates
   ``(n_free,)`` of the run's start (the same for every method in a repetition). What it
@@ -14,12 +14,19 @@ Two kinds:
   evaluation the method makes through ``problem``, and the best value it saw is the run's.
 - ``"sampler"``: ``fn(key, problem, **options) -> draws``, physical values
   ``(n_chains, n_draws, n_free)``.
+- ``"amortized"``: ``fn(key, simulator, noise, **options) -> posterior``: trains on simulations
+  of ``simulator`` (a `jcalib.benchmark.cost.CountedSimulator` of the problem's model, every
+  simulation counted) with additive Gaussian noise of standard deviation ``noise`` (one per
+  output), its parameters drawn from the problem's prior; ``posterior.sample(key, x, n)``
+  draws ``(n, n_params)`` physical values for one data set ``x`` ``(n_times, n_outputs)`` and
+  ``(n_obs, n, n_params)`` for a batch (as `jcalib.nn.bayesflow.AmortizedPosterior`).
 
 Built in: optimizers ``"lm"``, ``"trf"``, ``"fides"`` (`jcalib.estimation.multistart` from the
 one start), ``"gauss-newton"`` (essential directions), ``"lbfgs"`` and ``"adam"`` (optax, on
 the negative log-likelihood in internal coordinates, kept in the box by projection) and
 ``"de"`` (differential evolution, a global baseline that draws its own population); samplers
-``"mala"``, ``"hmc"``, ``"nuts"`` (`jcalib.bayes`, chains started at the nominal values).
+``"mala"``, ``"hmc"``, ``"nuts"`` (`jcalib.bayes`, chains started at the nominal values);
+amortized ``"bayesflow"`` (`jcalib.nn.bayesflow.AmortizedPosterior` trained online).
 
 Example:
     >>> method, options = method_config("trf:stop=fides,max_steps=50")
@@ -50,7 +57,7 @@ from jcalib.problems import AbstractProblem
 
 __all__ = ["KINDS", "BenchmarkMethod", "method_config", "method_names", "register_method"]
 
-KINDS = ("optimizer", "sampler")
+KINDS = ("optimizer", "sampler", "amortized")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +141,7 @@ def _keyword_options(method: BenchmarkMethod) -> set[str] | None:
     parameters = list(inspect.signature(method.fn).parameters.values())
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
-    fixed = 3 if method.kind == "optimizer" else 2
+    fixed = 2 if method.kind == "sampler" else 3
     return {p.name for p in parameters[fixed:]}
 
 
@@ -145,7 +152,9 @@ _RULES = {
                  "a number > 0"),
     "nonnegative": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf"),
                     "a number >= 0"),
+    "count2": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2, "an integer >= 2"),
     "stop": (lambda v: v in ("fides", "scipy"), "fides or scipy"),
+    "summary": (lambda v: v in ("lstm", "gru", "conv", "mlp"), "lstm, gru, conv or mlp"),
     "name": (lambda v: v is None or isinstance(v, str), "a name or null"),
 }
 
@@ -237,6 +246,22 @@ def _sampler(module):
     return fn
 
 
+# --- built-in amortized methods ----------------------------------------------------------
+def _bayesflow(key, simulator, noise, n_simulations=2000, epochs=50, n_val=500, summary="mlp", n_blocks=4,
+               hidden=64):
+    """An `AmortizedPosterior` trained online: ``epochs`` x ``n_simulations`` fresh simulations
+    (and ``n_val`` for validation), each drawn from the prior (uniform in internal coordinates)."""
+    from jcalib.nn.bayesflow import AmortizedPosterior, BayesFlowConfig
+    from jcalib.nn.training import TrainingConfig
+
+    config = BayesFlowConfig(summary=summary, summary_size=max(4, 2 * simulator.parameters.n_params),
+                             summary_hidden=hidden, n_blocks=n_blocks, coupling_hidden=(hidden, hidden),
+                             training=TrainingConfig(epochs=epochs, batch_size=64, learning_rate=1e-3,
+                                                     schedule="exponential", decay=0.97, progress=False))
+    return AmortizedPosterior(simulator, config).fit_online(key, n_per_epoch=n_simulations, n_val=n_val,
+                                                            noise=np.asarray(noise))
+
+
 def _register_built_ins() -> None:
     local = _checker(stop="stop", max_steps="count")
     first_order = _checker(max_steps="count", xtol="nonnegative", learning_rate="positive")
@@ -254,6 +279,9 @@ def _register_built_ins() -> None:
     check = _checker(n_steps="count", n_chains="count", warmup="count0", preconditioner="name")
     for module, text in ((mala, "prescaled MALA"), (hmc, "HMC"), (nuts, "NUTS")):
         register_method(module.__name__.rsplit(".", 1)[1], _sampler(module), "sampler", f"{text} (jcalib.bayes)", check)
+    register_method("bayesflow", _bayesflow, "amortized", "BayesFlow: summary network + coupling flow, trained online",
+                    _checker(n_simulations="count2", epochs="count", n_val="count0", summary="summary",
+                             n_blocks="count", hidden="count"))
 
 
 _register_built_ins()

@@ -93,11 +93,13 @@ def _per(count: float, cost: float) -> float:
 
 
 def sampler_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (problem, method) of the sampler runs: means over the finished runs of the
-    sampler metrics (`jcalib.benchmark.metrics.sampler_metrics`)."""
-    frame = _labelled(frame[(frame["kind"] == "sampler")])
-    columns = [c for c in ("ess_per_gradient", "ess_per_second", "rhat_max", "mean_error", "sd_error", "c2st_max")
-               if c in frame]
+    """One row per (problem, method) of the sampler and amortized runs: means over the finished
+    runs of the sampler metrics (`jcalib.benchmark.metrics.sampler_metrics`), the C2ST accuracy,
+    and for amortized methods their training simulations, the smallest SBC p-value and the
+    fraction of runs whose SBC rank ECDFs all stayed in their band."""
+    frame = _labelled(frame[frame["kind"].isin(["sampler", "amortized"])])
+    columns = [c for c in ("ess_per_gradient", "ess_per_second", "rhat_max", "mean_error", "sd_error", "c2st_max",
+                           "n_simulations", "sbc_min_p", "sbc_in_band") if c in frame]
     finished = frame[frame["status"] == "finished"]
     finished = finished.assign(ess_per_second=finished["ess_per_second"].where(_seconds(finished).notna()))
     table = finished.groupby(["problem", "method"])[columns].mean()
@@ -219,12 +221,12 @@ def report(runs: Store | pd.DataFrame | str | os.PathLike, folder: str | os.Path
         for name, fig in (_figures(known, best, unit) if len(known) else {}).items():
             save_figure(fig, folder / name)
             lines += [f"![{name}]({name})", ""]
-    samplers = frame[frame["kind"] == "sampler"]
+    samplers = frame[frame["kind"].isin(["sampler", "amortized"])]
     if len(samplers):
         table = sampler_table(frame)
         note = ["Seconds are left out (NaN) where the counting's own time was 90 % or more of a run's time "
                 "(problems that evaluate in microseconds).", ""] if table["ess_per_second"].isna().any() else []
         table.to_csv(folder / "samplers.csv", index=False)
-        lines += ["## Samplers", "", table.to_markdown(index=False, floatfmt=".4g"), "", *note]
+        lines += ["## Samplers and amortized posteriors", "", table.to_markdown(index=False, floatfmt=".4g"), "", *note]
     atomic_write_text(folder / "report.md", "\n".join(lines))
     return folder / "report.md"

@@ -8,7 +8,11 @@ A run is one problem, one method configuration, one repetition ``r`` and one bud
   the same starts) and gets the key ``fold_in(key(1), r)``; the problem it is handed has the
   start as its nominal values (`jcalib.benchmark.cost.CountedProblem`), so that what a method
   evaluates "at the nominal values" is not a PEtab problem's published optimum;
-- a sampler gets the key ``fold_in(key(1), r)``.
+- a sampler gets the key ``fold_in(key(1), r)``;
+- an amortized method gets the same key, the problem's model as a
+  `jcalib.benchmark.cost.CountedSimulator` and its noise levels; what it returns is then
+  assessed (at no cost to it) by its draws at the problem's data and by simulation-based
+  calibration (SBC) on fresh simulations from the prior.
 
 Every evaluation goes through `jcalib.benchmark.cost.CountedProblem`, so the record holds the
 method's cost as counted (not as the method reports it), its trace of improvements and, for
@@ -46,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from jcalib.benchmark.cost import CostCounter, CountedProblem, check_budget
+from jcalib.benchmark.cost import CostCounter, CountedProblem, CountedSimulator, check_budget
 from jcalib.benchmark.methods import BenchmarkMethod, method_config
 from jcalib.benchmark.metrics import c2st_marginals, sampler_metrics
 from jcalib.benchmark.problems import BenchmarkProblem, get_problem, suite
@@ -59,6 +63,9 @@ __all__ = ["ENGINES", "run_grid", "run_one", "start_point"]
 ENGINES = ("inline", "local")
 REFERENCE_DRAWS = 4000
 """Draws of a problem's reference posterior a sampler's 2-D marginals are tested against (C2ST)."""
+AMORTIZED_DRAWS, SBC_SIMULATIONS, SBC_DRAWS = 4000, 200, 99
+"""An amortized posterior's draws at the problem's data, and its SBC: simulations from the prior
+and posterior draws for each."""
 _BUILT: dict[bytes, tuple] = {}  # problems built in this process, by definition (their compiled calls are kept)
 
 
@@ -118,7 +125,7 @@ def _run(entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat
         with CostCounter(budget, offset, problem.n_free) as counter:
             status, message, _ = _call(lambda: method.fn(key, counted, start, **options), counter)
         extra = {"start": start.tolist()}
-    else:
+    elif method.kind == "sampler":
         counted = CountedProblem(problem)
         with CostCounter(budget, None, problem.n_free) as counter:
             status, message, draws = _call(lambda: method.fn(key, counted, **options), counter)
@@ -128,8 +135,53 @@ def _run(entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat
                 extra = _sampler_record(entry, counter, draws)
             except (ValueError, TypeError) as err:  # what the sampler returned cannot be assessed
                 status, message = "error", f"the sampler's draws: {type(err).__name__}: {str(err)[:500]}"
+    else:
+        status, message, extra, counter = _amortized_run(entry, problem, method, options, key, budget)
     return {"status": status, "message": message, "kind": method.kind, "options": json.dumps(options, sort_keys=True),
             **_cost_record(reference, problem, counter), **extra, **_environment()}
+
+
+def _amortized_run(entry: BenchmarkProblem, problem: AbstractProblem, method: BenchmarkMethod, options: dict, key,
+                   budget: dict) -> tuple[str, str, dict, CostCounter]:
+    """Train an amortized method on counted simulations of the problem's model, then assess it
+    (uncounted): `AMORTIZED_DRAWS` posterior draws at the problem's data against the reference
+    posterior (as a sampler's, `_sampler_record`) and SBC (`jcalib.bayes.sbc.run_sbc`) on
+    `SBC_SIMULATIONS` fresh simulations from the prior with `SBC_DRAWS` draws each."""
+    from jcalib.bayes.sbc import run_sbc
+    from jcalib.nn.data import simulate_training_set
+
+    model, data, noise = _amortized_setting(entry, problem)
+    with CostCounter(budget, None, problem.n_free) as counter:
+        status, message, posterior = _call(lambda: method.fn(key, CountedSimulator(model), noise, **options), counter)
+    if status != "finished":
+        return status, message, {}, counter
+    key_draws, key_sbc, key_ranks = jax.random.split(jax.random.fold_in(key, 1), 3)
+    try:
+        draws = np.asarray(posterior.sample(key_draws, data, AMORTIZED_DRAWS), dtype=np.float64)
+        extra = _sampler_record(entry, counter, draws[None])
+        truths = simulate_training_set(key_sbc, model, SBC_SIMULATIONS, noise=noise)
+        sbc = run_sbc(key_ranks, posterior, truths.thetas, truths.trajectories, n_draws=SBC_DRAWS)
+    except (ValueError, TypeError, AttributeError) as err:  # what the method returned cannot be assessed
+        return "error", f"the amortized posterior: {type(err).__name__}: {str(err)[:500]}", {}, counter
+    return status, message, extra | {"sbc_min_p": float(np.min(sbc.p_values)),
+                                     "sbc_in_band": float(np.all(sbc.in_band))}, counter
+
+
+def _amortized_setting(entry: BenchmarkProblem, problem: AbstractProblem):
+    """The model, the data ``(n_times, n_outputs)`` and the noise sds ``(n_outputs,)`` an
+    amortized method is trained and assessed on; a ValueError where the problem has none."""
+    model, measurements = getattr(problem, "model", None), getattr(problem, "measurements", None)
+    if model is None or measurements is None or tuple(problem.free_names) != tuple(model.parameters.names):
+        raise ValueError(f"benchmark: {entry.id} is not one model with every parameter free and one data set, which "
+                         "an amortized method needs (a CalibrationProblem without fixed parameters)")
+    sigma = None if measurements.sigma is None else np.asarray(measurements.sigma, dtype=np.float64)
+    values = np.asarray(measurements.values, dtype=np.float64)
+    if sigma is not None and sigma.ndim == 2:
+        sigma = sigma[0] if np.all(sigma == sigma[0]) else None
+    if sigma is None or not np.all(np.asarray(measurements.mask)) or values.shape != (len(model.ts), model.n_outputs):
+        raise ValueError(f"benchmark: {entry.id}'s data must measure every output at every time of its model, with "
+                         "one known noise level per output, for an amortized method")
+    return model, values, np.broadcast_to(sigma, (model.n_outputs,))
 
 
 def _call(fn, counter: CostCounter) -> tuple[str, str, object]:

@@ -36,9 +36,25 @@ def test_each_kind_of_call_is_counted_as_often_as_it_is_made():
         jax.vmap(lambda z: COUNTED.log_posterior(z))(jnp.stack([Z, Z, Z]))
         COUNTED.loss(Z)
     expected = {"objective": 18, "residuals": 2, "gradients": 3, "jvps": 2 * N_FREE, "vjps": 0, "jacobians": 1,
-                "jacobian_entries": N_OBSERVED * N_FREE}
+                "jacobian_entries": N_OBSERVED * N_FREE, "simulations": 0}
     assert counter.counts == expected
     assert counter.cost()["evaluations"] == 18 + 2 + 1 and counter.cost()["gradients"] == 3 + 2
+
+
+def test_simulations_are_counted_per_lane_and_stopped_by_an_evaluations_budget():
+    from jcalib.benchmark import CountedSimulator
+    from jcalib.nn.data import simulate_training_set
+
+    simulator = CountedSimulator(PROBLEM.model)
+    thetas = jnp.stack([jnp.full(N_FREE, 0.1 * i) for i in range(6)])
+    with CostCounter(n_free=N_FREE) as counter:
+        out = jax.jit(jax.vmap(simulator.simulate))(thetas)
+        simulate_training_set(jax.random.key(0), simulator, 9)
+    np.testing.assert_array_equal(out, jax.jit(jax.vmap(PROBLEM.model.simulate))(thetas))  # the simulator's own
+    assert counter.counts["simulations"] == 15 and counter.cost()["evaluations"] == 15
+    with CostCounter({"evaluations": 4}, n_free=N_FREE) as counter, pytest.raises(Exception, match="budget"):
+        jax.vmap(simulator.simulate)(thetas).block_until_ready()
+    assert counter.exhausted == "evaluations" and counter.counts["simulations"] == 4
 
 
 def test_the_counted_problem_gives_the_problem_s_own_numbers():

@@ -18,6 +18,7 @@ def test_configurations_parse_into_options_of_json_values_or_strings():
 def test_the_built_in_methods_are_registered_by_kind():
     assert method_names("optimizer") == ["adam", "de", "fides", "gauss-newton", "lbfgs", "lm", "trf"]
     assert method_names("sampler") == ["hmc", "mala", "nuts"]
+    assert method_names("amortized") == ["bayesflow"]
 
 
 @pytest.mark.parametrize("config, message", [
@@ -31,6 +32,8 @@ def test_the_built_in_methods_are_registered_by_kind():
     ("adam:learning_rate=abc", "must be a number > 0"),
     ("adam:max_steps=1.5", "must be an integer >= 1"),
     ("nuts:warmup=-2", "must be an integer >= 0"),
+    ("bayesflow:n_simulations=1", "must be an integer >= 2"),
+    ("bayesflow:summary=transformer", "must be lstm, gru, conv or mlp"),
 ])
 def test_bad_configurations_are_refused_by_name(config, message):
     with pytest.raises(ValueError, match=message):
@@ -50,8 +53,19 @@ def test_a_user_method_is_registered_in_one_call_and_its_options_checked(monkeyp
     for name, fn, kind, message in [("descent", descent, "optimizer", "registered already"),
                                     ("has space", descent, "optimizer", "letters, digits"),
                                     ("other", 3, "optimizer", "callable"),
-                                    ("other", descent, "amortized", "kind one of")]:
+                                    ("other", descent, "posterior", "kind one of")]:
         with pytest.raises(ValueError, match=message):
             register_method(name, fn, kind)
     register_method("anything", lambda key, problem, start, **options: None)
     assert method_config("anything:whatever=1")[1] == {"whatever": 1}  # **options: any option goes through
+
+
+@pytest.mark.slow  # trains a small BayesFlow network (compiling it takes most of half a minute)
+def test_bayesflow_trains_on_its_simulation_budget_and_is_assessed(tmp_path):
+    from jcalib.benchmark import run_grid
+
+    config = "bayesflow:n_simulations=200,epochs=3,n_val=50,hidden=16,n_blocks=2"
+    run = run_grid(["gaussian-2"], [config], 1, store=tmp_path, progress=False).iloc[0]
+    assert run["status"] == "finished" and run["kind"] == "amortized"
+    assert run["n_simulations"] == 3 * 200 + 50 == run["evaluations"]  # training and validation, nothing else
+    assert 0.5 <= run["c2st_max"] <= 1.0 and 0.0 <= run["sbc_min_p"] <= 1.0 and run["sbc_in_band"] in (0.0, 1.0)

@@ -226,6 +226,56 @@ def test_a_sampler_s_marginals_are_tested_against_the_reference_draws(tmp_path, 
     assert "c2st_max" in sampler_table(frame)
 
 
+class _GaussianPosterior:
+    """gaussian-2's exact posterior for any data (its Gaussian truncated to the box), its
+    covariance times ``scale ** 2`` (``scale < 1``: overconfident)."""
+
+    def __init__(self, problem, scale):
+        a = problems_module._GAUSSIAN_DESIGN / problems_module._GAUSSIAN_SIGMA[:, None]
+        self.cov = np.linalg.inv(a.T @ a)
+        self.gain = self.cov @ a.T / problems_module._GAUSSIAN_SIGMA
+        self.lower, self.upper, self.scale = np.asarray(problem.space.lower), np.asarray(problem.space.upper), scale
+
+    def sample(self, key, x, n):
+        rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2 ** 30)))
+        xs = np.asarray(x).reshape(-1, 3)
+        out = []
+        for data in xs:
+            inside = np.empty((0, 2))
+            while len(inside) < n:
+                draws = rng.multivariate_normal(self.gain @ data, self.cov * self.scale ** 2, size=4 * n)
+                inside = np.concatenate([inside, draws[np.all((draws > self.lower) & (draws < self.upper), axis=1)]])
+            out.append(inside[:n])
+        return np.stack(out) if np.ndim(x) == 3 else out[0]
+
+
+def test_an_amortized_method_is_charged_its_simulations_and_checked_by_sbc(tmp_path, monkeypatch):
+    """The exact posterior passes SBC and the C2ST; an overconfident one (sds halved) fails SBC.
+    The method pays for the simulations it makes, not for the assessment's."""
+    from jcalib.nn.data import simulate_training_set
+
+    monkeypatch.setattr(methods_module, "_METHODS", dict(methods_module._METHODS))
+    problem = get_problem("gaussian-2").build()
+
+    def exact(key, simulator, noise, scale=1.0):
+        np.testing.assert_array_equal(noise, problems_module._GAUSSIAN_SIGMA)
+        simulate_training_set(key, simulator, 10, noise=noise)
+        return _GaussianPosterior(problem, scale)
+
+    register_method("exact-amortized", exact, kind="amortized")
+    frame = run_grid(["gaussian-2"], ["exact-amortized", "exact-amortized:scale=0.5"], 1, store=tmp_path,
+                     progress=False).set_index("method")
+    good, bad = frame.loc["exact-amortized"], frame.loc["exact-amortized:scale=0.5"]
+    assert good["status"] == "finished" and good["n_simulations"] == 10 and good["evaluations"] == 10
+    assert good["sbc_in_band"] == 1.0 and good["sbc_min_p"] > 0.01 and good["c2st_max"] < 0.56
+    assert bad["sbc_in_band"] == 0.0 and bad["sbc_min_p"] < 1e-3 and bad["c2st_max"] > 0.6
+    assert set(sampler_table(frame.reset_index())["method"]) == {"exact-amortized", "exact-amortized:scale=0.5"}
+    unknown_noise = BenchmarkProblem("no-noise-level", lambda: CalibrationProblem(
+        problem.model, Measurements(np.asarray(problem.model.ts), np.ones((1, 3))), weighting="absolute"))
+    with pytest.raises(ValueError, match="one known noise level per output"):
+        run_grid([unknown_noise], ["exact-amortized"], 1, store=tmp_path, progress=False)
+
+
 BUILDS: list[str] = []
 
 
