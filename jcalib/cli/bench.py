@@ -49,21 +49,11 @@ def bench(
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if repeats < 1:
         raise ValueError(f"--repeats must be a positive integer; got {repeats}")
-    units = [item.partition("=")[0].strip() for item in budget or []]
-    if len(set(units)) < len(units):
-        raise ValueError(f"--budget: give each unit once; got {budget}")
-    limits = {u: _number(text, f"--budget {u}") for u, text in _parse_assignments(budget, "--budget").items()}
+    limits = _limits(budget)
     configs = [m for text in (methods or ["lm fides"]) for m in text.split()]
     if petab_collection is not None:
         register_petab_collection(petab_collection)
-    entries = suite_problems(suite)
-    if problems is not None:
-        wanted = [p.strip() for p in problems.split(",") if p.strip()]
-        unknown = sorted(set(wanted) - {e.id for e in entries})
-        if unknown:
-            raise ValueError(f"--problems: {unknown} are not in suite {suite!r}; its problems: "
-                             f"{[e.id for e in entries]}")
-        entries = [e for e in entries if e.id in wanted]
+    entries = _selected(suite_problems(suite), suite, problems)
     try:
         frame = run_grid(entries, configs, repeats, limits, store=store, engine=engine, n_workers=workers)
     except KeyboardInterrupt:
@@ -76,3 +66,22 @@ def bench(
         first = errors.iloc[0]
         typer.echo(f"note: {len(errors)} runs ended in an error (stored as such); the first, {first['problem']} x "
                    f"{first['method']} repeat {first['repeat']}: {first['message'][:300]}", err=True)
+
+
+def _limits(budget: list[str] | None) -> dict[str, float]:
+    """``--budget unit=amount ...`` as ``{unit: amount}``, each unit once."""
+    units = [item.partition("=")[0].strip() for item in budget or []]
+    if len(set(units)) < len(units):
+        raise ValueError(f"--budget: give each unit once; got {budget}")
+    return {u: _number(text, f"--budget {u}") for u, text in _parse_assignments(budget, "--budget").items()}
+
+
+def _selected(entries: list, suite: str, problems: str | None) -> list:
+    """The suite's problems named in ``--problems`` (all where None)."""
+    if problems is None:
+        return entries
+    wanted = [p.strip() for p in problems.split(",") if p.strip()]
+    unknown = sorted(set(wanted) - {e.id for e in entries})
+    if unknown:
+        raise ValueError(f"--problems: {unknown} are not in suite {suite!r}; its problems: {[e.id for e in entries]}")
+    return [e for e in entries if e.id in wanted]
