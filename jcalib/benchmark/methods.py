@@ -55,7 +55,7 @@ from jcalib.estimation.global_search import differential_evolution
 from jcalib.estimation.multistart import multistart
 from jcalib.problems import AbstractProblem
 
-__all__ = ["KINDS", "BenchmarkMethod", "method_config", "method_names", "register_method"]
+__all__ = ["KINDS", "BenchmarkMethod", "canonical_config", "method_config", "method_names", "register_method"]
 
 KINDS = ("optimizer", "sampler", "amortized")
 
@@ -127,6 +127,18 @@ def method_config(config: str) -> tuple[BenchmarkMethod, dict[str, object]]:
         except ValueError as err:
             raise ValueError(f"method {name!r}: {err}") from None
     return method, options
+
+
+def canonical_config(config: str) -> str:
+    """``config`` with its options sorted by name (``"trf:stop=fides,max_steps=50"`` ->
+    ``"trf:max_steps=50,stop=fides"``): one run id and one report row per configuration.
+
+    Raises:
+        ValueError: as `method_config`.
+    """
+    method, options = method_config(config)
+    text = ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(options.items()))
+    return f"{method.name}:{text}" if text else method.name
 
 
 def _value(text: str) -> object:

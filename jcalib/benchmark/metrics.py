@@ -48,6 +48,10 @@ __all__ = ["average_runtime", "c2st", "c2st_marginals", "coco_targets", "data_pr
            "performance_profile", "runtime_ecdf", "runtimes_to_targets", "sampler_metrics"]
 
 
+MIN_C2ST_DRAWS = 20
+"""The fewest (effectively) independent draws `c2st_marginals` tests."""
+
+
 def _costs(values, name: str, ndim: int) -> np.ndarray:
     """``values`` as a float array of ``ndim`` dimensions, costs ``>= 0`` or ``inf``; else a ValueError."""
     a = np.asarray(values, dtype=np.float64)
@@ -206,8 +210,8 @@ def sampler_metrics(samples: Float[ArrayLike, "n_chains n_draws n_params"], n_gr
     Returns:
         ``ess_min`` (bulk ESS of the worst parameter, `jcalib.bayes.diagnostics.ess`), ``ess_per_gradient``
         and ``ess_per_second`` (its ratio to ``n_gradients`` log-density gradients and ``seconds``),
-        ``rhat_max`` (a parameter whose draws are all equal, as in chains that never moved, has
-        ESS 0); with the reference, ``mean_error`` and ``sd_error``: the largest
+        ``rhat_max``; a parameter whose draws are all equal in some chain (a chain that never
+        moved) has ESS 0. With the reference, ``mean_error`` and ``sd_error``: the largest
         ``|mean - reference_mean| / reference_sd`` and ``|sd - reference_sd| / reference_sd`` over
         the parameters (the standardised errors of posteriordb and inference-gym), and ``bias2``,
         the mean over parameters of the squared first.
@@ -217,7 +221,7 @@ def sampler_metrics(samples: Float[ArrayLike, "n_chains n_draws n_params"], n_gr
     if draws.ndim != 3 or min(draws.shape) < 1 or not all(positive):
         raise ValueError(f"sampler_metrics: samples must be (n_chains, n_draws, n_params) and the costs positive; "
                          f"got shape {draws.shape}, {n_gradients} gradients, {seconds} s")
-    stuck = np.ptp(draws.reshape(-1, draws.shape[-1]), axis=0) == 0  # a parameter that never moved
+    stuck = np.any(np.ptp(draws, axis=1) == 0, axis=0)  # a parameter that never moved in some chain
     ess_min = 0.0 if stuck.any() else float(np.min(ess(draws)))
     out = {"ess_min": ess_min, "ess_per_gradient": ess_min / n_gradients, "ess_per_second": ess_min / seconds,
            "rhat_max": float(np.max(rhat(draws)))}
@@ -239,7 +243,7 @@ def c2st(sample: Float[ArrayLike, "n d"], reference: Float[ArrayLike, "m d"], *,
          neighbours: int | None = None, seed: int = 0) -> float:
     """The classifier two-sample test's accuracy: a k-nearest-neighbour classifier (majority of
     ``neighbours``, default the odd number nearest ``sqrt(n)``) tells ``sample`` from
-    ``reference`` under ``n_folds``-fold cross-validation, on equal numbers of each (the larger
+    ``reference`` under stratified ``n_folds``-fold cross-validation, on equal numbers of each (the larger
     is subsampled) standardised by the reference's means and sds (as sbibm does). 0.5: the
     classifier cannot tell them apart; 1: they do not overlap. For two Gaussians of unit variance
     whose means are ``delta`` apart the best possible accuracy is ``Phi(delta / 2)``.
@@ -253,6 +257,8 @@ def c2st(sample: Float[ArrayLike, "n d"], reference: Float[ArrayLike, "m d"], *,
         0.5
     """
     x, y = (np.asarray(a, dtype=np.float64) for a in (sample, reference))
+    if isinstance(n_folds, bool) or not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
+        raise ValueError(f"c2st: n_folds must be an integer >= 2; got {n_folds!r}")
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1] or min(len(x), len(y)) < 2 * n_folds:
         raise ValueError(f"c2st: two samples (n, d) of the same d, each of at least {2 * n_folds} draws; got shapes "
                          f"{x.shape} and {y.shape}")
@@ -264,8 +270,13 @@ def c2st(sample: Float[ArrayLike, "n d"], reference: Float[ArrayLike, "m d"], *,
     scale = np.where(y.std(axis=0) > 0, y.std(axis=0), 1.0)
     data = (np.concatenate([x, y]) - y.mean(axis=0)) / scale
     labels = np.repeat([1, 0], n)
-    k = neighbours or int(2 * (np.sqrt(n) // 2) + 1)
-    folds = np.array_split(rng.permutation(2 * n), n_folds)
+    k = int(2 * (np.sqrt(n) // 2) + 1) if neighbours is None else neighbours
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k % 2 == 0 or k > n:
+        raise ValueError(f"c2st: neighbours must be an odd integer between 1 and the draws per sample ({n}); got {k!r}")
+    # stratified folds: each holds as many draws of one sample as of the other, so that the training
+    # draws are balanced too (an unbalanced training set biases the vote away from the test draws' own)
+    folds = [np.concatenate(pair) for pair in zip(np.array_split(rng.permutation(n), n_folds),
+                                                  np.array_split(n + rng.permutation(n), n_folds))]
     correct = 0
     for test in folds:
         train = np.setdiff1d(np.arange(2 * n), test)
@@ -281,7 +292,10 @@ def c2st_marginals(samples: Float[ArrayLike, "n_chains n_draws n_params"], refer
     """`c2st` of every 2-D marginal (parameter pairs ``(i, j)``, ``i < j``, in that order; the
     1-D marginal for one parameter) of a sampler's chains against reference draws. The chains
     are thinned to about their effective sample size (the smallest bulk ESS over the parameters,
-    at most ``max_draws`` draws in all), so that autocorrelation is not mistaken for a difference.
+    at most ``max_draws`` draws in all), so that autocorrelation is not mistaken for a difference;
+    NaN where fewer than `MIN_C2ST_DRAWS` independent draws are left (too few to test). With few
+    draws the accuracy is noisy, and the largest over many pairs is biased upwards: compare
+    methods at similar effective sizes.
 
     Example:
         >>> rng = np.random.default_rng(1)
@@ -295,6 +309,8 @@ def c2st_marginals(samples: Float[ArrayLike, "n_chains n_draws n_params"], refer
                          f"shapes {draws.shape} and {reference.shape}")
     n_chains, n_draws, n_params = draws.shape
     ess_min = float(np.min(ess(draws))) if n_draws > 3 else float(n_draws * n_chains)
+    if ess_min < MIN_C2ST_DRAWS:
+        return np.full(max(1, n_params * (n_params - 1) // 2), np.nan)
     keep = int(np.clip(min(ess_min, max_draws), 2, n_chains * n_draws))
     step = max(1, int(np.ceil(n_chains * n_draws / keep)))
     thinned = draws[:, ::step].reshape(-1, n_params)

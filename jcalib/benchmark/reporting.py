@@ -31,13 +31,14 @@ import numpy as np
 import pandas as pd
 
 from jcalib.benchmark import metrics
+from jcalib.benchmark.cost import BUDGET_UNITS
 from jcalib.benchmark.store import Store
 from jcalib.fileio import atomic_write_text
 
 __all__ = ["TARGET_EXPONENTS", "UNITS", "optimizer_table", "report", "sampler_table"]
 
 TARGET_EXPONENTS = tuple(np.linspace(2, -3, 26))
-UNITS = ("evaluations", "gradients", "seconds")
+UNITS = BUDGET_UNITS
 _CONVERGED = 0.05
 
 
@@ -101,7 +102,8 @@ def sampler_table(frame: pd.DataFrame) -> pd.DataFrame:
     columns = [c for c in ("ess_per_gradient", "ess_per_second", "rhat_max", "mean_error", "sd_error", "c2st_max",
                            "n_simulations", "sbc_min_p", "sbc_in_band") if c in frame]
     finished = frame[frame["status"] == "finished"]
-    finished = finished.assign(ess_per_second=finished["ess_per_second"].where(_seconds(finished).notna()))
+    if "ess_per_second" in finished:
+        finished = finished.assign(ess_per_second=finished["ess_per_second"].where(_seconds(finished).notna()))
     table = finished.groupby(["problem", "method"])[columns].mean()
     counts = frame.groupby(["problem", "method"]).agg(runs=("status", "size"),
                                                       finished=("status", lambda s: int((s == "finished").sum())))
@@ -158,8 +160,10 @@ def _figures(frame: pd.DataFrame, best: pd.Series, unit: str) -> dict:
     from jcalib.plotting.benchmark import plot_profiles, plot_runtime_ecdf, plot_waterfalls
 
     figures, curves = {}, {}
-    top = max(float(np.nanmax(_spent(frame, unit))), 1.0)
-    budgets = np.geomspace(min(1.0, top), top, 200)
+    spent = _spent(frame, unit)
+    positive = spent[np.isfinite(spent) & (spent > 0)]
+    top = float(positive.max()) if positive.size else 1.0
+    budgets = np.geomspace(min(float(positive.min()) if positive.size else 1.0, top / 10), top, 200)
     for method, runs in frame.groupby("method", sort=True):
         runtimes = np.concatenate([_runtimes(r, metrics.coco_targets(best[p], TARGET_EXPONENTS), unit)
                                    for p, r in runs.groupby("problem")])
@@ -169,7 +173,9 @@ def _figures(frame: pd.DataFrame, best: pd.Series, unit: str) -> dict:
     finite = art[np.isfinite(art)]
     taus = np.geomspace(1.0, max(float(finite.max() / max(finite.min(), 1e-300)), 2.0) * 2 if finite.size else 10.0,
                         200)
-    alphas = np.geomspace(min(budgets[0], 1.0) / (n_free.max() + 1), top, 200)
+    # Moré and Wild's n + 1 turns evaluations into simplex gradients; gradients and seconds stay as they are
+    n_free = n_free if unit == "evaluations" else np.zeros_like(n_free)
+    alphas = np.geomspace(budgets[0] / (n_free.max() + 1), top, 200)
     performance, data = metrics.performance_profile(art, taus), metrics.data_profile(art, n_free, alphas)
     figures[f"profiles_{unit}.png"] = plot_profiles(taus, dict(zip(methods, performance.T)), alphas,
                                                     dict(zip(methods, data.T)), unit=unit)
@@ -224,8 +230,9 @@ def report(runs: Store | pd.DataFrame | str | os.PathLike, folder: str | os.Path
     samplers = frame[frame["kind"].isin(["sampler", "amortized"])]
     if len(samplers):
         table = sampler_table(frame)
+        left_out = "ess_per_second" in table and table["ess_per_second"].isna().any()
         note = ["Seconds are left out (NaN) where the counting's own time was 90 % or more of a run's time "
-                "(problems that evaluate in microseconds).", ""] if table["ess_per_second"].isna().any() else []
+                "(problems that evaluate in microseconds).", ""] if left_out else []
         table.to_csv(folder / "samplers.csv", index=False)
         lines += ["## Samplers and amortized posteriors", "", table.to_markdown(index=False, floatfmt=".4g"), "", *note]
     atomic_write_text(folder / "report.md", "\n".join(lines))

@@ -51,7 +51,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jcalib.benchmark.cost import CostCounter, CountedProblem, CountedSimulator, check_budget
-from jcalib.benchmark.methods import BenchmarkMethod, method_config
+from jcalib.benchmark.methods import BenchmarkMethod, canonical_config, method_config
 from jcalib.benchmark.metrics import c2st_marginals, sampler_metrics
 from jcalib.benchmark.problems import BenchmarkProblem, get_problem, suite
 from jcalib.benchmark.store import RunId, Store, run_id
@@ -193,14 +193,14 @@ def _call(fn, counter: CostCounter) -> tuple[str, str, object]:
         if counter.interrupted or "KeyboardInterrupt" in str(err):
             raise KeyboardInterrupt("a Ctrl-C during an evaluation") from None
         if counter.exhausted:
-            return "budget", _spent(counter), None
+            return "budget", _budget_message(counter), None
         return "error", f"{type(err).__name__}: {str(err)[:500]}", None
     if counter.interrupted:
         raise KeyboardInterrupt("a Ctrl-C during an evaluation (the method carried on)")
-    return ("budget", _spent(counter), out) if counter.exhausted else ("finished", "", out)
+    return ("budget", _budget_message(counter), out) if counter.exhausted else ("finished", "", out)
 
 
-def _spent(counter: CostCounter) -> str:
+def _budget_message(counter: CostCounter) -> str:
     return f"the budget of {counter.budget[counter.exhausted]:g} {counter.exhausted} was spent"
 
 
@@ -263,7 +263,8 @@ def run_grid(problems: str | Sequence[str | BenchmarkProblem], methods: Sequence
 
     Args:
         problems: a suite's name, or problem ids / `BenchmarkProblem` s.
-        methods: method configurations (`jcalib.benchmark.methods.method_config`).
+        methods: method configurations (`jcalib.benchmark.methods.method_config`; stored and
+            reported with their options sorted, `jcalib.benchmark.methods.canonical_config`).
         repeats: the number of repetitions (0, 1, ...) or the repetitions themselves.
         budget: ``{unit: amount}`` for every run (`jcalib.benchmark.cost.BUDGET_UNITS`).
         store: a `Store` or its folder.
@@ -283,7 +284,7 @@ def run_grid(problems: str | Sequence[str | BenchmarkProblem], methods: Sequence
     if isinstance(methods, str):
         raise ValueError(f"run_grid: methods is a list of configurations; got the string {methods!r} "
                          f"(write [{methods!r}])")
-    configs = {m: method_config(m) for m in methods}
+    configs = {canonical_config(m): method_config(m) for m in methods}  # reordered options: one configuration
     repeats = _repeats(repeats)
     budget = check_budget(budget)
     if not entries or not configs or not repeats:
@@ -349,6 +350,11 @@ def _execute(tasks: list[tuple], engine, n_workers: int | None):
                           dashboard_address=None) as cluster, Client(cluster) as client:
             yield from _on_dask(client, tasks, as_completed)
     elif isinstance(engine, Client):
+        threads = {w: n for w, n in engine.nthreads().items() if n != 1}
+        if threads:
+            raise ValueError(f"run_grid: the client's workers must run one thread each (a run's cost is counted "
+                             f"per process); these run more: {threads}. Start them with --nthreads 1 (dask-jobqueue: "
+                             "cores=processes)")
         yield from _on_dask(engine, tasks, as_completed)
     else:
         raise ValueError(f"run_grid: engine must be one of {ENGINES}, a distributed.Client or None; got {engine!r}")

@@ -3,8 +3,8 @@ refused by name, and a user's method is one call away."""
 
 import pytest
 
-from jcalib.benchmark import method_config, method_names, register_method
 from jcalib.benchmark import methods as methods_module
+from jcalib.benchmark.methods import canonical_config, method_config, method_names, register_method
 
 
 def test_configurations_parse_into_options_of_json_values_or_strings():
@@ -13,6 +13,9 @@ def test_configurations_parse_into_options_of_json_values_or_strings():
     assert method_config("adam:learning_rate=1e-3,xtol=0")[1] == {"learning_rate": 1e-3, "xtol": 0}
     assert method_config("nuts:n_steps=10,preconditioner=null")[1] == {"n_steps": 10, "preconditioner": None}
     assert method_config("lm")[1] == {}
+    assert canonical_config("trf:stop=fides,max_steps=50") == canonical_config("trf:max_steps=50, stop=fides") \
+        == "trf:max_steps=50,stop=fides"
+    assert canonical_config("lm") == "lm" and canonical_config("nuts:preconditioner=null") == "nuts:preconditioner=null"
 
 
 def test_the_built_in_methods_are_registered_by_kind():

@@ -77,6 +77,9 @@ def test_sampler_metrics_against_hand_computed_moments():
     assert m["sd_error"] == pytest.approx(max(abs(sd[0] - 1.0), abs(sd[1] - 4.0) / 4.0))
     assert m["sd_error"] == pytest.approx(abs(sd[1] - 4.0) / 4.0)  # the second parameter's sd is half the reference
     assert 0.99 < m["rhat_max"] < 1.02 and "mean_error" not in sampler_metrics(samples, 1, 1.0)
+    one_stuck = samples.copy()
+    one_stuck[1, :, 0] = 0.3  # one chain never moved in the first parameter
+    assert sampler_metrics(one_stuck, 1, 1.0)["ess_min"] == 0.0
 
 
 @pytest.mark.parametrize("delta", [0.0, 1.0, 2.0, 3.0])
@@ -104,7 +107,9 @@ def test_c2st_marginals_thin_autocorrelated_chains_before_testing():
     assert c2st(chains[:, -500:].reshape(-1, 2), reference[:2000]) > 0.58  # not thinned: told apart
     accuracy = c2st_marginals(chains, reference)
     assert accuracy.shape == (1,) and abs(accuracy[0] - 0.5) < 0.05
-    three = c2st_marginals(rng.normal(size=(2, 500, 3)) + [0.0, 0.0, 3.0], rng.normal(size=(2000, 3)))
+    walk = np.cumsum(rng.normal(size=(4, 1000, 2)), axis=1)  # a random walk: a handful of independent draws
+    assert np.isnan(c2st_marginals(walk, reference)).all()  # too few to test, not an error
+    three = c2st_marginals(rng.normal(size=(2, 2000, 3)) + [0.0, 0.0, 3.0], rng.normal(size=(2000, 3)))
     np.testing.assert_allclose(three, [0.5, 0.93, 0.93], atol=0.05)  # pairs (0, 1), (0, 2), (1, 2)
 
 
@@ -130,6 +135,9 @@ def test_c2st_marginals_thin_autocorrelated_chains_before_testing():
     (lambda: c2st(np.zeros((5, 1)), np.zeros((20, 1))), "at least 10"),
     (lambda: c2st(np.full((20, 1), np.nan), np.zeros((20, 1))), "finite"),
     (lambda: c2st_marginals(np.zeros((20, 2)), np.zeros((20, 2))), "n_chains, n_draws, n_params"),
+    (lambda: c2st(np.zeros((20, 1)), np.zeros((20, 1)), n_folds=1), "n_folds must be an integer >= 2"),
+    (lambda: c2st(np.zeros((20, 1)), np.zeros((20, 1)), neighbours=4), "neighbours must be an odd integer"),
+    (lambda: c2st(np.zeros((20, 1)), np.zeros((20, 1)), neighbours=0), "neighbours must be an odd integer"),
 ])
 def test_bad_records_are_refused(call, match):
     with pytest.raises(ValueError, match=match):

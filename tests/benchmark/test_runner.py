@@ -104,6 +104,27 @@ def test_budgets_and_failures_are_statuses_not_numbers(tmp_path, user_methods):
     assert table.set_index("method").loc["failing", "within_5"] == 0.0  # an error reaches nothing
 
 
+def test_one_configuration_is_one_run_and_samplers_that_never_finished_are_reported(tmp_path):
+    first = run_grid(["rosenbrock-4"], ["trf:stop=fides,max_steps=3"], 1, store=tmp_path, progress=False)
+    second = run_grid(["rosenbrock-4"], ["trf:max_steps=3,stop=fides"], 1, store=tmp_path, progress=False)
+    assert first["digest"].tolist() == second["digest"].tolist() and len(Store(tmp_path).frame()) == 1
+    assert first["method"].tolist() == ["trf:max_steps=3,stop=fides"]
+    stopped = run_grid(["gaussian-2"], ["mala:n_steps=50,warmup=10"], 1, {"gradients": 5}, store=tmp_path / "s",
+                       progress=False)
+    assert stopped["status"].tolist() == ["budget"]
+    assert sampler_table(stopped)["finished"].tolist() == [0]
+    assert "## Samplers" in report(stopped, tmp_path / "report").read_text()
+
+
+def test_a_client_with_several_threads_per_worker_is_refused(tmp_path):
+    from distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as client, \
+            pytest.raises(ValueError, match="one thread each"):
+        run_grid(["rosenbrock-4"], ["lm"], 1, store=tmp_path, engine=client, progress=False)
+    assert not list(tmp_path.glob("*.parquet"))
+
+
 def test_optimizer_table_counts_converged_runs_per_gradient_against_the_best(tmp_path):
     frame = run_grid(["rosenbrock-4"], ["gauss-newton"], 1, store=tmp_path, progress=False)
     row = frame.iloc[0]
