@@ -1,7 +1,8 @@
 """A benchmark's report: tables and figures from a store's records, written to a folder.
 
 For optimizers, per problem the *best* is the lower of the reference's negative log-likelihood and
-the best any stored run reached. Per (problem, method): the runs and how they ended, the fraction
+the best any stored run reached; a run's value is the best it evaluated (a line search's trial
+points included), as in COCO. Per (problem, method): the runs and how they ended, the fraction
 within 0.05, 2 and 5 of the best (`jcalib.benchmark.metrics.fraction_within`), the medians of
 their costs, and the *converged* runs (within 0.05) per gradient and per second; figures: COCO's
 runtime distributions to the targets ``best + 10^e``, ``e`` from 2 down to -3 (`TARGET_EXPONENTS`:
@@ -44,7 +45,7 @@ _CONVERGED = 0.05
 
 def _best(frame: pd.DataFrame) -> pd.Series:
     """Per problem: the lower of the reference and the best stored value (NaN: neither)."""
-    values = frame["best_nll"].where(frame["status"] != "error")
+    values = pd.Series(_final(frame), index=frame.index)
     return pd.concat([values, frame["reference_nll"]], axis=1).min(axis=1).groupby(frame["problem"]).min()
 
 
@@ -56,6 +57,7 @@ def _seconds(frame: pd.DataFrame) -> pd.Series:
 
 
 def _final(frame: pd.DataFrame) -> np.ndarray:
+    """Each run's best value, NaN for a run that ended in an error (its numbers are not results)."""
     return frame["best_nll"].where(frame["status"] != "error").to_numpy(dtype=np.float64)
 
 
