@@ -11,6 +11,7 @@ fields (swap with ``eqx.tree_at``).
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import enum
 import math
@@ -44,6 +45,7 @@ __all__ = [
     "preequilibrate",
     "simulate_batch",
     "simulate_setting",
+    "solver_steps_reported",
 ]
 
 
@@ -673,6 +675,23 @@ def start_state(model: AbstractModel, main: Setting, pre: Setting | Preequilibra
     return main.start(pre.state), pre.reached
 
 
+_STEP_REPORTERS: list[Callable[[Int[Array, ""]], None]] = []  # trace time: see `solver_steps_reported`
+
+
+@contextlib.contextmanager
+def solver_steps_reported(report: Callable[[Int[Array, ""]], None]):
+    """Within it, every `simulate_setting` *traced* hands the solver steps of its main solve (a
+    traced integer, from ``t0`` to ``t1``; not the pre-equilibration's or the steady state's) to
+    ``report``, e.g. a host callback that counts them (`jcalib.benchmark.cost.CountedProblem`).
+    It acts at trace time: a computation compiled outside it reports nothing, one compiled inside
+    it reports at every run."""
+    _STEP_REPORTERS.append(report)
+    try:
+        yield
+    finally:
+        _STEP_REPORTERS.pop()
+
+
 def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | Preequilibrated | None, t0: Float[Array, ""],
                      t1: Float[Array, ""], ts: Float[Array, " n_times"], *, steady: bool = False,
                      used: Bool[Array, "n_slots n_outputs"] | None = None,
@@ -691,6 +710,8 @@ def simulate_setting(model: AbstractModel, main: Setting, pre: Setting | Preequi
     y0, steady_ok = start_state(model, main, pre, t0)
     run = main.model(model)
     sol = run.integrate(y0, main.theta, t0, t1, ts)
+    for report in _STEP_REPORTERS if "num_steps" in sol.stats else ():
+        report(sol.stats["num_steps"])
     ys, times = sol.ys, ts
     if steady:
         y_inf, t_inf, reached = steady_state(run, y0, main.theta, t0)

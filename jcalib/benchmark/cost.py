@@ -12,7 +12,12 @@ through it, compiled or not, inside loops, vmapped lanes and derivatives, report
 - ``jacobians``: ``problem.jacobian`` calls (each also counts ``n_free`` JVPs) and the number of
   Jacobian entries computed (``jacobian_entries``);
 - ``simulations``: simulations through a `CountedSimulator` (the training data of an amortized
-  method).
+  method);
+- ``solver_steps``: the ODE solver's steps in the simulations of the problem's evaluations
+  (`jcalib.model.solver_steps_reported`: the main solve of each experiment, in the forward pass;
+  not the pre-equilibrations' or the steady states' solves). diffrax does not report its
+  right-hand-side evaluations; a step of Rodas5P (the SBML default) evaluates it a fixed number
+  of times plus one Jacobian.
 
 Two cost units derive from them: ``evaluations`` (model simulations: objective, residual and
 Jacobian calls and simulations) and ``gradients`` in gradient equivalents (reverse passes plus forward directions
@@ -22,8 +27,7 @@ of the process, with the compile time (JAX tracing, lowering and compiling, from
 round trip (about 0.1-0.2 ms on a CPU, measured once per process by `callback_dispatch_s`) plus
 the time spent in it. ``seconds`` is the wall time spent neither compiling nor counting (an
 estimate where the round trips dominate, e.g. on analytic problems that evaluate in
-microseconds; ``callback_s`` says how much was taken off). The solver's
-own steps and right-hand-side evaluations do not pass through the problem and are not counted.
+microseconds; ``callback_s`` says how much was taken off).
 
 A budget (``{"evaluations": 100, "gradients": 50, "seconds": 10.0}``) is enforced: the
 evaluation that would exceed it raises `BudgetExhausted` inside the callback, which aborts the
@@ -61,6 +65,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from jcalib._simulator import AbstractSimulator
+from jcalib.model import solver_steps_reported
 from jcalib.parameters import ParameterSpace
 from jcalib.problems.contract import AbstractProblem
 
@@ -68,7 +73,8 @@ __all__ = ["BUDGET_UNITS", "BudgetExhausted", "CostCounter", "CountedProblem", "
            "callback_dispatch_s", "check_budget"]
 
 BUDGET_UNITS = ("evaluations", "gradients", "seconds")
-_COUNTS = ("objective", "residuals", "gradients", "jvps", "vjps", "jacobians", "jacobian_entries", "simulations")
+_COUNTS = ("objective", "residuals", "gradients", "jvps", "vjps", "jacobians", "jacobian_entries", "simulations",
+           "solver_steps")
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 _active = types.SimpleNamespace(counter=None)  # process-wide: XLA runs host callbacks on its own threads
@@ -188,7 +194,7 @@ class CostCounter:
 
     def _record(self, kind: str, value: np.ndarray | None) -> None:
         counts = dict(self.counts)
-        counts[kind] += 1
+        counts[kind] += int(value) if kind == "solver_steps" else 1
         if kind == "jacobians":  # value: the Jacobian's shape
             counts["jvps"] += int(value[1])
             counts["jacobian_entries"] += int(value[0] * value[1])
@@ -270,13 +276,18 @@ def _report(kind: str, value) -> None:
     jax.debug.callback(functools.partial(_on_host, kind), value)
 
 
+def _report_steps(steps) -> None:
+    _report("solver_steps", steps)
+
+
 def _counted(method, kind: str, derivative: str, forward: bool):
     """``method(problem, z) -> array`` reporting each primal evaluation as ``kind`` and each
     derivative pass as ``derivative``: a custom JVP (one report per direction) where ``forward``,
     else a custom VJP (one report per cotangent), so the problem's own mode of differentiation is
     kept. (equinox's filtered versions take the problem's arrays as arguments, not closed over.)"""
     def primal(z, problem):
-        out = method(problem, z)
+        with solver_steps_reported(_report_steps):
+            out = method(problem, z)
         _report(kind, out)
         return out
 
@@ -289,7 +300,8 @@ def _counted(method, kind: str, derivative: str, forward: bool):
             if tangents[0] is None:
                 out = primal(z, problem)
                 return out, jnp.zeros_like(out)
-            out, tangent_out = jax.jvp(lambda z: method(problem, z), (z,), (tangents[0],))
+            with solver_steps_reported(_report_steps):
+                out, tangent_out = jax.jvp(lambda z: method(problem, z), (z,), (tangents[0],))
             _report(kind, out)
             _report("jvps", tangents[0])
             return out, tangent_out
@@ -299,7 +311,8 @@ def _counted(method, kind: str, derivative: str, forward: bool):
 
     @g.def_fwd
     def g_fwd(perturbed, z, problem):
-        out, pullback = jax.vjp(lambda z: method(problem, z), z)
+        with solver_steps_reported(_report_steps):
+            out, pullback = jax.vjp(lambda z: method(problem, z), z)
         _report(kind, out)
         return out, pullback
 
@@ -383,7 +396,8 @@ class CountedProblem(AbstractProblem):
         return _counted(terms, "objective", "gradients", self.forward)(z, self.problem)
 
     def _jacobian_impl(self, z: Float[Array, " n_free"]) -> Float[Array, "n_observed n_free"]:
-        jac = self.problem._jacobian_impl(z)
+        with solver_steps_reported(_report_steps):
+            jac = self.problem._jacobian_impl(z)
         shape = np.asarray(jac.shape)  # static; the reported entry is batched, so each vmapped lane counts
         jax.debug.callback(lambda _: _on_host("jacobians", shape), jnp.sum(jac[:1, :1]))
         return jac

@@ -3,14 +3,14 @@
 For optimizers, per problem the *best* is the lower of the reference's negative log-likelihood and
 the best any stored run reached; a run's value is the best it evaluated (a line search's trial
 points included), as in COCO. Per (problem, method): the runs and how they ended, the fraction
-within 0.05, 2 and 5 of the best (`jcalib.benchmark.metrics.fraction_within`), the medians of
-their costs, and the *converged* runs (within 0.05) per gradient and per second; figures: COCO's
-runtime distributions to the targets ``best + 10^e``, ``e`` from 2 down to -3 (`TARGET_EXPONENTS`:
-below 1e-3 a log-likelihood difference is within the solver's tolerance), Dolan-Moré and Moré-Wild
-profiles of the average runtime to ``best + 0.05``, and waterfalls. For samplers: ESS per gradient
-and per second, R-hat, the errors against the reference posterior and the largest C2ST accuracy
-of its 2-D marginals against exact reference draws (0.5: indistinguishable). A run that ended in
-an error counts as a run that reached nothing.
+within 0.05, 2 and 5 of the best (`jcalib.benchmark.metrics.fraction_within`), the medians of their
+costs (the ODE solver's steps among them), and the *converged* runs (within 0.05) per gradient and
+per second; figures: COCO's runtime distributions to the targets ``best + 10^e``, ``e`` from 2 down
+to -3 (`TARGET_EXPONENTS`: below 1e-3 a log-likelihood difference is within the solver's
+tolerance), Dolan-Moré and Moré-Wild profiles of the average runtime to ``best + 0.05``, and
+waterfalls. For samplers: ESS per gradient and per second, R-hat, the errors against the reference
+posterior and the largest C2ST accuracy of its 2-D marginals against exact reference draws (0.5:
+indistinguishable). A run that ended in an error counts as a run that reached nothing.
 
 Example:
     >>> import tempfile
@@ -84,6 +84,7 @@ def optimizer_table(frame: pd.DataFrame) -> pd.DataFrame:
                      "best": float(np.nanmin(_final(runs))) if np.isfinite(_final(runs)).any() else np.nan,
                      **{f"within_{t:g}": f for t, f in within.items()},
                      "median_evaluations": runs["evaluations"].median(), "median_gradients": runs["gradients"].median(),
+                     "median_solver_steps": runs["n_solver_steps"].median() if "n_solver_steps" in runs else np.nan,
                      "median_run_s": _seconds(runs).median(skipna=False),
                      "converged_per_gradient": _per(n_converged, runs["gradients"].sum()),
                      "converged_per_second": _per(n_converged, _seconds(runs).sum(skipna=False))})

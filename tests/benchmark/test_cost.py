@@ -37,7 +37,7 @@ def test_each_kind_of_call_is_counted_as_often_as_it_is_made():
         COUNTED.loss(Z)
         jax.vmap(COUNTED.jacobian)(jnp.stack([Z, Z]))  # each lane's Jacobian
     expected = {"objective": 18, "residuals": 2, "gradients": 3, "jvps": 4 * N_FREE, "vjps": 0, "jacobians": 3,
-                "jacobian_entries": 3 * N_OBSERVED * N_FREE, "simulations": 0}
+                "jacobian_entries": 3 * N_OBSERVED * N_FREE, "simulations": 0, "solver_steps": 0}
     assert counter.counts == expected
     assert counter.cost()["evaluations"] == 18 + 2 + 3 and counter.cost()["gradients"] == 3 + 4
 
@@ -135,6 +135,21 @@ def test_a_ctrl_c_in_a_callback_is_remembered_as_one():
             _loop(3)(Z).block_until_ready()
         counter._record = original
     assert counter.interrupted
+
+
+def test_solver_steps_are_the_solver_s_own_count():
+    """Each evaluation of an ODE problem counts its solve's steps, as diffrax reports them; the
+    same problem evaluated outside a counted one reports nothing."""
+    problem = get_problem("linear-gaussian-ode").build()
+    z = problem.initial_internal()
+    steps = int(problem.model.solve(problem.to_physical(z)).stats["num_steps"])
+    assert steps >= 1
+    with CostCounter(n_free=problem.n_free) as counter:
+        problem.log_likelihood(z)  # not counted
+        CountedProblem(problem).log_likelihood(z)
+        jax.grad(CountedProblem(problem).log_likelihood)(z)
+        CountedProblem(problem).jacobian(z)
+    assert counter.counts["solver_steps"] == 3 * steps and counter.counts["objective"] == 2
 
 
 def test_the_trace_s_seconds_never_go_back():
