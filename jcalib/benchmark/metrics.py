@@ -39,8 +39,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import numpy as np
-from jaxtyping import ArrayLike, Float
+from jaxtyping import ArrayLike, Float, PRNGKeyArray
 
 from jcalib.bayes.diagnostics import ess, rhat
 
@@ -239,21 +240,22 @@ def sampler_metrics(samples: Float[ArrayLike, "n_chains n_draws n_params"], n_gr
                   "sd_error": float(np.max(np.abs(flat.std(axis=0, ddof=1) - ref_sd) / ref_sd))}
 
 
-def c2st(sample: Float[ArrayLike, "n d"], reference: Float[ArrayLike, "m d"], *, n_folds: int = 5,
-         neighbours: int | None = None, seed: int = 0) -> float:
+def c2st(key: PRNGKeyArray | None, sample: Float[ArrayLike, "n d"], reference: Float[ArrayLike, "m d"], *,
+         n_folds: int = 5, neighbours: int | None = None) -> float:
     """The classifier two-sample test's accuracy: a k-nearest-neighbour classifier (majority of
     ``neighbours``, default the odd number nearest ``sqrt(n)``) tells ``sample`` from
-    ``reference`` under stratified ``n_folds``-fold cross-validation, on equal numbers of each (the larger
-    is subsampled) standardised by the reference's means and sds (as sbibm does). 0.5: the
-    classifier cannot tell them apart; 1: they do not overlap. For two Gaussians of unit variance
-    whose means are ``delta`` apart the best possible accuracy is ``Phi(delta / 2)``.
+    ``reference`` under stratified ``n_folds``-fold cross-validation, on equal numbers of each
+    (the larger is subsampled; ``key``, None for ``jax.random.key(0)``, draws the subsample and
+    the folds) standardised by the reference's means and sds (as sbibm does). 0.5: the
+    classifier cannot tell them apart; 1: they do not overlap. For two Gaussians of unit
+    variance whose means are ``delta`` apart the best possible accuracy is ``Phi(delta / 2)``.
 
     The draws should be independent: a test draw whose chain neighbour is in the training folds
     is recognised by that neighbour (`c2st_marginals` thins chains to their effective size).
 
     Example:
         >>> rng = np.random.default_rng(0)
-        >>> round(c2st(rng.normal(size=(1000, 2)), rng.normal(size=(1000, 2))), 1)
+        >>> round(c2st(None, rng.normal(size=(1000, 2)), rng.normal(size=(1000, 2))), 1)
         0.5
     """
     x, y = (np.asarray(a, dtype=np.float64) for a in (sample, reference))
@@ -264,7 +266,7 @@ def c2st(sample: Float[ArrayLike, "n d"], reference: Float[ArrayLike, "m d"], *,
                          f"{x.shape} and {y.shape}")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise ValueError("c2st: the draws must be finite")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(jax.random.key(0) if key is None else key)).ravel())
     n = min(len(x), len(y))
     x, y = x[rng.permutation(len(x))[:n]], y[rng.permutation(len(y))[:n]]
     scale = np.where(y.std(axis=0) > 0, y.std(axis=0), 1.0)
@@ -287,8 +289,9 @@ def c2st(sample: Float[ArrayLike, "n d"], reference: Float[ArrayLike, "m d"], *,
     return correct / (2 * n)
 
 
-def c2st_marginals(samples: Float[ArrayLike, "n_chains n_draws n_params"], reference: Float[ArrayLike, "m n_params"],
-                   *, max_draws: int = 1000, seed: int = 0) -> Float[np.ndarray, " n_pairs"]:
+def c2st_marginals(key: PRNGKeyArray | None, samples: Float[ArrayLike, "n_chains n_draws n_params"],
+                   reference: Float[ArrayLike, "m n_params"], *,
+                   max_draws: int = 1000) -> Float[np.ndarray, " n_pairs"]:
     """`c2st` of every 2-D marginal (parameter pairs ``(i, j)``, ``i < j``, in that order; the
     1-D marginal for one parameter) of a sampler's chains against reference draws. The chains
     are thinned to about their effective sample size (the smallest bulk ESS over the parameters,
@@ -299,7 +302,7 @@ def c2st_marginals(samples: Float[ArrayLike, "n_chains n_draws n_params"], refer
 
     Example:
         >>> rng = np.random.default_rng(1)
-        >>> c2st_marginals(rng.normal(size=(2, 500, 3)), rng.normal(size=(2000, 3))).shape
+        >>> c2st_marginals(None, rng.normal(size=(2, 500, 3)), rng.normal(size=(2000, 3))).shape
         (3,)
     """
     draws = np.asarray(samples, dtype=np.float64)
@@ -315,4 +318,4 @@ def c2st_marginals(samples: Float[ArrayLike, "n_chains n_draws n_params"], refer
     step = max(1, int(np.ceil(n_chains * n_draws / keep)))
     thinned = draws[:, ::step].reshape(-1, n_params)
     pairs = [(i, j) for i in range(n_params) for j in range(i + 1, n_params)] or [(0,)]
-    return np.array([c2st(thinned[:, list(p)], reference[:, list(p)], seed=seed) for p in pairs])
+    return np.array([c2st(key, thinned[:, list(p)], reference[:, list(p)]) for p in pairs])

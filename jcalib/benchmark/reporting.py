@@ -84,7 +84,8 @@ def optimizer_table(frame: pd.DataFrame) -> pd.DataFrame:
                      "best": float(np.nanmin(_final(runs))) if np.isfinite(_final(runs)).any() else np.nan,
                      **{f"within_{t:g}": f for t, f in within.items()},
                      "median_evaluations": runs["evaluations"].median(), "median_gradients": runs["gradients"].median(),
-                     "median_solver_steps": runs["n_solver_steps"].median() if "n_solver_steps" in runs else np.nan,
+                     **({"median_solver_steps": runs["n_solver_steps"].median()} if "n_solver_steps" in runs
+                        else {}),  # records made before the steps were counted have none
                      "median_run_s": _seconds(runs).median(skipna=False),
                      "converged_per_gradient": _per(n_converged, runs["gradients"].sum()),
                      "converged_per_second": _per(n_converged, _seconds(runs).sum(skipna=False))})

@@ -244,7 +244,7 @@ def _c2st_record(entry: BenchmarkProblem, draws: np.ndarray) -> dict:
     if reference.shape != (REFERENCE_DRAWS, draws.shape[-1]):
         raise ValueError(f"{entry.id}'s reference_draws returned shape {reference.shape}, not "
                          f"({REFERENCE_DRAWS}, {draws.shape[-1]})")
-    accuracy = c2st_marginals(draws, reference)
+    accuracy = c2st_marginals(None, draws, reference)
     return {"c2st_max": float(accuracy.max()), "c2st_mean": float(accuracy.mean())}
 
 

@@ -89,7 +89,7 @@ def test_c2st_reaches_the_bayes_accuracy_of_two_gaussians(delta):
     from scipy.stats import norm
 
     rng = np.random.default_rng(int(delta))
-    accuracy = c2st(rng.normal(size=(1000, 2)) + [delta, 0.0], rng.normal(size=(1000, 2)))
+    accuracy = c2st(None, rng.normal(size=(1000, 2)) + [delta, 0.0], rng.normal(size=(1000, 2)))
     assert accuracy == pytest.approx(norm.cdf(delta / 2), abs=0.03)
 
 
@@ -104,12 +104,12 @@ def test_c2st_marginals_thin_autocorrelated_chains_before_testing():
     for i in range(1, n):
         chains[:, i] = rho * chains[:, i - 1] + noise[:, i]
     reference = rng.normal(size=(4000, 2))
-    assert c2st(chains[:, -500:].reshape(-1, 2), reference[:2000]) > 0.58  # not thinned: told apart
-    accuracy = c2st_marginals(chains, reference)
+    assert c2st(None, chains[:, -500:].reshape(-1, 2), reference[:2000]) > 0.58  # not thinned: told apart
+    accuracy = c2st_marginals(None, chains, reference)
     assert accuracy.shape == (1,) and abs(accuracy[0] - 0.5) < 0.05
     walk = np.cumsum(rng.normal(size=(4, 1000, 2)), axis=1)  # a random walk: a handful of independent draws
-    assert np.isnan(c2st_marginals(walk, reference)).all()  # too few to test, not an error
-    three = c2st_marginals(rng.normal(size=(2, 2000, 3)) + [0.0, 0.0, 3.0], rng.normal(size=(2000, 3)))
+    assert np.isnan(c2st_marginals(None, walk, reference)).all()  # too few to test, not an error
+    three = c2st_marginals(None, rng.normal(size=(2, 2000, 3)) + [0.0, 0.0, 3.0], rng.normal(size=(2000, 3)))
     np.testing.assert_allclose(three, [0.5, 0.93, 0.93], atol=0.05)  # pairs (0, 1), (0, 2), (1, 2)
 
 
@@ -131,13 +131,13 @@ def test_c2st_marginals_thin_autocorrelated_chains_before_testing():
     (lambda: sampler_metrics(np.zeros((2, 5)), 1, 1.0), "n_chains, n_draws, n_params"),
     (lambda: sampler_metrics(np.ones((1, 5, 1)), 0, 1.0), "costs positive"),
     (lambda: sampler_metrics(np.ones((1, 5, 1)), 1, 1.0, [0.0], [0.0]), "sd > 0"),
-    (lambda: c2st(np.zeros((20, 2)), np.zeros((20, 3))), "same d"),
-    (lambda: c2st(np.zeros((5, 1)), np.zeros((20, 1))), "at least 10"),
-    (lambda: c2st(np.full((20, 1), np.nan), np.zeros((20, 1))), "finite"),
-    (lambda: c2st_marginals(np.zeros((20, 2)), np.zeros((20, 2))), "n_chains, n_draws, n_params"),
-    (lambda: c2st(np.zeros((20, 1)), np.zeros((20, 1)), n_folds=1), "n_folds must be an integer >= 2"),
-    (lambda: c2st(np.zeros((20, 1)), np.zeros((20, 1)), neighbours=4), "neighbours must be an odd integer"),
-    (lambda: c2st(np.zeros((20, 1)), np.zeros((20, 1)), neighbours=0), "neighbours must be an odd integer"),
+    (lambda: c2st(None, np.zeros((20, 2)), np.zeros((20, 3))), "same d"),
+    (lambda: c2st(None, np.zeros((5, 1)), np.zeros((20, 1))), "at least 10"),
+    (lambda: c2st(None, np.full((20, 1), np.nan), np.zeros((20, 1))), "finite"),
+    (lambda: c2st_marginals(None, np.zeros((20, 2)), np.zeros((20, 2))), "n_chains, n_draws, n_params"),
+    (lambda: c2st(None, np.zeros((20, 1)), np.zeros((20, 1)), n_folds=1), "n_folds must be an integer >= 2"),
+    (lambda: c2st(None, np.zeros((20, 1)), np.zeros((20, 1)), neighbours=4), "neighbours must be an odd integer"),
+    (lambda: c2st(None, np.zeros((20, 1)), np.zeros((20, 1)), neighbours=0), "neighbours must be an odd integer"),
 ])
 def test_bad_records_are_refused(call, match):
     with pytest.raises(ValueError, match=match):
