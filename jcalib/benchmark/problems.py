@@ -311,9 +311,11 @@ def _register_ode() -> None:
 def register_petab_collection(root: str | os.PathLike, names: Sequence[str] | None = None, suite_name: str = "petab",
                               options: Mapping[str, Mapping[str, object]] | None = None) -> list[BenchmarkProblem]:
     """Register the problems of a Benchmark-Models-PEtab checkout (one folder per problem, its
-    YAML file named after the folder or the folder's only YAML file) as the suite ``suite_name``; each is imported by
-    `jcalib.io.petab.load` when a run needs it, its reference the log-likelihood at the nominal
-    values (the published optimum).
+    YAML file named after the folder or the folder's only YAML file) as the suite
+    ``suite_name``; each is imported by `jcalib.io.petab.load` when a run needs it, its reference
+    the log-likelihood at the nominal values (the published optimum; not every problem's is one:
+    Giordano_Nature2020's noise levels are placeholders, 1 for data of order 1e-4, and runs go far
+    beyond it, so a report's best there is the best run's).
 
     Args:
         root: the collection's folder (e.g. ``benchmark_models``).
