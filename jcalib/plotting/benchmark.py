@@ -29,15 +29,16 @@ def plot_runtime_ecdf(budgets, fractions: Mapping[str, np.ndarray], *, unit: str
 def plot_profiles(taus, performance: Mapping[str, np.ndarray], alphas, data: Mapping[str, np.ndarray], *,
                   unit: str = "gradients", title=""):
     """Dolan-Moré performance profiles (fraction of problems within ``tau`` of the best method)
-    beside Moré-Wild data profiles (fraction solved within ``alpha`` ``unit`` per ``n + 1``),
-    per method. Returns the figure."""
+    beside Moré-Wild data profiles (fraction solved within ``alpha`` ``unit``, per ``n + 1`` in
+    evaluations: simplex gradients), per method. Returns the figure."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for method in performance:
         axes[0].step(taus, performance[method], where="post", label=method)
         axes[1].step(alphas, data[method], where="post", label=method)
     axes[0].set(xscale="log", xlabel="performance ratio tau", ylabel="fraction of problems", ylim=(0, 1.02),
                 title="performance profile")
-    axes[1].set(xscale="log", xlabel=f"{unit} / (n + 1)", ylabel="fraction of problems", ylim=(0, 1.02),
+    data_axis = f"{unit} / (n + 1)" if unit == "evaluations" else unit
+    axes[1].set(xscale="log", xlabel=data_axis, ylabel="fraction of problems", ylim=(0, 1.02),
                 title="data profile")
     for ax in axes:
         ax.grid(alpha=0.3, which="both")
