@@ -56,7 +56,7 @@ from jcalib.benchmark.metrics import c2st_marginals, sampler_metrics
 from jcalib.benchmark.problems import BenchmarkProblem, get_problem, suite
 from jcalib.benchmark.store import RunId, Store, run_id
 from jcalib.estimation.multistart import sample_starts
-from jcalib.problems import AbstractProblem, residual_offset
+from jcalib.problems import AbstractProblem, CalibrationProblem, residual_offset
 
 __all__ = ["ENGINES", "run_grid", "run_one", "start_point"]
 
@@ -170,10 +170,11 @@ def _amortized_run(entry: BenchmarkProblem, problem: AbstractProblem, method: Be
 def _amortized_setting(entry: BenchmarkProblem, problem: AbstractProblem):
     """The model, the data ``(n_times, n_outputs)`` and the noise sds ``(n_outputs,)`` an
     amortized method is trained and assessed on; a ValueError where the problem has none."""
-    model, measurements = getattr(problem, "model", None), getattr(problem, "measurements", None)
-    if model is None or measurements is None or tuple(problem.free_names) != tuple(model.parameters.names):
+    if not isinstance(problem, CalibrationProblem) or \
+            tuple(problem.free_names) != tuple(problem.model.parameters.names):
         raise ValueError(f"benchmark: {entry.id} is not one model with every parameter free and one data set, which "
                          "an amortized method needs (a CalibrationProblem without fixed parameters)")
+    model, measurements = problem.model, problem.measurements
     sigma = None if measurements.sigma is None else np.asarray(measurements.sigma, dtype=np.float64)
     values = np.asarray(measurements.values, dtype=np.float64)
     if sigma is not None and sigma.ndim == 2:

@@ -160,7 +160,7 @@ def test_the_trace_s_seconds_never_go_back():
         counter._dispatch_s = 1e3  # the estimate now exceeds all the time passed
         counter.record("objective", np.array([-1.0]))
     seconds = [entry[2] for entry in counter.trace]
-    assert len(seconds) == 2 and seconds[1] >= seconds[0]
+    assert len(seconds) == 2 and seconds == sorted(seconds)  # by construction: the same on any machine
 
 
 def test_counters_do_not_nest_and_bad_budgets_are_refused():
