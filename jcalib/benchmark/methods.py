@@ -24,7 +24,8 @@ Three kinds:
 Built in: optimizers ``"lm"``, ``"trf"``, ``"fides"`` (`jcalib.estimation.multistart` from the
 one start), ``"gauss-newton"`` (essential directions), ``"lbfgs"`` and ``"adam"`` (optax, on
 the negative log-likelihood in internal coordinates, kept in the box by projection) and
-``"de"`` (differential evolution, a global baseline that draws its own population); samplers
+``"de"`` (differential evolution, a global baseline that draws its own population, simulated 32
+members at a time); samplers
 ``"mala"``, ``"hmc"``, ``"nuts"`` (`jcalib.bayes`, chains started at the nominal values);
 amortized ``"bayesflow"`` (`jcalib.nn.bayesflow.AmortizedPosterior` trained online).
 
@@ -199,8 +200,10 @@ def _gauss_newton(key, problem, start, max_steps=100):
     return gauss_newton(problem, start, coordinates="internal", max_steps=max_steps)
 
 
-def _de(key, problem, start, max_steps=1000, population_size=None):
-    return differential_evolution(key, problem, max_steps=max_steps, population_size=population_size)
+def _de(key, problem, start, max_steps=1000, population_size=None, batch_size=32):
+    """DE simulating ``batch_size`` members at a time, so a budget stops it within a generation."""
+    return differential_evolution(key, problem, max_steps=max_steps, population_size=population_size,
+                                  batch_size=batch_size)
 
 
 @eqx.filter_jit
@@ -285,7 +288,7 @@ def _register_built_ins() -> None:
         ("lbfgs", _lbfgs, "optax's L-BFGS with zoom line search, projected onto the box", first_order),
         ("adam", _adam, "optax's Adam, projected onto the box", first_order),
         ("de", _de, "differential evolution (global; draws its own population)",
-         _checker(max_steps="count", population_size="count")),
+         _checker(max_steps="count", population_size="count", batch_size="count")),
     ):
         register_method(name, fn, "optimizer", text, check)
     check = _checker(n_steps="count", n_chains="count", warmup="count0", preconditioner="name")

@@ -136,6 +136,33 @@ def test_de_stays_within_the_bounds(de_rastrigin):
     assert np.all((np.asarray(out.state.population) >= 0) & (np.asarray(out.state.population) <= 1))
 
 
+def test_de_in_batches_equals_one_vmap_and_a_callback_error_stops_it_between_batches():
+    """``batch_size`` does not change the search; it lets a host callback that raises (a
+    benchmark's budget) stop the population's simulation: 40 members, batches of 8, an error at
+    the 20th loss value: at most 3 batches (24 members) are entered. (One vmap has entered most
+    of the 40 by then, in an order the runtime chooses.)"""
+    whole = run_de(jax.random.key(3), rastrigin, RASTRIGIN_BOUNDS, n_steps=5, population_size=40)[1]
+    batched = run_de(jax.random.key(3), rastrigin, RASTRIGIN_BOUNDS, n_steps=5, population_size=40, batch_size=8)[1]
+    np.testing.assert_allclose(batched, whole, rtol=1e-12)
+    seen = {"entered": 0, "left": 0}
+
+    def leave(_):
+        seen["left"] += 1
+        if seen["left"] == 20:
+            raise RuntimeError("budget spent")
+
+    def loss(x):
+        jax.debug.callback(lambda _: seen.__setitem__("entered", seen["entered"] + 1), x)
+        value = rastrigin(x)
+        jax.debug.callback(leave, value)
+        return value
+
+    de = differential_evolution_algorithm(loss, -np.ones(2), np.ones(2), 40, batch_size=8)
+    with pytest.raises(Exception, match="budget spent"):
+        jax.block_until_ready(jax.jit(de.init)(jax.random.key(0)))
+    assert seen["left"] >= 20 and seen["entered"] <= 24
+
+
 @pytest.fixture(scope="module")
 def two_minima(oscillator_problem):
     """TRF from a bad start, and DE, on the frequency fit."""
@@ -203,6 +230,8 @@ def test_de_errors(oscillator_problem):
         differential_evolution(jax.random.key(0), oscillator_problem, init="grid")
     with pytest.raises(ValueError, match="population_size must be an integer >= 5; got 3"):
         differential_evolution(jax.random.key(0), oscillator_problem, population_size=3)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1 or None; got 0"):
+        differential_evolution(jax.random.key(0), oscillator_problem, batch_size=0)
     with pytest.raises(ValueError, match="max_steps must be a positive integer; got 0"):
         differential_evolution(jax.random.key(0), oscillator_problem, max_steps=0)
     with pytest.raises(ValueError, match=r"recombination must lie in \[0, 1\]; got 1.5"):
