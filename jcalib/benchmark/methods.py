@@ -26,7 +26,7 @@ one start), ``"gauss-newton"`` (essential directions), ``"lbfgs"`` and ``"adam"`
 the negative log-likelihood in internal coordinates, kept in the box by projection) and
 ``"de"`` (differential evolution, a global baseline that draws its own population, simulated 32
 members at a time); samplers
-``"mala"``, ``"hmc"``, ``"nuts"`` (`jcalib.bayes`, chains started at the nominal values);
+``"mala"``, ``"hmc"``, ``"nuts"`` (`jcalib.bayes`, chains started uniformly in the internal box);
 amortized ``"bayesflow"`` (`jcalib.nn.bayesflow.AmortizedPosterior` trained online).
 
 Example:
@@ -53,7 +53,7 @@ from jaxtyping import Array, Float
 from jcalib.bayes import hmc, mala, nuts
 from jcalib.estimation.gauss_newton import gauss_newton
 from jcalib.estimation.global_search import differential_evolution
-from jcalib.estimation.multistart import multistart
+from jcalib.estimation.multistart import multistart, sample_starts
 from jcalib.problems import AbstractProblem
 
 __all__ = ["KINDS", "BenchmarkMethod", "canonical_config", "method_config", "method_names", "register_method"]
@@ -254,8 +254,12 @@ def _adam(key, problem, start, max_steps=2000, learning_rate=0.05, xtol=1e-10):
 
 # --- built-in samplers -------------------------------------------------------------------
 def _sampler(module):
+    """``module.sample`` with its chains started at points drawn uniformly in the internal box
+    (from the run's key), not at the nominal values (on an analytic problem, its posterior mean)."""
     def fn(key, problem, n_steps=1000, n_chains=4, warmup=200, preconditioner=None):
-        result = module.sample(key, problem, None, n_steps, n_chains=n_chains, warmup=warmup,
+        key_starts, key_chains = jax.random.split(key)
+        starts = sample_starts(key_starts, problem, n_chains, "uniform")
+        result = module.sample(key_chains, problem, starts, n_steps, n_chains=n_chains, warmup=warmup,
                                preconditioner=preconditioner)
         return np.asarray(result.samples)
     return fn

@@ -8,7 +8,8 @@ A run is one problem, one method configuration, one repetition ``r`` and one bud
   the same starts) and gets the key ``fold_in(key(1), r)``; the problem it is handed has the
   start as its nominal values (`jcalib.benchmark.cost.CountedProblem`), so that what a method
   evaluates "at the nominal values" is not a PEtab problem's published optimum;
-- a sampler gets the key ``fold_in(key(1), r)``;
+- a sampler gets the key ``fold_in(key(1), r)`` (the built-in samplers draw their chains'
+  starts from it, uniformly in the internal box);
 - an amortized method gets the same key, the problem's model as a
   `jcalib.benchmark.cost.CountedSimulator` and its noise levels; what it returns is then
   assessed (at no cost to it) by its draws at the problem's data and by simulation-based
@@ -19,7 +20,9 @@ method's cost as counted (not as the method reports it), its trace of improvemen
 samplers, `jcalib.benchmark.metrics.sampler_metrics` against the problem's reference posterior
 (and `jcalib.benchmark.metrics.c2st_marginals` where the problem has exact reference draws).
 A run ends ``"finished"``, ``"budget"`` (its budget was spent) or ``"error"`` (the method raised;
-the message is kept, the numbers are not used as results).
+the message is kept, the numbers are not used as results). A run that cannot start (its problem
+fails to build, or cannot take the method) is not a record: `run_grid` runs the rest of the grid
+and then raises, naming each such problem x method pair and why.
 
 `run_grid` skips the runs the store holds, and every finished run is stored at once, by the process
 that ran it: an interrupted grid loses only the runs in flight, and a rerun does the rest. The
@@ -279,7 +282,9 @@ def run_grid(problems: str | Sequence[str | BenchmarkProblem], methods: Sequence
 
     Raises:
         ValueError: an unknown suite, problem, method or engine, bad options or budget, no
-            repetitions.
+            repetitions (before anything runs); after the grid, the problem x method pairs that
+            could not run (a problem that fails to build or cannot take the method, e.g. an
+            optimizer where the residuals are not the likelihood's), each with its reason.
     """
     entries = _entries(problems)
     if isinstance(methods, str):
@@ -295,10 +300,17 @@ def run_grid(problems: str | Sequence[str | BenchmarkProblem], methods: Sequence
     pending = [g for g in grid if not store.has(g[3])]
     bar = tqdm(total=len(grid), initial=len(grid) - len(pending), desc="benchmark runs", unit="run",
                disable=not progress)
+    unsuitable: dict[tuple[str, str], str] = {}
     with bar:
         tasks = [(store.path, e, *configs[m], r, budget, run) for e, m, r, run in pending]
-        for _ in _execute(tasks, engine, n_workers):
+        for run, refusal in _execute(tasks, engine, n_workers):
+            if refusal is not None:
+                unsuitable.setdefault((run.problem, run.method), refusal)
             bar.update()
+    if unsuitable:
+        pairs = "; ".join(f"{p} x {m}: {why}" for (p, m), why in sorted(unsuitable.items()))
+        raise ValueError(f"run_grid: {len(unsuitable)} problem x method pairs could not run (the other runs are "
+                         f"stored): {pairs}")
     frame = store.frame()
     return frame[frame["digest"].isin({g[3].digest for g in grid})].reset_index(drop=True)
 
@@ -326,20 +338,25 @@ def _repeats(repeats) -> list[int]:
 
 
 def _run_and_store(path, entry: BenchmarkProblem, method: BenchmarkMethod, options: dict, repeat: int,
-                   budget: dict, run: RunId) -> str:
-    """One task of the grid: run it and store its record (unless another worker did already). A
-    Dask worker is a fresh process: float64 is switched on here, as jcalib's command line does."""
+                   budget: dict, run: RunId) -> tuple[RunId, str | None]:
+    """One task of the grid: run it and store its record (unless another worker did already);
+    returns the run and, where the problem cannot be built or cannot take the method (a
+    ValueError before the method starts; nothing stored), why. A Dask worker is a fresh process:
+    float64 is switched on here, as jcalib's command line does."""
     jax.config.update("jax_enable_x64", True)
     store = Store(path)
     if not store.has(run):
-        record = _run(entry, method, options, repeat, budget)
+        try:
+            record = _run(entry, method, options, repeat, budget)
+        except ValueError as err:
+            return run, str(err)
         if not store.has(run):
             store.append(run, record)
-    return run.digest
+    return run, None
 
 
 def _execute(tasks: list[tuple], engine, n_workers: int | None):
-    """Yield once per finished task, on the engine (see `run_grid`)."""
+    """Yield each task's ``(run, refusal)`` as it finishes, on the engine (see `run_grid`)."""
     if engine in (None, "inline"):
         for task in tasks:
             yield _run_and_store(*task)

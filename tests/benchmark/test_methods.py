@@ -72,3 +72,30 @@ def test_bayesflow_trains_on_its_simulation_budget_and_is_assessed(tmp_path):
     assert run["status"] == "finished" and run["kind"] == "amortized"
     assert run["n_simulations"] == 3 * 200 + 50 == run["evaluations"]  # training and validation, nothing else
     assert 0.5 <= run["c2st_max"] <= 1.0 and 0.0 <= run["sbc_min_p"] <= 1.0 and run["sbc_in_band"] in (0.0, 1.0)
+
+
+def test_a_built_in_sampler_starts_its_chains_apart_in_the_box_from_the_runs_key():
+    """Not at the nominal values, which on the analytic posteriors are the posterior mean."""
+    import types
+
+    import jax
+    import numpy as np
+
+    from jcalib.benchmark.problems import get_problem
+
+    problem = get_problem("gaussian-2").build()
+    seen = []
+
+    def sample(key, problem, theta0, n_steps, **options):
+        seen.append(np.asarray(theta0))
+        return types.SimpleNamespace(samples=np.zeros((options["n_chains"], 1, problem.n_free)))
+
+    fn = methods_module._sampler(types.SimpleNamespace(sample=sample))
+    for key in (0, 0, 1):
+        fn(jax.random.key(key), problem, n_chains=4)
+    first, again, other = seen
+    z = np.asarray(problem.to_internal(first[0]))
+    assert first.shape == (4, problem.n_free) and len(np.unique(first[:, 0])) == 4
+    assert np.all((first >= problem.space.lower) & (first <= problem.space.upper))
+    assert not np.allclose(z, problem.initial_internal()) and np.array_equal(first, again)
+    assert not np.array_equal(first, other)

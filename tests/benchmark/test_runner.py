@@ -136,7 +136,7 @@ def test_optimizer_table_counts_converged_runs_per_gradient_against_the_best(tmp
     assert both.loc["gauss-newton", "converged_per_gradient"] == pytest.approx(1.0 / row["gradients"])
 
 
-def test_bad_input_is_refused_before_anything_runs(tmp_path, monkeypatch):
+def test_bad_input_is_refused_and_a_pair_that_cannot_run_does_not_stop_the_grid(tmp_path, monkeypatch):
     monkeypatch.setattr(problems_module, "_SUITES", {k: dict(v) for k, v in problems_module._SUITES.items()})
     def relative_problem():
         space = ParameterSpace([Parameter("a", 1.0, 0.5, 2.0)])
@@ -146,8 +146,10 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path, monkeypatch):
 
     relative = BenchmarkProblem("relative", relative_problem)
     problems_module.register_problem(relative)
-    with pytest.raises(ValueError, match="residuals are not its likelihood's"):
-        run_grid(["relative"], ["lm"], 1, store=tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"1 problem x method pairs could not run \(the other runs are stored\): "
+                                         r"relative x lm: .*residuals are not its likelihood's"):
+        run_grid(["relative", "gaussian-2"], ["lm"], 2, store=tmp_path, progress=False)
+    assert sorted(Store(tmp_path).frame()["problem"]) == ["gaussian-2"] * 2  # the pair that can run, ran
     for kwargs, message in [({"methods": ["nope"]}, "unknown method"), ({"repeats": 0}, "at least one"),
                             ({"engine": "cluster"}, "engine must be"), ({"budget": {"steps": 1}}, "budget must be")]:
         args = {"problems": ["gaussian-2"], "methods": ["lm"], "repeats": 1, "store": tmp_path / "s",
