@@ -1,9 +1,11 @@
 """The published baseline of jcalib.benchmark (issue 38 §8): the built-in optimizers on the analytic,
-ODE and PEtab-collection problems, the built-in samplers on the posteriors with references.
+ODE and PEtab-collection problems, the built-in samplers and amortized posterior on the posteriors
+with references.
 
 Two parts (``--part``, default both, each its own store and report): ``built-in``, the optimizers
-(`OPTIMIZERS`) on every problem of the ``"analytic"`` and ``"ode"`` suites within `BUDGET` and the
-samplers (`SAMPLERS`) on `POSTERIORS`, ``--sampler-repeats`` keys each; ``petab``, the optimizers
+(`OPTIMIZERS`) on every problem of the ``"analytic"`` and ``"ode"`` suites within `BUDGET`, the
+samplers (`SAMPLERS`) on `POSTERIORS`, ``--sampler-repeats`` keys each, and the amortized method
+(`AMORTIZED`) on them, ``--amortized-repeats`` keys each; ``petab``, the optimizers
 on the collection problems `PETAB` (imported with `experiments.petab_collection`'s solver settings)
 within `PETAB_BUDGET`. Optimizers start from ``--repeats`` points (uniform in the internal box, the
 same per repetition for every method). Every run is stored as it finishes (a rerun skips what is
@@ -25,6 +27,7 @@ from experiments.petab_collection import collection_root, load_options
 
 OPTIMIZERS = ("lm", "trf", "fides", "gauss-newton", "lbfgs", "adam", "de")
 SAMPLERS = ("mala:n_steps=1000", "hmc:n_steps=500", "nuts:n_steps=500")
+AMORTIZED = ("bayesflow",)
 PETAB = ("Bertozzi_PNAS2020", "Armistead_CellDeathDis2024", "Rahman_MBS2016", "Boehm_JProteomeRes2014",
          "Fiedler_BMCSystBiol2016", "Giordano_Nature2020")
 """Six collection problems of 3-10 states and 8-50 estimated parameters whose gradients take at
@@ -40,7 +43,7 @@ that tries parameters where the ODE is very stiff can spend minutes per evaluati
 run on Bertozzi took 475 s without the time limit)."""
 PARTS = ("built-in", "petab")
 QUICK = {"optimizers": ("lm", "gauss-newton"), "samplers": ("mala:n_steps=200,warmup=100",), "petab": (),
-         "repeats": 2, "sampler_repeats": 1, "posteriors": ("gaussian-2",)}
+         "repeats": 2, "sampler_repeats": 1, "posteriors": ("gaussian-2",), "amortized": ()}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -48,6 +51,8 @@ def main(argv: list[str] | None = None) -> dict:
                            quick_help="the analytic and ODE suites, two optimizers, one short sampler run")
     parser.add_argument("--repeats", type=int, default=50, help="starts per problem and optimizer")
     parser.add_argument("--sampler-repeats", type=int, default=5, help="runs (keys) per posterior and sampler")
+    parser.add_argument("--amortized-repeats", type=int, default=2,
+                        help="runs (keys) per posterior of the amortized method (each trains a network)")
     parser.add_argument("--petab", nargs="*", default=None, help=f"collection problems (default: {' '.join(PETAB)})")
     parser.add_argument("--part", choices=[*PARTS, "all"], default="all", help="which part to run (module docstring)")
     parser.add_argument("--store", type=pathlib.Path, default=None,
@@ -61,7 +66,8 @@ def main(argv: list[str] | None = None) -> dict:
     store = args.store or out / "store"
     quick = QUICK if args.quick else {"optimizers": OPTIMIZERS, "samplers": SAMPLERS, "repeats": args.repeats,
                                       "petab": PETAB if args.petab is None else tuple(args.petab),
-                                      "sampler_repeats": args.sampler_repeats, "posteriors": POSTERIORS}
+                                      "sampler_repeats": args.sampler_repeats, "posteriors": POSTERIORS,
+                                      "amortized": AMORTIZED, "amortized_repeats": args.amortized_repeats}
     run = {"engine": args.engine, "n_workers": args.workers}
     out_dict = {}
     if args.part in ("built-in", "all"):
@@ -69,8 +75,11 @@ def main(argv: list[str] | None = None) -> dict:
         optimizers = benchmark.run_grid(problems, quick["optimizers"], quick["repeats"], BUDGET, store=store, **run)
         samplers = benchmark.run_grid(list(quick["posteriors"]), quick["samplers"], quick["sampler_repeats"],
                                       store=store, **run)
+        amortized = benchmark.run_grid(list(quick["posteriors"]), quick["amortized"], quick["amortized_repeats"],
+                                       store=store, **run) if quick["amortized"] else ()
         path = benchmark.report(store, out, notes=[_provenance(argv)])
         out_dict |= {"report": str(path), "n_optimizer_runs": len(optimizers), "n_sampler_runs": len(samplers),
+                     "n_amortized_runs": len(amortized),
                      "statuses": {**optimizers["status"].value_counts().to_dict()}}
     if args.part in ("petab", "all") and quick["petab"]:
         names, petab_store = quick["petab"], store.with_name(f"{store.name}_petab")
