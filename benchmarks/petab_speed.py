@@ -96,29 +96,13 @@ def measure_jcalib(name: str, repeats: int) -> dict:
 def count_steps(problem, z) -> int:
     """jcalib's solver steps of one simulation of every condition at ``z`` (jcalib's internal
     coordinates), from ``t = 0`` to the last measurement, without the pre-equilibrations and
-    the steady states at ``t = inf`` (as AMICI's ``numsteps``)."""
-    import jax
-    import jax.numpy as jnp
+    the steady states at ``t = inf`` (as AMICI's ``numsteps``): as the benchmark counts them
+    (`jcalib.benchmark.cost.CountedProblem`, from `jcalib.model.solver_steps_reported`)."""
+    from jcalib.benchmark.cost import CostCounter, CountedProblem
 
-    from jcalib.io.petab.simulation import _settings
-    from jcalib.model import start_state
-
-    model, plan = problem.model, problem.plan
-    values = problem._parameter_values(jnp.asarray(z))
-    t0 = jnp.asarray(0.0)
-    total = 0
-    for group in plan["pair_groups"]:
-        settings = _settings(model, plan, [pair["condition"] for pair in group["pairs"]], values)
-        pre = (_settings(model, plan, [pair["preequilibration"] for pair in group["pairs"]], values)
-               if group["preequilibrations"] else None)
-
-        def steps(main, before, ts, t1):
-            y0, _ = start_state(model, main, before, t0)
-            return main.model(model).integrate(y0, main.theta, t0, t1, ts).stats["num_steps"]
-
-        counted = jax.jit(jax.vmap(steps))(settings, pre, jnp.asarray(group["ts"]), jnp.asarray(group["t1"]))
-        total += int(jnp.sum(counted))
-    return total
+    with CostCounter() as counter:
+        CountedProblem(problem).log_likelihood(z)
+    return counter.counts["solver_steps"]
 
 
 def _one_core() -> None:
