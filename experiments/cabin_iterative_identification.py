@@ -34,8 +34,8 @@ Sizes. All modes use the paper's data sizes (2,000 simulations: 1,600 / 399 / 1)
 for 15, and the default PELS-VAE (100 epochs): meant for about an hour on 2 CPU cores.
 Measured (issue 19, 2 CPU cores shared with 6 other jobs): 32 min wall, of which 2.8 min PELS-VAE,
 26.9 min for 10 steps (100-200 s each, two thirds in the formal network), 1.8 min baseline.
-``--paper-size`` trains jcalib's default networks (the paper's: LSTM summary, 6 affine couplings
-of 128 x 128, 100 epochs, trials for 25): 2 networks per step plus the one-shot baseline and the
+``--default-size`` trains jcalib's default networks (`BayesFlowConfig()`: LSTM summary, 6 affine
+couplings of 128 x 128, 100 epochs, trials for 25; the paper gives no network sizes): 2 networks per step plus the one-shot baseline and the
 PELS-VAE. Not run yet (no GPU machine was lent to issue 19); expected cost about 1-2 h on the same
 shared 2 cores (the LSTM network trained at ~0.4 s per epoch on 1,600 samples there, 100 instead
 of 60 epochs; Sobol' designs, data generation and sampling as in the default). ``--reduced`` (GRU summary, 30
@@ -47,7 +47,7 @@ identification_one_shot.png, recovery.png, recovery_one_shot.png, outputs.png, r
 
 Usage: python -m experiments.cabin_iterative_identification [--out DIR] [--seed 0]
        [--n-samples 2000] [--epochs N] [--generator surrogate|model] [--fixed-observation]
-       [--no-baseline] [--paper-size | --reduced | --quick]
+       [--no-baseline] [--default-size | --reduced | --quick]
 """
 
 from __future__ import annotations
@@ -94,11 +94,12 @@ SPLIT = (1600, 399, 1)  # train, validation, test (the paper's)
 HOUR_EPOCHS = 60  # formal-inference epochs of the default ("hour") configuration
 
 
-MODES = ("quick", "reduced", "hour", "paper")
+MODES = ("quick", "reduced", "hour", "default")
 
 
 def settings(mode: str, epochs: int | None) -> tuple[IdentificationConfig, dict]:
-    """The workflow's configuration for a mode: "hour" (the default), "paper" (--paper-size),
+    """The workflow's configuration for a mode: "hour" (the default), "default" (--default-size: jcalib's
+    default networks),
     "reduced" or "quick"."""
     if mode not in MODES:
         raise ValueError(f"settings: mode must be one of {MODES}; got {mode!r}")
@@ -228,9 +229,10 @@ def paper_rows(it: dict, mode: str) -> list[dict]:
                     "the noise-free outputs (sd <= 4.4 % of the range at 0.01 K noise, Jacobian condition 868), "
                     "but after step 1 "
                     "the surrogate's Sobol' indices decay smoothly, Algorithm 1 keeps 15 of 16, 13 of 14, ..., a "
-                    "trial of that many candidates (15 epochs) confirms 1-2, so the 10-step cap puts the 6 hardest "
-                    "into one last network (4 of them at validation R² 0.12-0.64; ER up to 100 %)"),
-           "paper": "see docs/fidelity/cabin_iterative_identification.md"}.get(mode, "")
+                    "trial of that many candidates (15 epochs) confirms 1-2 (the recorded run, under the former "
+                    "10-step cap, put the 6 hardest into one last network: 4 of them at validation R² 0.12-0.64, "
+                    "ER up to 100 %)"),
+           "default": "see docs/fidelity/cabin_iterative_identification.md"}.get(mode, "")
 
     def num(x, fmt):
         return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
@@ -287,12 +289,13 @@ def main(argv=None):
                         help="keep the simulated test trajectory in every step (default: the paper's protocol)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the one-shot baseline")
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--paper-size", action="store_true",
-                      help="the paper's sizes: LSTM summary, 6 couplings of 128 x 128, 100 epochs (hours on 2 cores)")
+    size.add_argument("--default-size", action="store_true",
+                      help="jcalib's default networks (the paper gives no sizes): LSTM summary, 6 couplings of "
+                           "128 x 128, 100 epochs (hours on 2 cores)")
     size.add_argument("--reduced", action="store_true", help="GRU summary, 30 epochs (~15-30 min on 2 cores)")
     size.add_argument("--quick", action="store_true", help="tiny sizes, for CI (a smoke test)")
     args = parser.parse_args(argv)
-    mode = "quick" if args.quick else "reduced" if args.reduced else "paper" if args.paper_size else "hour"
+    mode = "quick" if args.quick else "reduced" if args.reduced else "default" if args.default_size else "hour"
     n_samples = args.n_samples or (100 if args.quick else 2000)
     if n_samples < 10:
         parser.error(f"--n-samples must be at least 10; got {n_samples}")

@@ -37,8 +37,9 @@ def identify(
     n_sobol: Annotated[int, typer.Option(help="Sobol base samples S per step (a power of 2)")] = 64,
     noise_sigma: Annotated[float | None, typer.Option(help="additive Gaussian noise (model units) put on "
                                                            "the training trajectories")] = None,
-    max_steps: Annotated[int, typer.Option(help="at this step all remaining parameters are identified "
-                                                "together")] = 10,
+    max_steps: Annotated[int | None, typer.Option(help="a cap (not the paper's): at this step all remaining "
+                                                       "parameters are identified together; default: none, "
+                                                       "steps until every parameter is identified")] = None,
     allow_outside_training_range: Annotated[bool, typer.Option(
         "--allow-outside-training-range", help="run even when the data leave the range of the simulated "
         "training trajectories (the networks then extrapolate); by default that is an error")] = False,

@@ -8,8 +8,9 @@ group at a time. Step ``n``:
    parameters, with the identified ones fixed at their estimates, averaged over all times
    and outputs (eq. 12); `jcalib.sensitivity.sobol.select_identifiable` keeps the leading
    parameters before the first drop larger than ``K`` (eq. 13) -- the candidates
-   Θ̃_n. With one parameter left it is the candidate; at step ``max_steps`` every remaining
-   parameter is (the guard that ends the loop).
+   Θ̃_n. With one parameter left it is the candidate. As in the paper's Algorithm 3, the
+   loop runs until no parameter is left (each step identifies at least one); an optional
+   ``max_steps`` (not the paper's) makes every parameter left at that step a candidate at once.
 2. **Data generation** (Algorithm 2): the training and validation parameter samples of step
    1 with the identified columns replaced by their estimates, ``θ_n``, are run through the
    *generator*: a PELS-VAE trained once on the step-1 data (``generator="surrogate"``, the
@@ -133,7 +134,9 @@ class IdentificationConfig:
         n_samples: posterior draws for the observation's estimate.
         n_val_samples: posterior draws per validation sample (the paper's B = 100).
         level: probability of the reported central intervals (the paper's 95 %).
-        max_steps: at this step every remaining parameter is identified together.
+        max_steps: None (the paper's Algorithm 3: steps until no parameter is left, at most
+            one per parameter), or the step at which every remaining parameter is identified
+            together, without a trial (a cap that is not the paper's).
         generator: ``"surrogate"`` (a PELS-VAE trained on the step-1 data generates the data
             of later steps, as in the paper) or ``"model"`` (the true model does).
         surrogate: PELS-VAE settings (when no trained surrogate is passed).
@@ -163,7 +166,7 @@ class IdentificationConfig:
     n_samples: int = 1000
     n_val_samples: int = 100
     level: float = 0.95
-    max_steps: int = 10
+    max_steps: int | None = None
     generator: str = "surrogate"
     surrogate: PELSVAEConfig = dataclasses.field(default_factory=_default_surrogate)
     regenerate_observation: bool = False
@@ -180,9 +183,10 @@ class IdentificationConfig:
             raise ValueError(f"{where}: surrogate must be a PELSVAEConfig; got {type(self.surrogate).__name__}")
         if self.generator not in GENERATORS:
             raise ValueError(f"{where}: generator must be one of {GENERATORS}; got {self.generator!r}")
-        for name in ("n_sobol", "n_samples", "n_val_samples", "max_steps"):
-            _check_int(getattr(self, name), f"{where}: {name}", minimum=2 if name in ("n_sobol", "n_samples",
-                                                                                      "n_val_samples") else 1)
+        for name in ("n_sobol", "n_samples", "n_val_samples"):
+            _check_int(getattr(self, name), f"{where}: {name}", minimum=2)
+        if self.max_steps is not None:
+            _check_int(self.max_steps, f"{where}: max_steps")
         if self.trial_epochs is not None:
             _check_int(self.trial_epochs, f"{where}: trial_epochs", minimum=1)
         if not (isinstance(self.r2_threshold, (int, float)) and self.r2_threshold <= 1):
@@ -243,7 +247,7 @@ class IdentificationStep(_Estimates):
         fixed: ``{name: estimate}`` of the parameters fixed before this step.
         generator: what produced this step's data: ``"model"`` or ``"surrogate"``.
         selection_reason: ``"sobol"`` (Algorithm 1), ``"single"`` (one parameter left),
-            ``"max_steps"`` (the guard: all remaining) or ``"all"`` (the one-shot baseline).
+            ``"max_steps"`` (the optional cap: all remaining) or ``"all"`` (the one-shot baseline).
         selection: Algorithm 1's `Selection` (None unless ``selection_reason == "sobol"``).
         candidates: the parameters proposed for the trial inference, Θ̃_n.
         trial_r2: ``{candidate: validation R²}`` of the trial network (empty when a single
@@ -652,7 +656,7 @@ def _candidates(k_sobol, index, model, generator, fixed, remaining, config, one_
         return "all", tuple(remaining), None, 0
     if len(remaining) == 1:
         return "single", tuple(remaining), None, 0
-    if index >= config.max_steps:
+    if config.max_steps is not None and index >= config.max_steps:
         return "max_steps", tuple(remaining), None, 0
     conditioned = _with_nominal(generator, fixed)
     sobol = sobol_indices(k_sobol, conditioned, model.parameters.subset(remaining), config.n_sobol, progress=False)

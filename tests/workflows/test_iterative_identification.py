@@ -98,6 +98,7 @@ def test_all_parameters_recovered(results):
     iterative, _ = results
     assert iterative.names == ("a", "b", "c")
     assert set(sum(iterative.groups, ())) == {"a", "b", "c"}
+    assert all(step.selection_reason != "max_steps" for step in iterative.steps)  # no cap by default
     # stated accuracy: every estimate within 2 % of its truth (measured: 0.2-0.9 %), c within 0.02 (2 % of its range)
     assert np.all(iterative.relative_error < 2.0), iterative.summary()
     assert abs(iterative.estimate[2] - TRUTH[2]) < 0.02, iterative.summary()
@@ -254,6 +255,11 @@ def test_trial_epochs_default_to_a_quarter():
     assert config.trial.training.epochs == 10
     assert small_config(trial_epochs=3).trial.training.epochs == 3
     assert config.trial.n_blocks == config.posterior.n_blocks
+
+
+def test_no_step_cap_by_default_as_in_the_papers_algorithm_3():
+    assert IdentificationConfig().max_steps is None and small_config().to_dict()["max_steps"] is None
+    assert small_config(max_steps=4).to_dict()["max_steps"] == 4
 
 
 @pytest.mark.slow  # ~10 s of compilation for a one-epoch network
