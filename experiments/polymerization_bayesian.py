@@ -4,8 +4,9 @@ Figures 9-13, Appendix B.2).
 Data and tests are those of ``polymerization_classical.py``: the "real" model (recipe 1)
 gives [M] at 30 times and Mw, EG at 4, noise-free and rounded to 3 significant digits; the
 simple model (quasi-steady radicals, ``qss=True``: < 2e-4 from the full model, explicit
-solves) is calibrated with the paper's priors (uniform in f on [0.1, 1], in log ktc on
-[1e4, 1e9], in log ktd on [1, 1e8]). Likelihood: relative Gaussian with σ = 0.05. Posteriors of
+solves) is calibrated with the paper's priors (Appendix B.2.1, B.2.3, B.2.4: uniform in f on
+[0.1, 1] and in ktc itself on [1e4, 1e9]; uniform in log10 ktd on [1, 1e8], in Test 4 on
+[10, 1e8]; `paper_model`). Likelihood: relative Gaussian with σ = 0.05. Posteriors of
 
 - Test 1: f, ktc from [M] (paper: vast high-probability region, above all in f; 12,000 steps,
   2,000 discarded; acceptance 72 %);
@@ -18,20 +19,22 @@ Two samplers per test, side by side (issue 19), every chain started at the test'
 Gauss-Newton estimate (the paper's start; both of the classical script's starts are run and
 the one with the smaller residual is taken):
 
-- ``mala``: the paper's prescaled MALA as the paper runs it: coordinates (f, log ktc, log ktd),
+- ``mala``: the paper's prescaled MALA as the paper runs it: coordinates (f, ktc, log ktd),
   step sizes from the prescaling with τ = 1/200 of each range, no warm-up, the paper's burn-in
-  and steps (times ``--steps-factor``), `N_CHAINS` chains (the paper runs one);
+  and steps (times ``--steps-factor``, default 1), `N_CHAINS` chains (the paper runs one);
 - ``nuts``: NUTS with the Laplace metric at the estimate, on (log f, log ktc, log ktd) with
-  the prior on f still uniform in f (`Uniform`, Jacobian included: the same posterior). On [M]
-  alone the posterior is a ridge f/kt ≈ const, curved in (f, log ktc) and straight in
-  (log f, log ktc), which a constant metric can whiten.
+  the priors on f and ktc still uniform in f and ktc (`Uniform`, Jacobian included: the same
+  posterior). On [M] alone the posterior is a ridge f/kt ≈ const: a line through the origin
+  in (f, ktc), whose spread grows with f; in (log f, log ktc) a line of constant width, which a
+  constant metric can whiten.
 
 A run is converged when every parameter has rank-normalised split R-hat <= 1.01 and bulk ESS
 >= 400 (`RHAT_MAX`, `ESS_MIN`). The experiment reports (intervals, comparison, recipe 2) the
 converged run with the larger smallest ESS; when neither converged it says so in metrics
 (``converged: false``) and in every row of ``paper_comparison.md`` that uses it. No chain is
-dropped. NUTS draws are stored in the paper's coordinates (f linear) so that both samplers'
-summaries compare directly.
+dropped. NUTS draws are stored in the paper's coordinates (f and ktc linear) so that both
+samplers' summaries compare directly. A chain starts inside the test's prior box (the estimate
+clipped to it).
 
 Recipe 2 (Table 2, Figure 13): the 90 % band (5 % and 95 % quantiles per time) of the simple
 model's forward simulations (no noise, as the paper: "in each time step ... only 5 % of the
@@ -47,7 +50,7 @@ Every test is sampled on the simple model with all outputs (M, Mw, EG) and σ =
 so Tests 1-2 and Tests 3-4 (and the σ = 0.1 run) each share one compiled sampler.
 
 Usage: python -m experiments.polymerization_bayesian [--out results/polymerization_bayesian]
-       [--seed 0] [--n-chains 4] [--steps-factor 0.5] [--nuts-draws 1000] [--quick]
+       [--seed 0] [--n-chains 4] [--steps-factor 1] [--nuts-draws 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -104,10 +107,29 @@ def recipe2_data() -> Measurements:
     return Measurements(real.ts, y, mask=real.experiment.mask, output_names=OUTPUTS)
 
 
-def log_f_model(model):
-    """``model`` with f on a log scale (internal log f); sampled with ``prior={"f": Uniform()}``
-    the posterior is the paper's (uniform in f), only the sampler's coordinates change."""
-    return dataclasses.replace(model, parameters=model.parameters.replace("f", log_scale=True))
+KTD_LOWER = {"Test 4": 10.0}  # Appendix B.2.4: ktd's prior on [10, 1e8] in Test 4 (elsewhere the model's 1)
+LINEAR_IN_PAPER = ("f", "ktc")  # the paper's prior is uniform in these (B.2.1), log10 ktd's in ktd (B.2.3)
+
+
+def paper_model(model, name: str):
+    """``model`` in the paper's coordinates for test ``name``: f and ktc linear (their priors
+    are uniform in f and ktc), ktd log (uniform in log10 ktd), ktd's lower bound 10 in Test 4."""
+    space = model.parameters
+    for n in LINEAR_IN_PAPER:
+        space = space.replace(n, log_scale=False)
+    if name in KTD_LOWER:
+        space = space.replace("ktd", lower=KTD_LOWER[name])
+    return dataclasses.replace(model, parameters=space)
+
+
+def log_model(model):
+    """``model`` with f and ktc on a log scale; sampled with ``prior={"f": Uniform(), "ktc":
+    Uniform()}`` the posterior is the paper's (uniform in f and ktc), only the sampler's
+    coordinates change."""
+    space = model.parameters
+    for n in LINEAR_IN_PAPER:
+        space = space.replace(n, log_scale=True)
+    return dataclasses.replace(model, parameters=space)
 
 
 def best_estimate(name: str, ts, y, mask) -> dict:
@@ -121,24 +143,28 @@ def best_estimate(name: str, ts, y, mask) -> dict:
 
 def run_sampler(key, sampler: str, name: str, model, data, sigma: float, start: dict, sizes: dict,
                 progress: bool) -> PosteriorResult:
-    """One sampler on one test, ``sizes[sampler]`` = (burn-in or warm-up, draws per chain);
-    the result is in the paper's coordinates (f, log ktc, log ktd) either way."""
+    """One sampler on one test, ``sizes[sampler]`` = (burn-in or warm-up, draws per chain),
+    from ``start`` clipped into the test's prior box; the result is in the paper's coordinates
+    (f, ktc, log ktd) either way (`paper_model`)."""
     spec = TESTS[name]
     skip, n_steps = sizes[sampler]
+    paper = paper_model(model, name)
+    start = {n: float(np.clip(v, paper.parameters[n].lower, paper.parameters[n].upper)) for n, v in start.items()}
     if sampler == "mala":  # the paper's procedure (Appendix A.2, B.2)
-        problem = sampling_problem(model, data, spec["outputs"], sigma, free=spec["free"], fixed=spec["fixed"])
+        problem = sampling_problem(paper, data, spec["outputs"], sigma, free=spec["free"], fixed=spec["fixed"])
         return mala.sample(key, problem, start, n_steps, n_chains=sizes["n_chains"], burn_in=skip,
                            preconditioner=Prescaled(FRACTION), progress=progress)
-    problem = sampling_problem(log_f_model(model), data, spec["outputs"], sigma, free=spec["free"],
-                               fixed=spec["fixed"], prior={"f": Uniform()})
+    problem = sampling_problem(log_model(paper), data, spec["outputs"], sigma, free=spec["free"],
+                               fixed=spec["fixed"], prior={n: Uniform() for n in LINEAR_IN_PAPER if n in spec["free"]})
     result = nuts.sample(key, problem, start, n_steps, n_chains=sizes["n_chains"], warmup=skip,
                          preconditioner=Laplace(), progress=progress)
-    return paper_coordinates(result, model)
+    return paper_coordinates(result, paper)
 
 
 def paper_coordinates(result: PosteriorResult, model) -> PosteriorResult:
-    """A log-f run re-expressed in the paper's coordinates (f linear): draws unchanged, the
-    log density without the log-Jacobian log f (so it is the density in f, as MALA's)."""
+    """A run in log f, log ktc re-expressed in ``model``'s coordinates (the paper's: f and ktc
+    linear): draws unchanged, the log density without the log-Jacobians log f and log ktc (so
+    it is the density in f and ktc, as MALA's)."""
     free = list(result.names)
     space = model.parameters
     index = [space.index(n) for n in free]
@@ -146,13 +172,14 @@ def paper_coordinates(result: PosteriorResult, model) -> PosteriorResult:
     full = np.broadcast_to(np.asarray(space.nominal), theta.shape[:2] + (space.n_params,)).copy()
     full[..., index] = theta
     z = np.asarray(space.to_internal(jnp.asarray(full)))[..., index]
-    logdensity = result.logdensity - np.log(theta[..., free.index("f")])
+    logdensity = result.logdensity - sum(np.log(theta[..., free.index(n)]) for n in LINEAR_IN_PAPER if n in free)
     settings = {f: getattr(result, f) for f in ("method", "n_steps", "burn_in", "thin", "warmup",
                                                  "n_logdensity_evaluations", "wall_time_s")}
     return PosteriorResult.from_chains(
         z, logdensity, result.acceptance_rate, samples=theta, names=result.names, units=result.units,
         log_scale=tuple(space.log_scale[i] for i in index), step_sizes=result.step_sizes, warn=False,
-        extra={**result.extra, "sampled_coordinates": "log f, log ktc, log ktd (prior uniform in f)"}, **settings)
+        extra={**result.extra, "sampled_coordinates": "log f, log ktc, log ktd (prior uniform in f and ktc)"},
+        **settings)
 
 
 def band_draws(result: PosteriorResult, n: int = N_BAND_DRAWS) -> np.ndarray:
@@ -163,7 +190,7 @@ def band_draws(result: PosteriorResult, n: int = N_BAND_DRAWS) -> np.ndarray:
 
 def posterior_summary(result: PosteriorResult) -> dict:
     """Acceptance, diagnostics, 90 % intervals (physical and in the paper's coordinates f,
-    log ktc, log ktd), sd and correlation in those coordinates, and each chain's mean and mean
+    ktc, log ktd), sd and correlation in those coordinates, and each chain's mean and mean
     log density."""
     flat = result.flat_samples(coordinates="internal")
     lo, hi = result.interval(0.9)
@@ -237,11 +264,17 @@ def model_difference(estimate: dict, y, mask) -> dict:
     return out
 
 
+def _num(value, spec: str) -> str:
+    """``value`` formatted, or "n/a" where the metrics hold None (a NaN diagnostic: a chain that
+    never moved)."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def paper_rows(metrics, quick: bool) -> list[dict]:
     """One row per statement in ``PAPER`` plus one convergence row per test. Criteria:
     acceptance of the paper's MALA (as the paper runs it) within 0.10 of the paper's; Test 1
     "vast, especially f" the 90 % interval of f wider than 0.3 (a third of its prior range);
-    Test 2 "much slimmer" posterior sd (f, log ktc) of f and ktc at most 1/4 of Test 1's; Test 3
+    Test 2 "much slimmer" posterior sd (f, ktc) of f and ktc at most 1/4 of Test 1's; Test 3
     "broad, non-unique" the 90 % intervals of ktc and ktd each over more than 2 decades; Test 4
     ktd's 90 % interval over at least 3 decades with f, ktc narrower (sd) than in Test 3; recipe
     2 [M] outside the band at more than half the times for both σ, Mw and EG within 10 % of it.
@@ -272,8 +305,9 @@ def paper_rows(metrics, quick: bool) -> list[dict]:
             row(f"{name}: acceptance of the paper's MALA (within 0.10)", PAPER[name]["acceptance"], absent, None)
             continue
         checks = tests[name]["samplers"]
-        ours = "; ".join(f"{s}: R-hat {c['max_rhat']:.3g}, ESS {c['min_ess_bulk']:.0f}, {c['wall_time_s']:.0f} s"
-                         for s, c in checks.items()) + f"; reported: {tests[name]['reported_sampler']}"
+        ours = "; ".join(f"{s}: R-hat {_num(c['max_rhat'], '.3g')}, ESS {_num(c['min_ess_bulk'], '.0f')}, "
+                         f"{c['wall_time_s']:.0f} s" for s, c in checks.items()) \
+            + f"; reported: {tests[name]['reported_sampler']}"
         row(claim, paper_run, ours, None if quick else tests[name]["converged"],
             "neither sampler reached the criterion at these sizes (see the samplers' rows in metrics.json)")
         acc = checks["mala"]["acceptance"]
@@ -303,7 +337,7 @@ def paper_rows(metrics, quick: bool) -> list[dict]:
         sd3, sd4 = tests["Test 3"]["sd_internal"], tests["Test 4"]["sd_internal"]
         row(claim4, PAPER["Test 4"]["note"],
             f"ktd {decades('Test 4', 'ktd'):.2g} decades; sd f {sd4['f']:.2g} (Test 3 {sd3['f']:.2g}), "
-            f"log ktc {sd4['ktc']:.2g} (Test 3 {sd3['ktc']:.2g})",
+            f"ktc {sd4['ktc']:.2g} (Test 3 {sd3['ktc']:.2g})",
             decades("Test 4", "ktd") >= 3 and sd4["f"] < sd3["f"] and sd4["ktc"] < sd3["ktc"],
             needs=("Test 3", "Test 4"))
     else:
@@ -341,7 +375,7 @@ def main(argv=None):
                            quick_help="Tests 1 and 2 only (recipe 2 from Test 2), 4 chains: MALA 150 burn-in + "
                                       "150 steps, NUTS 100 warm-up + 100 draws")
     parser.add_argument("--n-chains", type=int, default=N_CHAINS)
-    parser.add_argument("--steps-factor", type=float, default=0.5,
+    parser.add_argument("--steps-factor", type=float, default=1.0,
                         help="MALA's steps and burn-in per chain as a fraction of the paper's")
     parser.add_argument("--nuts-draws", type=int, default=1000, help="NUTS draws per chain after the warm-up")
     args = parser.parse_args(argv)
@@ -433,7 +467,8 @@ def main(argv=None):
                      "nuts_warmup": NUTS_WARMUP, "steps_factor": None if args.quick else args.steps_factor,
                      "nuts_draws": None if args.quick else args.nuts_draws, "unused_sigma": UNUSED_SIGMA,
                      "rhat_max": RHAT_MAX, "ess_min": ESS_MIN,
-                     "coordinates": "summaries in (f, log ktc, log ktd); priors uniform in f, log ktc, log ktd"},
+                     "coordinates": "summaries in (f, ktc, log ktd); priors uniform in f, ktc and log10 ktd "
+                                    "(ktd in [10, 1e8] in Test 4)"},
         "tests": tests,
         "sd_ratio_test1_over_test2_internal": dict(zip(TESTS["Test 1"]["free"], sd1 / sd2)),
         "recipe2": recipe,

@@ -101,22 +101,27 @@ def test_reactions_bayesian_quick(tmp_path):
     assert len([line for line in table if line.startswith("|")][2:]) == 8  # claims of §3.1.1-3.1.4, convergence
 
 
-def test_polymerization_log_f_keeps_the_papers_prior():
-    """NUTS samples log f with the prior uniform in f: the log prior in log f is the linear one
-    plus the log-Jacobian log f, so both samplers target the same posterior."""
+def test_polymerization_samplers_keep_the_papers_priors():
+    """Appendix B.2: the prior is uniform in f and ktc (MALA samples them linearly) and in
+    log10 ktd, on [10, 1e8] in Test 4. NUTS samples log f, log ktc with priors uniform in f and
+    ktc: its log prior is the linear one plus the log-Jacobians log f + log ktc."""
     from jcalib.bayes import Uniform
 
     script = load_script("experiments/polymerization_bayesian.py")
     model = jcalib.models.get("radical_polymerization_simple", recipe=1, outputs=("M",), qss=True)
     data = jcalib.Measurements(model.ts, np.ones((len(model.ts), 1)), output_names=("M",))
-    linear = script.sampling_problem(model, data, ("M",), 0.05, free=("f", "ktc"), fixed={"ktd": 0.0})
-    logf = script.sampling_problem(script.log_f_model(model), data, ("M",), 0.05, free=("f", "ktc"),
-                                   fixed={"ktd": 0.0}, prior={"f": Uniform()})
-    f = np.array([0.12, 0.3, 0.95])
-    lin = [float(linear.log_prior(jnp.asarray([v, np.log(1e6)]))) for v in f]
-    log = [float(logf.log_prior(jnp.asarray([np.log(v), np.log(1e6)]))) for v in f]
-    np.testing.assert_allclose(np.subtract(log, lin) - np.log(f), 0.0, atol=1e-12)
-    assert float(logf.log_prior(jnp.asarray([np.log(0.09), np.log(1e6)]))) == -np.inf  # outside [0.1, 1]
+    paper = script.paper_model(model, "Test 1")
+    assert [paper.parameters[n].log_scale for n in ("f", "ktc", "ktd")] == [False, False, True]
+    assert script.paper_model(model, "Test 4").parameters["ktd"].lower == 10.0 == 10 * paper.parameters["ktd"].lower
+    linear = script.sampling_problem(paper, data, ("M",), 0.05, free=("f", "ktc"), fixed={"ktd": 0.0})
+    logs = script.sampling_problem(script.log_model(paper), data, ("M",), 0.05, free=("f", "ktc"),
+                                   fixed={"ktd": 0.0}, prior={"f": Uniform(), "ktc": Uniform()})
+    points = np.array([[0.12, 2e4], [0.3, 1e6], [0.95, 5e8]])
+    lin = [float(linear.log_prior(jnp.asarray(x))) for x in points]
+    log = [float(logs.log_prior(jnp.asarray(np.log(x)))) for x in points]
+    np.testing.assert_allclose(np.subtract(log, lin) - np.log(points).sum(axis=1), 0.0, atol=1e-12)
+    assert lin[0] == lin[1] == lin[2]  # uniform in f and ktc themselves
+    assert float(logs.log_prior(jnp.asarray(np.log([0.09, 1e6])))) == -np.inf  # outside [0.1, 1]
 
 
 def test_polymerization_convergence_check():
@@ -150,7 +155,7 @@ def test_polymerization_bayesian_quick(tmp_path):
         assert all(c["n_chains"] == 4 for c in test["samplers"].values())
         assert test["converged"] == test["samplers"][test["reported_sampler"]]["converged"]
         assert 0.0 < test["samplers"]["nuts"]["acceptance"] <= 1.0
-    # Test 1 ([M] only): f and log ktc along one ridge (f against termination);
+    # Test 1 ([M] only): f and ktc along one ridge f / ktc ~ const (f against termination);
     # Test 2 ([M] + Mw): much narrower
     test1, test2 = tests["Test 1"], tests["Test 2"]
     assert abs(test1["correlation_internal"][0][1]) > 0.9
