@@ -25,8 +25,8 @@ Built in: optimizers ``"lm"``, ``"trf"``, ``"fides"`` (`jcalib.estimation.multis
 one start), ``"gauss-newton"`` (essential directions), ``"lbfgs"`` and ``"adam"`` (optax, on
 the negative log-likelihood in internal coordinates, kept in the box by projection) and
 ``"de"`` (differential evolution, a global baseline that draws its own population, simulated 32
-members at a time); samplers
-``"mala"``, ``"hmc"``, ``"nuts"`` (`jcalib.bayes`, chains started uniformly in the internal box);
+members at a time); samplers ``"mala"``, ``"hmc"``, ``"nuts"`` (`jcalib.bayes`, chains started
+uniformly in the internal box);
 amortized ``"bayesflow"`` (`jcalib.nn.bayesflow.AmortizedPosterior` trained online).
 
 Example:

@@ -128,7 +128,8 @@ def differential_evolution_algorithm(
     init_method: str = "lhs",
     batch_size: int | None = None,
 ) -> Algorithm:
-    """DE as a stochastic `jcalib.algorithm.Algorithm` (jittable; a generation is one vmapped loss).
+    """DE as a stochastic `jcalib.algorithm.Algorithm` (jittable; a generation is one vmapped loss,
+    or ``batch_size`` members at a time).
 
     One generation ("deferred" updating, all trials from the same population): for each
     member i, the mutant is ``x_r1 + F (x_r2 - x_r3)`` (rand/1) or ``x_best + F (x_r1 -
@@ -274,7 +275,8 @@ def differential_evolution(
     progress: bool = False,
     batch_size: int | None = None,
 ) -> EstimationResult:
-    """Differential evolution in JAX: a global search with one vmapped loss per generation.
+    """Differential evolution in JAX: a global search with one vmapped loss per generation (or
+    one per batch of ``batch_size`` members).
 
     Minimises ``problem.loss`` over the problem's internal box: `differential_evolution_algorithm`
     driven by `jcalib.algorithm.run`, stopped once the spread rule holds. Its generation is
