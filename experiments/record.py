@@ -2,8 +2,8 @@
 names the command, the commit, the date, the wall and CPU time and the machine, then the
 experiment's ``paper_comparison.md``.
 
-The commit must describe the code that ran: a working tree with changes to tracked files is
-refused (commit first). A run that fails or writes no ``paper_comparison.md`` leaves the old
+The commit must describe the code that ran: a working tree with changes to tracked files other
+than the records is refused (commit first; several records can be rerun before committing them). A run that fails or writes no ``paper_comparison.md`` leaves the old
 record as it was. ``--quick`` runs are smoke tests, not records, and are refused.
 
 Usage: python -m experiments.record NAME [--records docs/fidelity] [-- EXPERIMENT ARGS...]
@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> pathlib.Path:
         raise ValueError("record: --quick runs are smoke tests, not records")
     if not (pathlib.Path("experiments") / f"{args.name}.py").is_file() or args.name in ("record", "common"):
         raise ValueError(f"record: no experiment experiments/{args.name}.py")
-    if _git("status", "--porcelain", "--untracked-files=no"):
-        raise ValueError("record: the working tree has uncommitted changes; commit first, so that the record's "
-                         "commit is the code that ran")
+    if _git("status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){args.records}"):
+        raise ValueError("record: the working tree has uncommitted changes (besides the records); commit first, "
+                         "so that the record's commit is the code that ran")
     out = pathlib.Path(next((rest[i + 1] for i, a in enumerate(rest[:-1]) if a == "--out"), f"results/{args.name}"))
     comparison = out / "paper_comparison.md"
     if comparison.exists():
