@@ -89,6 +89,18 @@ def run_round(model, names, n, key, delta, n_bootstrap):
     return result, selection
 
 
+def round_notes(rounds: list[dict]) -> list[str]:
+    """One line per round: its averaged first-order indices, sorted, K and what was selected."""
+    lines = []
+    for r in rounds:
+        indices = sorted(r["averaged_first_order"].items(), key=lambda item: -item[1])
+        selection = r["selection"]
+        lines.append(f"Round {r['round']} ({len(indices)} parameters, K = {selection['K']:.3f}): "
+                     + ", ".join(f"{n} {v:.4f}" for n, v in indices)
+                     + f"; selected {len(selection['selected'])} ({selection['stop_reason']}).")
+    return lines
+
+
 def main(argv=None):
     parser = common.parser(__doc__, "cabin_sensitivity", quick_help="N = 64, 50 bootstrap draws (CI)")
     parser.add_argument("--n", type=int, default=None, help="base samples (default 1024, quick 64)")
@@ -167,7 +179,7 @@ def main(argv=None):
     }
     common.write_metrics(args.out, metrics)
     common.write_paper_comparison(args.out, "Zhang & Mikelsons 2023, cabin Sobol' selection (Fig. 4)",
-                                  paper_rows(rounds, groups, args.quick), quick=args.quick)
+                                  paper_rows(rounds, groups, args.quick), quick=args.quick, notes=round_notes(rounds))
     print(f"groups: {groups}; ungrouped: {remaining} ({stop_reason}); "
           f"{metrics['total_simulations']} simulations in {metrics['total_time_s']:.1f} s")
     print(f"wrote {args.out / 'metrics.json'} and {', '.join(figures)}")

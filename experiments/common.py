@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+from collections.abc import Sequence
 
 from jcalib.fileio import atomic_write_text, prepare_output_dir, save_figure, write_json
 from jcalib.jsonable import to_jsonable
@@ -78,7 +79,8 @@ def save(fig, path: str | os.PathLike, dpi: int = 110) -> None:
     plt.close(fig)
 
 
-def write_paper_comparison(out: str | os.PathLike, title: str, rows: list[dict], quick: bool = False) -> str:
+def write_paper_comparison(out: str | os.PathLike, title: str, rows: list[dict], quick: bool = False,
+                           notes: Sequence[str] = ()) -> str:
     """Write ``paper_comparison.md``: one table row per claim of the paper.
 
     Args:
@@ -87,6 +89,7 @@ def write_paper_comparison(out: str | os.PathLike, title: str, rows: list[dict],
         rows: ``{"claim", "paper", "ours", "match", "why"}`` each; ``match`` is True, False or None
             (not comparable at this size, e.g. in --quick mode); ``why`` explains a mismatch.
         quick: the run used --quick sizes (stated in the header: its numbers are not the paper's setting).
+        notes: paragraphs after the table: the run's numbers behind the claims (computed by the run).
 
     Returns:
         The Markdown text written.
@@ -105,6 +108,8 @@ def write_paper_comparison(out: str | os.PathLike, title: str, rows: list[dict],
     n_yes = sum(row["match"] is True for row in rows)
     n_no = sum(row["match"] is False for row in rows)
     lines += ["", f"{n_yes} of {len(rows)} claims match, {n_no} do not."]
+    for note in notes:
+        lines += ["", note]
     text = "\n".join(lines) + "\n"
     atomic_write_text(pathlib.Path(out) / "paper_comparison.md", text)
     return text

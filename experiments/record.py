@@ -3,8 +3,9 @@ names the command, the commit, the date, the wall and CPU time and the machine, 
 experiment's ``paper_comparison.md``.
 
 The commit must describe the code that ran: a working tree with changes to tracked files other
-than the records is refused (commit first; several records can be rerun before committing them). A run that fails or writes no ``paper_comparison.md`` leaves the old
-record as it was. ``--quick`` runs are smoke tests, not records, and are refused.
+than the records is refused (commit first; several records can be rerun before committing them).
+A run that fails or writes no ``paper_comparison.md`` leaves the old record as it was. ``--quick``
+runs are smoke tests, not records, and are refused.
 
 Usage: python -m experiments.record NAME [--records docs/fidelity] [-- EXPERIMENT ARGS...]
 
