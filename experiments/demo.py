@@ -149,14 +149,16 @@ def write_report(path, metrics, posterior):
 def paper_rows(metrics) -> list[dict]:
     """One row per statement of §3.2.2 / Appendix B.2 the demo reproduces. Criteria: the same
     number of essential directions; a "high" condition number > 100 and a "very small" one
-    < 20 (as polymerization_classical.py); acceptance within 0.10 of the paper's Test 2; [M]
+    < 20 (as polymerization_classical.py); the acceptance is reported, not judged (the warm-up
+    targets 60 %); [M]
     missed on recipe 2 by more than twice Mw's largest miss, Mw within 10 % of its maximum."""
     gap = "not analysed yet (issue 19)"
     fits, bayes = metrics["gauss_newton_fits"]["fits"], metrics["bayesian"]
     rows = []
 
     def row(claim, paper, ours, ok, why=gap):
-        rows.append({"claim": claim, "paper": paper, "ours": ours, "match": bool(ok), "why": "" if ok else why})
+        match = None if ok is None else bool(ok)
+        rows.append({"claim": claim, "paper": paper, "ours": ours, "match": match, "why": "" if ok else why})
 
     def kappa(fit):
         return float("inf") if fit["condition_number"] is None else fit["condition_number"]
@@ -168,9 +170,8 @@ def paper_rows(metrics) -> list[dict]:
     row("Test 2 ([M] + Mw): essential directions", 2, mw["n_essential_directions"], mw["n_essential_directions"] == 2)
     row("Test 2: condition number very small (< 20)", "very small", f"{kappa(mw):.3g}", kappa(mw) < 20)
     acc = bayes["posterior"]["acceptance"]
-    row("Test 2 posterior: MALA acceptance (within 0.10; ours from noisy data)", 0.57, f"{acc:.2f}",
-        abs(acc - 0.57) <= 0.10, "the demo preconditions with the Gauss-Newton covariance and adapts the step in a "
-                                 "warm-up (module docstring; the paper: diagonal prescaling); " + gap)
+    row("Test 2 posterior: MALA acceptance (ours from noisy data; n/a: the demo's warm-up adapts the step towards "
+        "60 % acceptance, so it is near the paper's 57 % by construction)", 0.57, f"{acc:.2f}", None)
     m_miss, mw_miss = (bayes["recipe2_misses"][o]["max_miss_of_range"] for o in ("M", "Mw"))
     row("recipe 2 (not fitted): [M] takes a different path, Mw reasonably captured ([M] miss > 2x Mw's, Mw "
         "within 10 % of its maximum; ours from the [M] + Mw posterior, the paper's from Test 4)",
