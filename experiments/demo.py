@@ -158,7 +158,7 @@ def paper_rows(metrics) -> list[dict]:
 
     def row(claim, paper, ours, ok, why=gap):
         match = None if ok is None else bool(ok)
-        rows.append({"claim": claim, "paper": paper, "ours": ours, "match": match, "why": "" if ok else why})
+        rows.append({"claim": claim, "paper": paper, "ours": ours, "match": match, "why": why if ok is False else ""})
 
     def kappa(fit):
         return float("inf") if fit["condition_number"] is None else fit["condition_number"]
