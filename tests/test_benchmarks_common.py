@@ -18,8 +18,9 @@ from tests.helpers import load_script
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(f"{p.parent.name}.{p.stem}" for folder in ("benchmarks", "experiments")
                  for p in (ROOT / folder).glob("*.py")
-                 # *_reference and *_worker: helpers a benchmark runs in other processes, not benchmarks
-                 if p.stem not in ("__init__", "common") and not p.stem.endswith(("_reference", "_worker")))
+                 # *_reference and *_worker: helpers a benchmark runs in other processes, not benchmarks;
+                 # record: runs an experiment and writes its record (its own command line, tested apart)
+                 if p.stem not in ("__init__", "common", "record") and not p.stem.endswith(("_reference", "_worker")))
 
 
 def test_parser_shared_flags_and_defaults():
