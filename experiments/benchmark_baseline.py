@@ -13,6 +13,10 @@ stored); each part's report (tables, figures) goes to its folder with the commit
 on its first lines: ``--out`` for the built-in part, ``--out``/petab for the collection.
 
     python -m experiments.benchmark_baseline --out docs/benchmark --engine local
+
+It reproduces no paper's claims, so it writes no ``paper_comparison.md``: its record is the
+report itself (``docs/benchmark/report.md``, ``docs/benchmark/petab/report.md``), whose first line
+names the command and the commit.
 """
 
 from __future__ import annotations

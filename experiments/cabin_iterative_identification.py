@@ -230,9 +230,7 @@ def paper_rows(it: dict, mode: str) -> list[dict]:
                     "the noise-free outputs (sd <= 4.4 % of the range at 0.01 K noise, Jacobian condition 868), "
                     "but after step 1 "
                     "the surrogate's Sobol' indices decay smoothly, Algorithm 1 keeps 15 of 16, 13 of 14, ..., a "
-                    "trial of that many candidates (15 epochs) confirms 1-2 (the recorded run, under the former "
-                    "10-step cap, put the 6 hardest into one last network: 4 of them at validation R² 0.12-0.64, "
-                    "ER up to 100 %)"),
+                    "trial of that many candidates (15 epochs) confirms 1-2 per step (see the steps in metrics.json)"),
            "default": "see docs/fidelity/cabin_iterative_identification.md"}.get(mode, "")
 
     def num(x, fmt):

@@ -111,25 +111,28 @@ KTD_LOWER = {"Test 4": 10.0}  # Appendix B.2.4: ktd's prior on [10, 1e8] in Test
 LINEAR_IN_PAPER = ("f", "ktc")  # the paper's prior is uniform in these (B.2.1), log10 ktd's in ktd (B.2.3)
 
 
+def _scaled(model, log_scale: bool):
+    """``model`` with f and ktc (`LINEAR_IN_PAPER`) on a log scale or a linear one."""
+    space = model.parameters
+    for n in LINEAR_IN_PAPER:
+        space = space.replace(n, log_scale=log_scale)
+    return dataclasses.replace(model, parameters=space)
+
+
 def paper_model(model, name: str):
     """``model`` in the paper's coordinates for test ``name``: f and ktc linear (their priors
     are uniform in f and ktc), ktd log (uniform in log10 ktd), ktd's lower bound 10 in Test 4."""
-    space = model.parameters
-    for n in LINEAR_IN_PAPER:
-        space = space.replace(n, log_scale=False)
+    model = _scaled(model, False)
     if name in KTD_LOWER:
-        space = space.replace("ktd", lower=KTD_LOWER[name])
-    return dataclasses.replace(model, parameters=space)
+        model = dataclasses.replace(model, parameters=model.parameters.replace("ktd", lower=KTD_LOWER[name]))
+    return model
 
 
 def log_model(model):
     """``model`` with f and ktc on a log scale; sampled with ``prior={"f": Uniform(), "ktc":
     Uniform()}`` the posterior is the paper's (uniform in f and ktc), only the sampler's
     coordinates change."""
-    space = model.parameters
-    for n in LINEAR_IN_PAPER:
-        space = space.replace(n, log_scale=True)
-    return dataclasses.replace(model, parameters=space)
+    return _scaled(model, True)
 
 
 def best_estimate(name: str, ts, y, mask) -> dict:
