@@ -17,18 +17,19 @@ intervals. A coverage study repeats the ABCD fits over ``--n-seeds`` noise draws
 fraction of 95 % Wald intervals that contain the truth (should be near 0.95). Our noise
 draws differ from the paper's, so estimates agree only in kind, not digit for digit.
 
-Starts: Gauss-Newton is local. Besides the paper's start and the upper one, every case also
-starts from the lowest-loss point of a 16 x 16 x 16 grid over the (log) box (`grid_start`);
-the estimate is the lowest loss of the three. With A only, the paper's start alone ends on
-kab's lower bound in most noise draws: the first undamped step overshoots kab, the
-projection puts it on the bound, and there (log coordinates) kab's Jacobian column is
-~kab-sized, i.e. a flat direction the essential-direction step never moves, while the loss
-minimum is inside the box (issue 19; `essential_direction_study` counts it).
+Starts: the estimate is the fit from the paper's start, as in the paper. Gauss-Newton is
+local, so every case is also fitted from the upper start and from the lowest-loss point of a
+16 x 16 x 16 grid over the (log) box (`grid_start`), and the paper's start's loss above the
+lowest of the three is reported. With A only, the iteration from the paper's start first
+lowers kab, to where kab's log-coordinate Jacobian column (~kab-sized) is > 100x weaker
+than the first: the 100 rule alone called it flat and the iteration stalled there, or on
+kab's lower bound, in 92 of 100 draws; the clear-gap clause of
+`jcalib.sensitivity.identifiability.n_essential_directions` keeps it (issue 39 §3).
 
 Essential directions over noise draws (issue 19): the number of essential directions with
 A only (§3.1.1, paper: 2) depends on the draw, so `essential_direction_study` repeats the
 A-only fit on the A column of every coverage draw and reports the histogram of the count at
-the estimate, the count from the paper's start alone, and the count at the noise-free truth.
+the estimate and the count at the noise-free truth.
 
 Usage: python -m experiments.reactions_classical [--out results/reactions_classical]
        [--seed 0] [--n-seeds 100] [--quick]
@@ -59,6 +60,7 @@ TRUTH = {"kab": 1e-4, "kac": 1e-5, "kad": 5e-5}
 STARTS = {"paper (1e-5, 1e-5, 1e-5)": [1e-5, 1e-5, 1e-5], "upper (1e-3, 1e-4, 1e-4)": [1e-3, 1e-4, 1e-4]}
 GRID_START = "grid (best of 16^3 log grid)"
 N_GRID = 16  # points per parameter of the start grid (4096 simulations, one compiled batch)
+EXCESS_TOL = 1e-6  # relative loss above the lowest of the starts that counts as a different minimum
 OUTPUTS = ("A", "B", "C", "D")  # the outputs of four_substance_reactions(observe="ABCD")
 PAPER = {  # Wulkow 2021 §3.1.1-3.1.3 (Gauss-Newton with essential directions)
     "A, sigma=0.1": {"estimate": {"kab": 0.89e-4, "kac": 2.85e-5, "kad": 2.85e-5},
@@ -114,16 +116,16 @@ def fit_all_starts(problem) -> dict:
 
 
 def fit_case(problem, sigma):
-    """All starts (`fit_all_starts`); the lower loss is the estimate. Uncertainty at that estimate."""
+    """The estimate from the paper's start, checked against the other starts (`fit_all_starts`);
+    uncertainty at the estimate."""
     fits = fit_all_starts(problem)
-    best_label = min(fits, key=lambda k: fits[k].loss)
-    best = fits[best_label]
+    best = fits[next(iter(STARTS))]
     given = parameter_covariance(problem, best, sigma=sigma)
     estimated = parameter_covariance(problem, best)
     intervals = given.confidence_intervals(0.95)
     return {
-        "best_start": best_label,
         "estimate": best.estimate,
+        "excess_loss_over_best_start": best.loss / min(f.loss for f in fits.values()) - 1,
         "R_X": best.loss,
         "condition_number": best.condition_number,
         "n_essential_directions": best.n_essential_directions,
@@ -168,11 +170,9 @@ def essential_direction_study(model, keys, sigma: float = 0.1) -> dict:
     """Essential directions with A only over the noise draws ``keys`` (issue 19).
 
     Each draw is a full A, B, C, D data set (as `coverage`, whose draws these are); its A
-    column is fitted from every start (`fit_all_starts`). Per draw: the count at the
-    estimate (lowest loss), the count from the paper's start alone, whether that start ended
-    on kab's lower bound, its loss above the estimate's, kab and s_1/s_2 of the Jacobian
-    (internal coordinates) at the estimate: the rule keeps the second direction while
-    s_1/s_2 <= 100 (`jcalib.sensitivity.identifiability.n_essential_directions`). Also the
+    column is fitted from every start (`fit_all_starts`). Per draw, at the estimate (the
+    paper's start): the count, whether kab ended on its lower bound, the loss above the
+    lowest of all starts, kab and s_1/s_2 of the Jacobian (internal coordinates). Also the
     count at the truth with noise-free data.
     """
     theta = jnp.asarray(list(TRUTH.values()))
@@ -182,13 +182,11 @@ def essential_direction_study(model, keys, sigma: float = 0.1) -> dict:
         data = synthetic_measurements(k, model, theta, sigma=sigma)
         problem = _problem(model, data, "A")
         fits = fit_all_starts(problem)
-        best = min(fits.values(), key=lambda f: f.loss)
-        paper = fits[next(iter(STARTS))]
+        best = fits[next(iter(STARTS))]
         s = np.asarray(best.singular_values)
         draws.append({"n_essential": best.n_essential_directions,
-                      "n_essential_paper_start": paper.n_essential_directions,
-                      "paper_start_on_kab_bound": bool(paper.estimate["kab"] <= 1.01 * lower_kab),
-                      "paper_start_excess_loss": paper.loss / best.loss - 1,
+                      "on_kab_bound": bool(best.estimate["kab"] <= 1.01 * lower_kab),
+                      "excess_loss_over_best_start": best.loss / min(f.loss for f in fits.values()) - 1,
                       "kab": best.estimate["kab"], "kac_plus_kad": best.estimate["kac"] + best.estimate["kad"],
                       "R_X": best.loss, "s1_over_s2": float(s[0] / s[1]) if s[1] > 0 else None})
     clean = Measurements(model.experiment.ts, np.asarray(model.simulate(theta))[:, :1], sigma=sigma,
@@ -203,9 +201,9 @@ def essential_direction_study(model, keys, sigma: float = 0.1) -> dict:
     return {
         "n_draws": len(draws), "sigma": sigma,
         "histogram": histogram("n_essential"),
-        "histogram_paper_start": histogram("n_essential_paper_start"),
         "mode": max((1, 2, 3), key=counts.count), "median": float(np.median(counts)),
-        "fraction_paper_start_on_kab_bound": float(np.mean([d["paper_start_on_kab_bound"] for d in draws])),
+        "n_on_kab_bound": sum(d["on_kab_bound"] for d in draws),
+        "n_above_best_start": sum(d["excess_loss_over_best_start"] > EXCESS_TOL for d in draws),
         "noise_free_truth": {"n_essential": truth.n_essential,
                              "s1_over_s2": float(truth.singular_values[0] / truth.singular_values[1])},
         "draws": draws,
@@ -254,15 +252,16 @@ def paper_rows(cases, study=None) -> list[dict]:
                  "paper": pa["n_essential_directions"], "ours": a["n_essential_directions"], "match": bool(ok),
                  "why": "" if ok else "the count depends on the noise draw: see the next row"})
     if study is not None:
-        h, hp = study["histogram"], study["histogram_paper_start"]
+        h = study["histogram"]
         ok = study["mode"] == pa["n_essential_directions"]
         rows.append({
             "claim": "A only, sigma 0.1: essential directions over noise draws (mode equals the paper's)",
             "paper": f"{pa['n_essential_directions']} (one draw)",
             "ours": (f"{study['n_draws']} draws: 2 in {h['2']}, 1 in {h['1']} (mode {study['mode']}); noise-free "
                      f"truth: {study['noise_free_truth']['n_essential']} (s1/s2 "
-                     f"{study['noise_free_truth']['s1_over_s2']:.3g}); paper's start alone: 2 in {hp['2']}, 1 in "
-                     f"{hp['1']} (ends on kab's lower bound in {study['fraction_paper_start_on_kab_bound']:.0%})"),
+                     f"{study['noise_free_truth']['s1_over_s2']:.3g}); loss more than {EXCESS_TOL:g} above the "
+                     f"lowest of the three starts in {study['n_above_best_start']}, kab on its lower bound in "
+                     f"{study['n_on_kab_bound']}"),
             "match": bool(ok),
             "why": "" if ok else ("1 where the estimate's kab is so small that s1/s2 > 100 (kab's log-coordinate "
                                   "Jacobian column scales with kab)")})
@@ -351,7 +350,7 @@ def main(argv=None):
     print(f"coverage of 95% intervals over {cov['n_seeds']} seeds (ABCD, sigma 0.1): "
           f"{cov['coverage_95']}")
     print(f"essential directions with A only over {study['n_draws']} noise draws: {study['histogram']} "
-          f"(paper's start alone: {study['histogram_paper_start']}; noise-free truth: "
+          f"(loss above the best start in {study['n_above_best_start']}; noise-free truth: "
           f"{study['noise_free_truth']['n_essential']})")
     print(f"wrote {args.out / 'metrics.json'} and figures in {metrics['wall_time_s']:.1f} s")
     return written

@@ -331,12 +331,13 @@ def n_essential_directions(
     "flat directions are usually identified by being assigned to singular values that lead
     to a condition number of about 100 or larger (if there is no other clear gap between the
     singular values)"). The gap clause, made precise: only when the ratio rule finds flat
-    directions (κ > ``flat_ratio``) are the gaps g_k = s_k/s_{k+1} of the leading
-    directions examined, k = 1..k_ratio (k_ratio: the ratio rule's count; g at k_ratio is the
-    ratio rule's own cut). If the largest of them is at some k < k_ratio, is at least
-    ``gap_ratio`` and is strictly larger than the gap at the ratio rule's cut, the cut moves
-    to that clearer gap: k essential directions. A gap never keeps a direction with
-    s_1/s_k > ``flat_ratio``, and a well-conditioned spectrum (κ <= ``flat_ratio``) keeps all
+    directions (κ > ``flat_ratio``) are the neighbour gaps g_k = s_k/s_{k+1}, k = 1..d-1,
+    examined (k_ratio: the ratio rule's count; g at k_ratio is its own cut). If the largest
+    gap is at some k != k_ratio, is at least ``gap_ratio`` and is strictly larger than the
+    gap at the ratio rule's cut, the cut moves to that clearer gap: k essential directions.
+    A clear gap can so drop directions the ratio rule keeps (s = (1, 0.5, 0.02)) or keep
+    ones it drops: s = (1, 4e-3, 1e-16) has 2, its only clear gap being where an exact
+    degeneracy starts. A well-conditioned spectrum (κ <= ``flat_ratio``) keeps all
     directions whatever its gaps.
 
     Args:
@@ -366,10 +367,10 @@ def n_essential_directions(
     k_ratio = int(np.sum(s * flat_ratio >= s[0]))
     if gap_ratio is None or k_ratio == s.size:
         return k_ratio, "ratio"
-    with np.errstate(divide="ignore"):
-        gaps = s[:k_ratio] / s[1 : k_ratio + 1]  # g_1 .. g_k_ratio (inf for s_{k+1} = 0)
+    # g_1 .. g_{d-1}: inf where s_k > 0 = s_{k+1}, no gap (1) between two zeros
+    gaps = np.divide(s[:-1], s[1:], out=np.where(s[:-1] > 0, np.inf, 1.0), where=s[1:] > 0)
     k_gap = int(np.argmax(gaps)) + 1
-    if k_gap < k_ratio and gaps[k_gap - 1] >= gap_ratio and gaps[k_gap - 1] > gaps[-1]:
+    if k_gap != k_ratio and gaps[k_gap - 1] >= gap_ratio and gaps[k_gap - 1] > gaps[k_ratio - 1]:
         return k_gap, "gap"
     return k_ratio, "ratio"
 

@@ -181,6 +181,12 @@ def test_correlation_ranking_on_a_hand_made_matrix():
     ([1.0, 0.5, 0.02, 0.015, 1e-4], (4, "ratio")),  # ... unless the 100 rule cuts a larger one
     ([1.0, 0.5, 0.3, 0.2, 0.005], (4, "ratio")),  # no clear gap: the 100 rule
     ([1.0, 0.0, 0.0], (1, "ratio")),
+    # ... and a clear gap below the 100 rule's cut keeps a weak direction: the A-only
+    # spectrum where kab is small (issue 39 §3), and a structural null below a weak one
+    ([1.34, 5.5e-3, 1.3e-16], (2, "gap")),
+    ([1.0, 5e-3, 0.0], (2, "gap")),
+    ([1.0, 5e-3, 1e-3, 0.0], (3, "gap")),
+    ([1.0, 1e-3, 5e-4, 1e-5], (1, "ratio")),  # the largest gap is the 100 rule's cut
 ])
 def test_n_essential_directions(s, expected):
     assert n_essential_directions(s) == expected
