@@ -9,8 +9,8 @@ validation loss, best weights restored: the paper's Sec. 4.1.3; the widths of it
 not available, 64 is the mapping's default). **Epoch cap** 5,000 (``--epochs``), not the
 paper's n_e = 200: at 200 epochs our RI (FBoI) network is still improving (best epoch 200 of
 200) and early stopping never acts; left to the paper's own stopping rule it stops after ~500-1,600
-epochs, and d2's μ_|ε| falls from 4.6 % to 2.5-3.3 % (n_s = 1,000; issue 19, /tmp ablations
-over seeds and patience). The full run repeats the 200-epoch cap as a diagnostic.
+epochs, and d2's μ_|ε| falls. The full run repeats the 200-epoch cap as a diagnostic, so its
+record gives both.
 
 1. **Table 5** (and Figs. 9, 10): bias μ_ε, standard deviation σ_ε and mean absolute relative
    error μ_|ε| (eqs. 19-21, in %) per parameter for the seven feature types (TS-dense,
@@ -55,16 +55,8 @@ text states (feature counts n_ψ, "RI (FBoI) ... mean absolute relative errors o
 
 Outputs: results/double_beam_impu/{metrics.json, tables.md, *.png}. All errors in percent.
 
-Full run (defaults, seed 0; 688 s on 2 shared CPU cores). Table 5, μ_|ε| in % for d1, d2, k1,
-k2 at n_s = 1,000: TS-dense 1.39, 3.32, 1.30, 1.04; TS-sparse 1.81, 5.00, 1.07, 1.24; TE 1.28,
-2.90, 1.65, 1.12; MP 5.03, 16.31, 3.73, 2.32; RI 4.38, 17.37, 2.72, 1.80; MP-FBoI 1.14, 2.61,
-0.90, 0.69; RI-FBoI 1.13, 3.50, 0.75, 0.69 (with the paper's 200-epoch cap 1.49, 4.93, 0.94,
-1.09; on noise-free data 0.69, 1.81, 0.53, 0.49; the Cramér-Rao bound 0.13, 0.75, 0.05, 0.07:
-our model's d2 is 5.6x harder than d1). RI (FBoI) d2 falls to 2.28 % at n_s = 2,000. 6 of the 13
-textual claims hold (``paper_comparison.md`` gives each failing one's cause). Zones (RI-FBoI,
-2,544 of 4,000 kept): zones 1-3 alike (d1 0.8-0.9 %), zone 6 mean |ε| 88 % for d1 (median 6.0 %):
-the extended plane reaches d = 0. Digital twin: mean RMSE before → after the update 5.5e-4 →
-2.4e-4 m (y1), 0.033 → 0.022 rad (y2); the never-updated reference model 3.0e-3 m, 0.145 rad.
+Each run writes its numbers (tables.md, paper_comparison.md); the recorded run, with its
+command and commit: docs/fidelity/double_beam_impu.md.
 ``--quick``: tiny sizes and epochs, four feature types (a smoke test, not a result).
 
 Usage: python -m experiments.double_beam_impu [--out results/double_beam_impu] [--seed 0]

@@ -52,13 +52,7 @@ and test data. For each n_s one Latin-hypercube training set serves all three fe
 samples; no FBoI, as in the paper). Validation (1,000) and test (1,000) sets are uniform and
 shared by all runs.
 
-Full run (defaults, seed 0; 416 s on 2 shared CPU cores), p_ref errors in % (kt1, kt2), mean
-of 20 draws: paper-configured EKF 0.211, 0.015; tuned EKF 0.183, 0.080 (noise-free: -0.21/-0.23 %
-and +0.08/+0.01 %, linearisation bias; a second pass 0.06, 0.013); Cramér-Rao expected |ε|
-0.067, 0.013. IMPU at n_s = 5,000: TS 0.123, 0.148; MP 0.123, 0.179; RI 0.145, 0.159 (test
-μ_|ε| about 0.1 %). IMPU beats either EKF on kt1 from n_s = 100-1,000 (feature type dependent)
-but on kt2 at no n_s: the networks' kt2 error stays 10x the bound, while the single-pass EKF is
-within 1.2x (paper-configured) and 6.3x (tuned) of it.
+The recorded run, with its command and commit: docs/fidelity/roll_plane_impu_vs_ekf.md.
 
 Writes ``metrics.json`` and ``error_versus_training_size.png`` (Fig. 19) under ``--out``.
 
