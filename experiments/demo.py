@@ -44,8 +44,7 @@ from jcalib.estimation.uncertainty import parameter_covariance  # noqa: E402
 from jcalib.plotting import plot_bands, plot_marginals, plot_pair, plot_simulation, plot_singular_values, plot_trace  # noqa: E402
 from jcalib.probability.likelihoods import RelativeGaussian  # noqa: E402
 from jcalib.problems import CalibrationProblem  # noqa: E402
-
-FLAT_RATIO = 100.0  # s_1/s_k above this: a flat (non-essential) direction (Wulkow 2021 §2.2.1)
+from jcalib.sensitivity.identifiability import FLAT_RATIO, n_essential_directions  # noqa: E402
 
 
 def log_sensitivities(model, theta):
@@ -63,7 +62,7 @@ def spectrum(sens, mask, outputs, names, columns):
     return {
         "singular_values": s.tolist(),
         "condition_number": float(s[0] / s[-1]),
-        "n_essential_directions": int(np.sum(s[0] / s < FLAT_RATIO)),
+        "n_essential_directions": n_essential_directions(s)[0],
         "n_rows": int(sum(r.shape[0] for r in rows)),
     }
 
