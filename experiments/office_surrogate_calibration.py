@@ -57,28 +57,11 @@ train for 2000 Adam steps whatever n_train: the paper trained on a GPU. ``--quic
 SLSQP at 5 iterations, DE with 20 members for 2 generations, LS-TRF capped at 15 residual
 evaluations (a smoke test, not a result).
 
-Cost of the default run on 2 shared CPU cores, from its parts measured below: Powell with 16
-starts 18 min, Nelder-Mead with 16 starts about 40 min (152 s for its first start), SLSQP 2.4
-min, DE to convergence 41 min, LS-TRF multistart 3.3 min, Table 4 15 min: about 2 h in all.
+The default run takes about 2 h on 2 shared CPU cores, most of it in the Nelder-Mead and
+Powell multistarts and DE to convergence; ``--scalar-starts 1 --de-generations 10`` takes
+about 30 min.
 
-Measured (seed 0, 2 shared CPU cores; ``--scalar-starts 1 --de-generations 10``, 28 min: the
-default run's Nelder-Mead/Powell multistarts and DE did not fit). MSE at the truth 0.0092; our
-MSEs sit below the paper's ≈ 0.011 because the data come from the model itself. Table 3, model
-calls in the paper's currency (simulations + 14 Jacobians) / paper: LS-TRF from θ_init with the
-plateau stop 14 + 14 = 210, MSE 0.00654 (13 steps) / 261, 0.0117; to scipy's tolerances 89 + 72
-= 1097, MSE 0.00633 (71 steps); SLSQP 68 + 64 = 964, 0.00649 / 650, 0.0149; Nelder-Mead 2952,
-0.00698 / 5000, 0.0126; Powell 2697, 0.0168 / 5000, 0.0881; LS-TRF 16 starts 360 + 320 = 4840,
-0.00634 / 3486, 0.0114; 32 starts 789 + 681 = 10,323, 0.00634 / 6311, 0.0114. DE on the true
-model to convergence (same problem, key and settings as the default run, run on its own): the
-spread rule held after 558 generations, 117,390 simulations (41 min), best MSE 0.00668 / paper
-748,020, 0.0104. SLSQP and Powell from the default run's 16 starts (run on their own, the same
-starts): 1221 + 1128 = 17,013, best MSE 0.00643 / 18,245, 0.0117 and 77,712, 0.00734 / 79,120,
-0.0134 (15 of the 16 Powell starts hit the 5000-call limit). Table 4 (n_train 32 ... 4096): the
-plateau stop ends the polish after 10-27 steps, at MSE 0.00636-0.00821 (0.8-5.7 % above the
-same polish run to scipy's tolerances, which takes 47-117 steps); n_total in the paper's
-currency 455, 411, 552, 606, 678, 1283, 1856, 2381, 4340 (paper 260, 188, 299, 562, 651, 1089,
-1616, 2113, 4297); the gap MSE_f - MSE_PELS-VAE 2.1-10.9 for n_train <= 128 and 0.008-0.23 for
-n_train >= 512 (paper 1.05-3.44 and 0.02-0.22).
+The recorded run, with its command and commit: docs/fidelity/office_surrogate_calibration.md.
 
 Usage: python -m experiments.office_surrogate_calibration [--out results/office_surrogate_calibration]
        [--seed 0] [--stride 16] [--n-train 32 64 ...] [--starts 16 32] [--scalar-starts 16]
