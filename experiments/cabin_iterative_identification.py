@@ -32,14 +32,10 @@ later steps then see the surrogate's error at the estimates as well).
 Sizes. All modes use the paper's data sizes (2,000 simulations: 1,600 / 399 / 1). The default
 ("hour", issue 19) trains MLP-summary posteriors (4 couplings of 64 x 64) for 60 epochs, trials
 for 15, and the default PELS-VAE (100 epochs): meant for about an hour on 2 CPU cores.
-Measured (issue 19, 2 CPU cores shared with 6 other jobs): 32 min wall, of which 2.8 min PELS-VAE,
-26.9 min for 10 steps (100-200 s each, two thirds in the formal network), 1.8 min baseline.
 ``--default-size`` trains jcalib's default networks (`BayesFlowConfig()`: LSTM summary, 6 affine
 couplings of 128 x 128, 100 epochs, trials for 25; the paper gives no network sizes): 2 networks
-per step plus the one-shot baseline and the PELS-VAE. Not run yet (no GPU machine was lent to
-issue 19); expected cost about 1-2 h on the same shared 2 cores (the LSTM network trained at
-~0.4 s per epoch on 1,600 samples there, 100 instead
-of 60 epochs; Sobol' designs, data generation and sampling as in the default). ``--reduced`` (GRU summary, 30
+per step plus the one-shot baseline and the PELS-VAE (Sobol' designs, data generation and
+sampling as in the default; est. 1-2 h on 2 CPU cores). ``--reduced`` (GRU summary, 30
 epochs) is the earlier ~15-30 min configuration; ``--quick`` (100 samples, tiny networks, 2
 epochs, at most 2 steps) is a smoke test for CI, not a result.
 
