@@ -18,6 +18,11 @@ def test_cabin_iterative_identification_quick(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     assert metrics["paper"] == json.loads(json.dumps(script.PAPER))  # the paper's numbers travel with ours
     assert metrics["split"] == [80, 19, 1]
+    # the generator of steps > 1 is tested on new true-model samples (issue 39 (b))
+    surrogate = metrics["surrogate"]["test"]
+    assert surrogate["n_test"] == metrics["surrogate"]["n_test"] == 20
+    assert len(surrogate["mae"]) == len(surrogate["names"]) and all(0 < m < float("inf") for m in surrogate["mae"])
+    assert "MAE [°C] on 20 new uniform samples" in (tmp_path / "paper_comparison.md").read_text()
     for label in ("iterative", "one_shot"):
         summary = metrics[label]["summary"]
         assert summary["n_parameters"] == 19
