@@ -331,13 +331,14 @@ def n_essential_directions(
     "flat directions are usually identified by being assigned to singular values that lead
     to a condition number of about 100 or larger (if there is no other clear gap between the
     singular values)"). The gap clause, made precise: only when the ratio rule finds flat
-    directions (κ > ``flat_ratio``) are the neighbour gaps g_k = s_k/s_{k+1}, k = 1..d-1,
-    examined (k_ratio: the ratio rule's count; g at k_ratio is its own cut). If the largest
-    gap is at some k != k_ratio, is at least ``gap_ratio`` and is strictly larger than the
-    gap at the ratio rule's cut, the cut moves to that clearer gap: k essential directions.
-    A clear gap can so drop directions the ratio rule keeps (s = (1, 0.5, 0.02)) or keep
-    ones it drops: s = (1, 4e-3, 1e-16) has 2, its only clear gap being where an exact
-    degeneracy starts. A well-conditioned spectrum (κ <= ``flat_ratio``) keeps all
+    directions (κ > ``flat_ratio``) are the neighbour gaps g_k = s_k/s_{k+1} examined, for the
+    k with s_1/s_k <= ``flat_ratio``² (k_ratio: the ratio rule's count; g at k_ratio is its
+    own cut). If the largest of them is at some k != k_ratio, is at least ``gap_ratio`` and is
+    strictly larger than the gap at the ratio rule's cut, the cut moves to that clearer gap:
+    k essential directions. A clear gap can so drop directions the ratio rule keeps
+    (s = (1, 0.5, 0.02, 0.005) has 2) or keep, up to a condition of ``flat_ratio``², ones it
+    drops: s = (1, 4e-3, 1e-16) has 2, its only clear gap being where an exact degeneracy
+    starts (issue 39 §3). A well-conditioned spectrum (κ <= ``flat_ratio``) keeps all
     directions whatever its gaps.
 
     Args:
@@ -369,6 +370,7 @@ def n_essential_directions(
         return k_ratio, "ratio"
     # g_1 .. g_{d-1}: inf where s_k > 0 = s_{k+1}, no gap (1) between two zeros
     gaps = np.divide(s[:-1], s[1:], out=np.where(s[:-1] > 0, np.inf, 1.0), where=s[1:] > 0)
+    gaps = gaps[: int(np.sum(s * flat_ratio**2 >= s[0]))]  # the cuts a gap may make
     k_gap = int(np.argmax(gaps)) + 1
     if k_gap != k_ratio and gaps[k_gap - 1] >= gap_ratio and gaps[k_gap - 1] > gaps[k_ratio - 1]:
         return k_gap, "gap"

@@ -187,6 +187,8 @@ def test_correlation_ranking_on_a_hand_made_matrix():
     ([1.0, 5e-3, 0.0], (2, "gap")),
     ([1.0, 5e-3, 1e-3, 0.0], (3, "gap")),
     ([1.0, 1e-3, 5e-4, 1e-5], (1, "ratio")),  # the largest gap is the 100 rule's cut
+    ([1.0, 1e-3, 1e-5, 0.0], (1, "ratio")),  # the null gap would keep s_1/s_3 = 1e5 > 100^2: not a cut
+    ([1.0, 0.5, 0.02, 0.005], (2, "gap")),  # the docstring's gap that drops a direction
 ])
 def test_n_essential_directions(s, expected):
     assert n_essential_directions(s) == expected
