@@ -4,6 +4,7 @@ experiments."""
 import json
 import math
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -91,3 +92,22 @@ def test_record_writes_the_command_and_commit_above_the_comparison_or_refuses(tm
         with pytest.raises(ValueError, match=message):
             record.main(bad_args)
         assert path.read_text().startswith(first)  # the old record is untouched
+
+
+def test_the_readme_fidelity_table_counts_what_the_records_say():
+    """Each row's "claims matched" is the "N of M claims match" line of the records it links
+    (issue 39: the table is regenerated from the records, not typed)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    rows = [line for line in (root / "README.md").read_text().splitlines() if line.startswith("| [`")]
+    linked = set()
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        records = re.findall(r"\(docs/fidelity/([\w.]+\.md)\)", cells[0])
+        expected = []
+        for name in records:
+            linked.add(name)
+            match = re.search(r"^(\d+) of (\d+) claims match", (root / "docs/fidelity" / name).read_text(), re.M)
+            assert match, f"docs/fidelity/{name} has no 'N of M claims match' line"
+            expected.append(f"{match[1]} / {match[2]}")
+        assert cells[2].startswith(", ".join(expected)), f"README row of {records}: {cells[2]!r}; records: {expected}"
+    assert linked == {p.name for p in (root / "docs/fidelity").glob("*.md")}  # every record has its row
