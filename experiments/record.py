@@ -7,7 +7,11 @@ than the records is refused (commit first; several records can be rerun before c
 A run that fails or writes no ``paper_comparison.md`` leaves the old record as it was. ``--quick``
 runs are smoke tests, not records, and are refused.
 
-Usage: python -m experiments.record NAME [--records docs/fidelity] [-- EXPERIMENT ARGS...]
+Usage: python -m experiments.record NAME [--records docs/fidelity] [--as RECORD] [-- EXPERIMENT ARGS...]
+
+``--as`` names the record of a variant run of the same experiment, e.g. ``python -m
+experiments.record winding_bottom_up --as winding_bottom_up_table4 -- --plant table4 --out
+results/winding_bottom_up_table4`` writes ``docs/fidelity/winding_bottom_up_table4.md``.
 
 Example: ``python -m experiments.record reactions_classical`` reruns ``python -m
 experiments.reactions_classical`` into ``results/reactions_classical`` and rewrites
@@ -46,6 +50,7 @@ def main(argv: list[str] | None = None) -> pathlib.Path:
     parser = argparse.ArgumentParser(prog="python -m experiments.record", description=__doc__.splitlines()[0])
     parser.add_argument("name", help="the experiment (a module of experiments/)")
     parser.add_argument("--records", type=pathlib.Path, default=pathlib.Path("docs/fidelity"))
+    parser.add_argument("--as", dest="record", default=None, help="the record's name (default: NAME)")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args, rest = parser.parse_args(argv[:split]), argv[split + 1:]  # after --: the experiment's own arguments
@@ -67,7 +72,7 @@ def main(argv: list[str] | None = None) -> pathlib.Path:
     if not comparison.is_file():
         raise ValueError(f"record: experiments.{args.name} wrote no {comparison}; the record is left as it was")
     command = " ".join(["python -m experiments." + args.name, *rest])
-    path = args.records / f"{args.name}.md"
+    path = args.records / f"{args.record or args.name}.md"
     common.write_text(path, record_header(command, commit, started, wall_s, cpu_s) + "\n\n" + comparison.read_text())
     print(f"wrote {path}")
     return path

@@ -92,6 +92,10 @@ def test_record_writes_the_command_and_commit_above_the_comparison_or_refuses(tm
         with pytest.raises(ValueError, match=message):
             record.main(bad_args)
         assert path.read_text().startswith(first)  # the old record is untouched
+    git["status"] = ""  # a variant run has its own record
+    monkeypatch.setattr(record.importlib, "import_module", lambda name: types.SimpleNamespace(main=fake_main))
+    variant = record.main(["demo", "--as", "demo_variant", *args[1:]])
+    assert variant == tmp_path / "records" / "demo_variant.md" and path.read_text().startswith(first)
 
 
 def test_the_readme_fidelity_table_counts_what_the_records_say():
